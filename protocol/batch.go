@@ -1,0 +1,469 @@
+package protocol
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// Message batch layout. These constants are part of the wire and on-disk format; do not change
+// them. See the package doc for the drawing.
+const (
+	// BatchMagic marks the start of a batch: "PET1".
+	BatchMagic uint32 = 0x50455431
+	// BatchFixedSize is the size of the batch header before the topic (bytes).
+	BatchFixedSize = 79
+	// BatchCRCStart is the first byte covered by the batch CRC.
+	BatchCRCStart = 40
+	// MessageOverhead is the size of a message's fixed fields (bytes).
+	MessageOverhead = 18
+	// MaxTopicLength is the longest topic name (bytes), as RocketMQ's TOPIC_MAX_LENGTH.
+	MaxTopicLength = 127
+	// MaxGroupLength is the longest consumer or producer group name (bytes).
+	MaxGroupLength = 255
+	// MaxKeysLength, MaxTagsLength and MaxPropertiesLength bound a message's u16 fields.
+	MaxKeysLength       = 1<<16 - 1
+	MaxTagsLength       = 1<<16 - 1
+	MaxPropertiesLength = 1<<16 - 1
+
+	offBatchSize      = 0
+	offMagic          = 4
+	offPhysicalOffset = 8
+	offBaseQueueOff   = 16
+	offStoreTimestamp = 24
+	offEpoch          = 32
+	offCRC            = 36
+	offAttributes     = 40
+	offQueueID        = 42
+	offCount          = 46
+	offFirstTimestamp = 50
+	offMaxTimestamp   = 58
+	offProducerID     = 66
+	offBaseSequence   = 74
+	offTopicLength    = 78
+)
+
+// Compression codecs, in the low three bits of a batch's attributes. Only CodecNone is accepted
+// for stored batches in this version.
+const (
+	CodecNone uint16 = 0
+	codecMask uint16 = 0x7
+)
+
+// Batch errors.
+var (
+	// ErrBatchMalformed is returned for a batch whose structure is inconsistent.
+	ErrBatchMalformed = errors.New("protocol: malformed message batch")
+	// ErrBatchCRC is returned when a batch's CRC32C does not match its contents.
+	ErrBatchCRC = errors.New("protocol: message batch CRC mismatch")
+	// ErrMessageTooLarge is returned when a message body exceeds the maximum message size.
+	ErrMessageTooLarge = errors.New("protocol: message body larger than the maximum message size")
+	// ErrTopicInvalid is returned for an empty or too long topic, or one with characters outside
+	// [A-Za-z0-9_%|-] (RocketMQ's rule).
+	ErrTopicInvalid = errors.New("protocol: invalid topic name")
+	// ErrGroupInvalid is returned for an invalid group name (same characters as topics).
+	ErrGroupInvalid = errors.New("protocol: invalid group name")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32C returns the Castagnoli CRC of b (hardware accelerated on amd64 and arm64).
+func CRC32C(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Message is one message as a producer builds it. Every field is optional except Body.
+type Message struct {
+	// Keys are space-separated business keys (RocketMQ KEYS).
+	Keys []byte
+	// Tags is the message tag used for filtering (RocketMQ TAGS).
+	Tags []byte
+	// Properties are user properties encoded with AppendProperty.
+	Properties []byte
+	// Body is the payload, at most the broker's maximum message size.
+	Body []byte
+	// Timestamp is the producer's timestamp (ms since the Unix epoch); 0 means "now" is unknown
+	// and the batch's first timestamp is used.
+	Timestamp int64
+}
+
+// AppendProperty appends one name/value property in RocketMQ's encoding (name 0x01 value 0x02).
+func AppendProperty(dst []byte, name, value string) []byte {
+	dst = append(dst, name...)
+	dst = append(dst, 1)
+	dst = append(dst, value...)
+	return append(dst, 2)
+}
+
+// AppendBatchHeader starts a batch at the end of dst: the broker-assigned fields are zero, the
+// count and timestamps are filled by FinishBatch. It returns the extended slice; the batch starts
+// at len(dst) before the call. The topic must pass ValidateTopic.
+func AppendBatchHeader(dst []byte, topic string, queueID int32, producerID int64, baseSequence int32) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, BatchFixedSize)...)
+	h := dst[start:]
+	binary.BigEndian.PutUint32(h[offMagic:], BatchMagic)
+	binary.BigEndian.PutUint32(h[offQueueID:], uint32(queueID))
+	binary.BigEndian.PutUint64(h[offProducerID:], uint64(producerID))
+	binary.BigEndian.PutUint32(h[offBaseSequence:], uint32(baseSequence))
+	h[offTopicLength] = byte(len(topic))
+	return append(dst, topic...)
+}
+
+// AppendMessage appends m to the batch that starts at start in dst. The timestamp delta is taken
+// against the batch's first message, so the first message appended sets firstTimestamp.
+func AppendMessage(dst []byte, start int, m *Message) []byte {
+	h := dst[start:]
+	count := binary.BigEndian.Uint32(h[offCount:])
+	ts := m.Timestamp
+	first := int64(binary.BigEndian.Uint64(h[offFirstTimestamp:]))
+	if count == 0 {
+		first = ts
+		binary.BigEndian.PutUint64(h[offFirstTimestamp:], uint64(ts))
+		binary.BigEndian.PutUint64(h[offMaxTimestamp:], uint64(ts))
+	} else if ts > int64(binary.BigEndian.Uint64(h[offMaxTimestamp:])) {
+		binary.BigEndian.PutUint64(h[offMaxTimestamp:], uint64(ts))
+	}
+	binary.BigEndian.PutUint32(h[offCount:], count+1)
+	size := MessageOverhead - 4 + len(m.Keys) + len(m.Tags) + len(m.Properties) + len(m.Body)
+	dst = AppendU32(dst, uint32(size))
+	dst = AppendI32(dst, int32(ts-first))
+	dst = AppendU16(dst, uint16(len(m.Keys)))
+	dst = append(dst, m.Keys...)
+	dst = AppendU16(dst, uint16(len(m.Tags)))
+	dst = append(dst, m.Tags...)
+	dst = AppendU16(dst, uint16(len(m.Properties)))
+	dst = append(dst, m.Properties...)
+	dst = AppendU32(dst, uint32(len(m.Body)))
+	return append(dst, m.Body...)
+}
+
+// FinishBatch sets the size and CRC of the batch that starts at start and runs to the end of
+// dst. It returns the batch bytes (a view of dst).
+func FinishBatch(dst []byte, start int) []byte {
+	b := dst[start:]
+	binary.BigEndian.PutUint32(b[offBatchSize:], uint32(len(b)))
+	binary.BigEndian.PutUint32(b[offCRC:], CRC32C(b[BatchCRCStart:]))
+	return b
+}
+
+// BatchBuilder builds one batch at a time into a reusable buffer. It is not safe for concurrent
+// use. After warm-up it does not allocate.
+type BatchBuilder struct {
+	buf []byte
+}
+
+// Reset starts a new batch, discarding the previous one.
+func (bb *BatchBuilder) Reset(topic string, queueID int32, producerID int64, baseSequence int32) {
+	bb.buf = AppendBatchHeader(bb.buf[:0], topic, queueID, producerID, baseSequence)
+}
+
+// Add appends a message to the batch.
+func (bb *BatchBuilder) Add(m *Message) { bb.buf = AppendMessage(bb.buf, 0, m) }
+
+// Count returns the number of messages added since Reset.
+func (bb *BatchBuilder) Count() int {
+	if len(bb.buf) < BatchFixedSize {
+		return 0
+	}
+	return int(binary.BigEndian.Uint32(bb.buf[offCount:]))
+}
+
+// Len returns the size of the batch so far (bytes).
+func (bb *BatchBuilder) Len() int { return len(bb.buf) }
+
+// Finish seals the batch and returns it. The slice is valid until the next Reset.
+func (bb *BatchBuilder) Finish() []byte { return FinishBatch(bb.buf, 0) }
+
+// BatchHeader is a decoded batch header. Topic is a view of the batch.
+type BatchHeader struct {
+	Size            int
+	PhysicalOffset  int64
+	BaseQueueOffset int64
+	StoreTimestamp  int64
+	Epoch           uint32
+	CRC             uint32
+	Attributes      uint16
+	QueueID         int32
+	Count           int32
+	FirstTimestamp  int64
+	MaxTimestamp    int64
+	ProducerID      int64
+	BaseSequence    int32
+	Topic           []byte
+}
+
+// LastQueueOffset returns the queue offset of the batch's last message.
+func (h *BatchHeader) LastQueueOffset() int64 { return h.BaseQueueOffset + int64(h.Count) - 1 }
+
+// NextQueueOffset returns the queue offset after the batch's last message.
+func (h *BatchHeader) NextQueueOffset() int64 { return h.BaseQueueOffset + int64(h.Count) }
+
+// PeekBatchSize returns the size field of the batch that starts at b, or 0 when b is shorter
+// than 4 bytes.
+func PeekBatchSize(b []byte) int {
+	if len(b) < 4 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint32(b))
+}
+
+// ReadBatchHeader decodes the header of the batch at the start of b. b may extend past the
+// batch. It checks the magic, the sizes and the topic length, not the CRC or the messages;
+// ErrShort means b ends inside the header or the batch.
+func ReadBatchHeader(b []byte) (BatchHeader, error) {
+	var h BatchHeader
+	if len(b) < BatchFixedSize {
+		return h, ErrShort
+	}
+	h.Size = int(binary.BigEndian.Uint32(b[offBatchSize:]))
+	if m := binary.BigEndian.Uint32(b[offMagic:]); m != BatchMagic {
+		return h, fmt.Errorf("%w: magic %#08x", ErrBatchMalformed, m)
+	}
+	tl := int(b[offTopicLength])
+	if h.Size < BatchFixedSize+tl+MessageOverhead {
+		return h, fmt.Errorf("%w: size %d too small", ErrBatchMalformed, h.Size)
+	}
+	if len(b) < h.Size {
+		return h, ErrShort
+	}
+	h.PhysicalOffset = int64(binary.BigEndian.Uint64(b[offPhysicalOffset:]))
+	h.BaseQueueOffset = int64(binary.BigEndian.Uint64(b[offBaseQueueOff:]))
+	h.StoreTimestamp = int64(binary.BigEndian.Uint64(b[offStoreTimestamp:]))
+	h.Epoch = binary.BigEndian.Uint32(b[offEpoch:])
+	h.CRC = binary.BigEndian.Uint32(b[offCRC:])
+	h.Attributes = binary.BigEndian.Uint16(b[offAttributes:])
+	h.QueueID = int32(binary.BigEndian.Uint32(b[offQueueID:]))
+	h.Count = int32(binary.BigEndian.Uint32(b[offCount:]))
+	h.FirstTimestamp = int64(binary.BigEndian.Uint64(b[offFirstTimestamp:]))
+	h.MaxTimestamp = int64(binary.BigEndian.Uint64(b[offMaxTimestamp:]))
+	h.ProducerID = int64(binary.BigEndian.Uint64(b[offProducerID:]))
+	h.BaseSequence = int32(binary.BigEndian.Uint32(b[offBaseSequence:]))
+	h.Topic = b[BatchFixedSize : BatchFixedSize+tl : BatchFixedSize+tl]
+	return h, nil
+}
+
+// BatchLimits bounds what ValidateBatch accepts.
+type BatchLimits struct {
+	// MaxMessageSize is the largest message body (bytes); 0 means DefaultMaxMessageSize.
+	MaxMessageSize int
+}
+
+// ValidateBatch fully checks the batch at the start of b: header, topic name, CRC, and every
+// message (sizes add up, count matches, bodies within limits, no trailing bytes). b may extend
+// past the batch. It returns the header and the tag hash for the consume queue: the FNV-1a hash
+// of the tags when every message carries the same tags, otherwise 0. It does not allocate.
+func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
+	h, err := ReadBatchHeader(b)
+	if err != nil {
+		return h, 0, err
+	}
+	b = b[:h.Size]
+	if got := CRC32C(b[BatchCRCStart:]); got != h.CRC {
+		return h, 0, fmt.Errorf("%w: stored %#08x, computed %#08x", ErrBatchCRC, h.CRC, got)
+	}
+	if err := ValidateTopic(h.Topic); err != nil {
+		return h, 0, err
+	}
+	if h.Attributes&codecMask != CodecNone || h.Attributes&^codecMask != 0 {
+		return h, 0, fmt.Errorf("%w: unsupported attributes %#04x", ErrBatchMalformed, h.Attributes)
+	}
+	if h.Count < 1 {
+		return h, 0, fmt.Errorf("%w: count %d", ErrBatchMalformed, h.Count)
+	}
+	if h.QueueID < 0 {
+		return h, 0, fmt.Errorf("%w: queue id %d", ErrBatchMalformed, h.QueueID)
+	}
+	maxBody := lim.MaxMessageSize
+	if maxBody <= 0 {
+		maxBody = DefaultMaxMessageSize
+	}
+	it := NewMessageIterator(b, h)
+	var tagHash uint32
+	var firstTags []byte
+	mixed := false
+	n := int32(0)
+	for {
+		m, ok := it.Next()
+		if !ok {
+			break
+		}
+		if len(m.Body) > maxBody {
+			return h, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), maxBody)
+		}
+		if n == 0 {
+			firstTags = m.Tags
+		} else if !mixed && string(m.Tags) != string(firstTags) {
+			mixed = true
+		}
+		n++
+	}
+	if err := it.Err(); err != nil {
+		return h, 0, err
+	}
+	if n != h.Count {
+		return h, 0, fmt.Errorf("%w: header counts %d messages, batch holds %d", ErrBatchMalformed, h.Count, n)
+	}
+	if !mixed && len(firstTags) > 0 {
+		tagHash = TagHash(firstTags)
+	}
+	return h, tagHash, nil
+}
+
+// TagHash returns the 32-bit FNV-1a hash of tags, the value consume queues store.
+func TagHash(tags []byte) uint32 {
+	h := uint32(2166136261)
+	for _, c := range tags {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return h
+}
+
+// StampBatch writes the broker-assigned fields into a batch (they sit before the CRC, so the
+// CRC stays valid, as Kafka's baseOffset does).
+func StampBatch(b []byte, physicalOffset, baseQueueOffset, storeTimestamp int64, epoch uint32) {
+	binary.BigEndian.PutUint64(b[offPhysicalOffset:], uint64(physicalOffset))
+	binary.BigEndian.PutUint64(b[offBaseQueueOff:], uint64(baseQueueOffset))
+	binary.BigEndian.PutUint64(b[offStoreTimestamp:], uint64(storeTimestamp))
+	binary.BigEndian.PutUint32(b[offEpoch:], epoch)
+}
+
+// MessageView is one decoded message; its byte fields are views of the batch.
+type MessageView struct {
+	// QueueOffset is the message's offset in its queue (batch base + index).
+	QueueOffset int64
+	// Sequence is the producer sequence (batch base sequence + index).
+	Sequence int32
+	// Timestamp is the producer timestamp (ms since the Unix epoch).
+	Timestamp  int64
+	Keys       []byte
+	Tags       []byte
+	Properties []byte
+	Body       []byte
+}
+
+// MessageIterator walks the messages of one batch. It does not allocate.
+type MessageIterator struct {
+	b     []byte
+	off   int
+	index int32
+	h     BatchHeader
+	err   error
+}
+
+// NewMessageIterator returns an iterator over the messages of the batch b with header h (from
+// ReadBatchHeader or ValidateBatch).
+func NewMessageIterator(b []byte, h BatchHeader) MessageIterator {
+	return MessageIterator{b: b[:h.Size], off: BatchFixedSize + len(h.Topic), h: h}
+}
+
+// Next returns the next message, or false at the end of the batch or on a malformed message
+// (then Err tells which).
+func (it *MessageIterator) Next() (MessageView, bool) {
+	var m MessageView
+	if it.err != nil || it.off >= len(it.b) {
+		return m, false
+	}
+	rest := it.b[it.off:]
+	if len(rest) < MessageOverhead {
+		it.err = fmt.Errorf("%w: %d trailing bytes after message %d", ErrBatchMalformed, len(rest), it.index)
+		return m, false
+	}
+	size := int(binary.BigEndian.Uint32(rest))
+	if size < MessageOverhead-4 || size > len(rest)-4 {
+		it.err = fmt.Errorf("%w: message %d size %d, %d bytes left", ErrBatchMalformed, it.index, size, len(rest)-4)
+		return m, false
+	}
+	msg := rest[4 : 4+size]
+	m.Timestamp = it.h.FirstTimestamp + int64(int32(binary.BigEndian.Uint32(msg)))
+	p := 4
+	var ok bool
+	if m.Keys, p, ok = field16(msg, p); !ok {
+		return it.fail()
+	}
+	if m.Tags, p, ok = field16(msg, p); !ok {
+		return it.fail()
+	}
+	if m.Properties, p, ok = field16(msg, p); !ok {
+		return it.fail()
+	}
+	if p+4 > len(msg) {
+		return it.fail()
+	}
+	bl := int(binary.BigEndian.Uint32(msg[p:]))
+	p += 4
+	if bl != len(msg)-p {
+		return it.fail()
+	}
+	m.Body = msg[p:len(msg):len(msg)]
+	m.QueueOffset = it.h.BaseQueueOffset + int64(it.index)
+	m.Sequence = it.h.BaseSequence + it.index
+	it.index++
+	it.off += 4 + size
+	return m, true
+}
+
+func (it *MessageIterator) fail() (MessageView, bool) {
+	it.err = fmt.Errorf("%w: message %d fields do not add up to its size", ErrBatchMalformed, it.index)
+	return MessageView{}, false
+}
+
+func field16(msg []byte, p int) ([]byte, int, bool) {
+	if p+2 > len(msg) {
+		return nil, p, false
+	}
+	n := int(binary.BigEndian.Uint16(msg[p:]))
+	p += 2
+	if p+n > len(msg) {
+		return nil, p, false
+	}
+	if n == 0 {
+		return nil, p, true
+	}
+	return msg[p : p+n : p+n], p + n, true
+}
+
+// Err returns the error that stopped the iteration, or nil.
+func (it *MessageIterator) Err() error { return it.err }
+
+// ValidateTopic checks a topic name: 1..MaxTopicLength bytes of [A-Za-z0-9_%|-].
+func ValidateTopic(name []byte) error {
+	return validateName(name, MaxTopicLength, ErrTopicInvalid)
+}
+
+// ValidateGroup checks a consumer or producer group name: 1..MaxGroupLength bytes of
+// [A-Za-z0-9_%|-].
+func ValidateGroup(name []byte) error {
+	return validateName(name, MaxGroupLength, ErrGroupInvalid)
+}
+
+func validateName(name []byte, max int, kind error) error {
+	if len(name) == 0 {
+		return fmt.Errorf("%w: empty", kind)
+	}
+	if len(name) > max {
+		return fmt.Errorf("%w: %d bytes, limit %d", kind, len(name), max)
+	}
+	for _, c := range name {
+		if !nameChar[c] {
+			return fmt.Errorf("%w: character %q not allowed", kind, c)
+		}
+	}
+	return nil
+}
+
+var nameChar = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "_%|-" {
+		t[c] = true
+	}
+	return t
+}()

@@ -1,0 +1,55 @@
+package protocol
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestBatchRoundTrip(t *testing.T) {
+	var bb BatchBuilder
+	bb.Reset("TopicA", 3, 42, 7)
+	msgs := []Message{
+		{Keys: []byte("k1 k2"), Tags: []byte("tagA"), Body: []byte("hello"), Timestamp: 1000},
+		{Tags: []byte("tagA"), Properties: AppendProperty(nil, "a", "b"), Body: []byte("world!"), Timestamp: 1005},
+		{Tags: []byte("tagA"), Body: nil, Timestamp: 999},
+	}
+	for i := range msgs {
+		bb.Add(&msgs[i])
+	}
+	b := bb.Finish()
+	StampBatch(b, 4096, 100, 123456, 2)
+	h, tagHash, err := ValidateBatch(b, BatchLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Count != 3 || h.QueueID != 3 || string(h.Topic) != "TopicA" || h.PhysicalOffset != 4096 || h.BaseQueueOffset != 100 || h.Epoch != 2 || h.ProducerID != 42 {
+		t.Fatalf("header %+v", h)
+	}
+	if h.MaxTimestamp != 1005 || h.FirstTimestamp != 1000 {
+		t.Fatalf("timestamps %d %d", h.FirstTimestamp, h.MaxTimestamp)
+	}
+	if tagHash != TagHash([]byte("tagA")) {
+		t.Fatalf("tag hash %d", tagHash)
+	}
+	it := NewMessageIterator(b, h)
+	for i := 0; ; i++ {
+		m, ok := it.Next()
+		if !ok {
+			if i != 3 {
+				t.Fatalf("iterated %d messages", i)
+			}
+			break
+		}
+		if !bytes.Equal(m.Body, msgs[i].Body) || !bytes.Equal(m.Keys, msgs[i].Keys) || !bytes.Equal(m.Properties, msgs[i].Properties) || m.Timestamp != msgs[i].Timestamp || m.QueueOffset != 100+int64(i) || m.Sequence != 7+int32(i) {
+			t.Fatalf("message %d: %+v", i, m)
+		}
+	}
+	if it.Err() != nil {
+		t.Fatal(it.Err())
+	}
+	b[len(b)-1] ^= 1
+	if _, _, err := ValidateBatch(b, BatchLimits{}); !errors.Is(err, ErrBatchCRC) {
+		t.Fatalf("corrupted batch: %v", err)
+	}
+}

@@ -1,0 +1,311 @@
+package protocol
+
+// Bodies of the administrative and routing requests. They are off the data path but use the
+// same binary encoding: a u32 element count (checked against the bytes left before anything is
+// allocated), then the elements.
+
+// TopicConfigList is the body of CodeRegisterBroker and of CodeGetAllTopicConfig's response.
+type TopicConfigList struct {
+	Topics []TopicConfig
+}
+
+// AppendTo appends the encoded list.
+func (l *TopicConfigList) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(l.Topics)))
+	for i := range l.Topics {
+		dst = l.Topics[i].AppendTo(dst)
+	}
+	return dst
+}
+
+// ReadFrom decodes the list from exactly src.
+func (l *TopicConfigList) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(2 + 12)
+	l.Topics = make([]TopicConfig, n)
+	for i := range l.Topics {
+		l.Topics[i].read(&r)
+	}
+	return r.Done()
+}
+
+// QueueData is one broker group's share of a topic in a route.
+type QueueData struct {
+	BrokerName     string
+	ReadQueueNums  int32
+	WriteQueueNums int32
+	Perm           int32
+}
+
+// BrokerAddr is one member of a broker group.
+type BrokerAddr struct {
+	// BrokerID is 0 for the master, > 0 for slaves.
+	BrokerID int64
+	Addr     string
+}
+
+// BrokerData is a broker group: its cluster, name and live members.
+type BrokerData struct {
+	Cluster    string
+	BrokerName string
+	// Addrs lists the live members, sorted by BrokerID.
+	Addrs []BrokerAddr
+}
+
+// MasterAddr returns the address of brokerId 0, or "".
+func (b *BrokerData) MasterAddr() string {
+	for _, a := range b.Addrs {
+		if a.BrokerID == 0 {
+			return a.Addr
+		}
+	}
+	return ""
+}
+
+func (b *BrokerData) appendTo(dst []byte) []byte {
+	dst = AppendString(dst, b.Cluster)
+	dst = AppendString(dst, b.BrokerName)
+	dst = AppendU32(dst, uint32(len(b.Addrs)))
+	for _, a := range b.Addrs {
+		dst = AppendI64(dst, a.BrokerID)
+		dst = AppendString(dst, a.Addr)
+	}
+	return dst
+}
+
+func (b *BrokerData) read(r *Reader) {
+	b.Cluster = r.Str(maxNameLength)
+	b.BrokerName = r.Str(maxNameLength)
+	n := r.Count(8 + 2)
+	b.Addrs = make([]BrokerAddr, n)
+	for i := range b.Addrs {
+		b.Addrs[i].BrokerID = r.I64()
+		b.Addrs[i].Addr = r.Str(maxNameLength)
+	}
+}
+
+// TopicRouteData is a topic's route (CodeGetRouteInfoByTopic response body), as RocketMQ's.
+type TopicRouteData struct {
+	QueueDatas  []QueueData
+	BrokerDatas []BrokerData
+}
+
+// AppendTo appends the encoded route.
+func (t *TopicRouteData) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(t.QueueDatas)))
+	for _, q := range t.QueueDatas {
+		dst = AppendString(dst, q.BrokerName)
+		dst = AppendI32(dst, q.ReadQueueNums)
+		dst = AppendI32(dst, q.WriteQueueNums)
+		dst = AppendI32(dst, q.Perm)
+	}
+	dst = AppendU32(dst, uint32(len(t.BrokerDatas)))
+	for i := range t.BrokerDatas {
+		dst = t.BrokerDatas[i].appendTo(dst)
+	}
+	return dst
+}
+
+// ReadFrom decodes the route from exactly src.
+func (t *TopicRouteData) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(2 + 12)
+	t.QueueDatas = make([]QueueData, n)
+	for i := range t.QueueDatas {
+		q := &t.QueueDatas[i]
+		q.BrokerName = r.Str(maxNameLength)
+		q.ReadQueueNums = r.I32()
+		q.WriteQueueNums = r.I32()
+		q.Perm = r.I32()
+	}
+	n = r.Count(2 + 2 + 4)
+	t.BrokerDatas = make([]BrokerData, n)
+	for i := range t.BrokerDatas {
+		t.BrokerDatas[i].read(&r)
+	}
+	return r.Done()
+}
+
+// ClusterInfo is the NameServer's cluster table (CodeGetBrokerClusterInfo response body).
+type ClusterInfo struct {
+	// Brokers lists every broker group with its live members, sorted by name.
+	Brokers []BrokerData
+	// Clusters maps each cluster name to its broker group names.
+	Clusters []ClusterEntry
+}
+
+// ClusterEntry is one cluster and its broker groups.
+type ClusterEntry struct {
+	Name        string
+	BrokerNames []string
+}
+
+// AppendTo appends the encoded table.
+func (c *ClusterInfo) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(c.Brokers)))
+	for i := range c.Brokers {
+		dst = c.Brokers[i].appendTo(dst)
+	}
+	dst = AppendU32(dst, uint32(len(c.Clusters)))
+	for _, e := range c.Clusters {
+		dst = AppendString(dst, e.Name)
+		dst = AppendU32(dst, uint32(len(e.BrokerNames)))
+		for _, n := range e.BrokerNames {
+			dst = AppendString(dst, n)
+		}
+	}
+	return dst
+}
+
+// ReadFrom decodes the table from exactly src.
+func (c *ClusterInfo) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(2 + 2 + 4)
+	c.Brokers = make([]BrokerData, n)
+	for i := range c.Brokers {
+		c.Brokers[i].read(&r)
+	}
+	n = r.Count(2 + 4)
+	c.Clusters = make([]ClusterEntry, n)
+	for i := range c.Clusters {
+		e := &c.Clusters[i]
+		e.Name = r.Str(maxNameLength)
+		m := r.Count(2)
+		e.BrokerNames = make([]string, m)
+		for j := range e.BrokerNames {
+			e.BrokerNames[j] = r.Str(maxNameLength)
+		}
+	}
+	return r.Done()
+}
+
+// QueueStats is one queue's offsets on a broker.
+type QueueStats struct {
+	QueueID   int32
+	MinOffset int64
+	MaxOffset int64
+	// LastUpdateTimestamp is the store time of the queue's newest message (ms since the Unix
+	// epoch), 0 if the queue is empty.
+	LastUpdateTimestamp int64
+}
+
+// TopicStatsTable is the CodeGetTopicStatsInfo response body: every queue of the topic on the
+// broker, sorted by queue id.
+type TopicStatsTable struct {
+	Queues []QueueStats
+}
+
+// AppendTo appends the encoded table.
+func (t *TopicStatsTable) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(t.Queues)))
+	for _, q := range t.Queues {
+		dst = AppendI32(dst, q.QueueID)
+		dst = AppendI64(dst, q.MinOffset)
+		dst = AppendI64(dst, q.MaxOffset)
+		dst = AppendI64(dst, q.LastUpdateTimestamp)
+	}
+	return dst
+}
+
+// ReadFrom decodes the table from exactly src.
+func (t *TopicStatsTable) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(28)
+	t.Queues = make([]QueueStats, n)
+	for i := range t.Queues {
+		q := &t.Queues[i]
+		q.QueueID = r.I32()
+		q.MinOffset = r.I64()
+		q.MaxOffset = r.I64()
+		q.LastUpdateTimestamp = r.I64()
+	}
+	return r.Done()
+}
+
+// ConsumeQueueStats is a consumer group's progress on one queue of a broker.
+type ConsumeQueueStats struct {
+	Topic   string
+	QueueID int32
+	// BrokerOffset is the queue's max offset; ConsumerOffset the group's committed offset.
+	BrokerOffset   int64
+	ConsumerOffset int64
+	// LastTimestamp is the store time of the last consumed message (ms), 0 if unknown.
+	LastTimestamp int64
+}
+
+// ConsumeStats is the CodeGetConsumeStats response body, sorted by topic and queue id.
+type ConsumeStats struct {
+	Queues []ConsumeQueueStats
+}
+
+// AppendTo appends the encoded stats.
+func (c *ConsumeStats) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(c.Queues)))
+	for _, q := range c.Queues {
+		dst = AppendString(dst, q.Topic)
+		dst = AppendI32(dst, q.QueueID)
+		dst = AppendI64(dst, q.BrokerOffset)
+		dst = AppendI64(dst, q.ConsumerOffset)
+		dst = AppendI64(dst, q.LastTimestamp)
+	}
+	return dst
+}
+
+// ReadFrom decodes the stats from exactly src.
+func (c *ConsumeStats) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(2 + 28)
+	c.Queues = make([]ConsumeQueueStats, n)
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		q.Topic = r.Str(MaxTopicLength)
+		q.QueueID = r.I32()
+		q.BrokerOffset = r.I64()
+		q.ConsumerOffset = r.I64()
+		q.LastTimestamp = r.I64()
+	}
+	return r.Done()
+}
+
+// KV is one entry of a KVTable.
+type KV struct {
+	Key   string
+	Value string
+}
+
+// KVTable is a list of string pairs (CodeGetBrokerRuntimeInfo response body), as RocketMQ's.
+type KVTable struct {
+	Entries []KV
+}
+
+// Get returns the value of key, or "".
+func (t *KVTable) Get(key string) string {
+	for _, e := range t.Entries {
+		if e.Key == key {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// AppendTo appends the encoded table.
+func (t *KVTable) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(t.Entries)))
+	for _, e := range t.Entries {
+		dst = AppendString(dst, e.Key)
+		dst = AppendString(dst, e.Value)
+	}
+	return dst
+}
+
+// ReadFrom decodes the table from exactly src.
+func (t *KVTable) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(4)
+	t.Entries = make([]KV, n)
+	for i := range t.Entries {
+		t.Entries[i].Key = r.Str(MaxStringLen)
+		t.Entries[i].Value = r.Str(MaxStringLen)
+	}
+	return r.Done()
+}

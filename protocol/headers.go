@@ -1,0 +1,407 @@
+package protocol
+
+// Fixed headers, one per request code and one per success response. Each has AppendTo and
+// ReadFrom; ReadFrom takes exactly the header bytes and rejects trailing bytes. String fields are
+// u16-length prefixed; names are bounded by MaxTopicLength/MaxGroupLength/maxNameLength.
+
+const (
+	// maxNameLength bounds cluster names, broker names, addresses and remarks in headers.
+	maxNameLength = 255
+	// maxRemarkLength bounds an error remark (bytes).
+	maxRemarkLength = 4096
+)
+
+// Permission bits of a topic (RocketMQ PermName).
+const (
+	PermInherit int32 = 1
+	PermWrite   int32 = 2
+	PermRead    int32 = 4
+	// PermReadWrite is the default permission of a new topic.
+	PermReadWrite = PermRead | PermWrite
+)
+
+// PullResult says what a pull found. It travels in PullResponseHeader.
+type PullResult uint8
+
+// Pull results.
+const (
+	// PullFound means the body holds at least one batch.
+	PullFound PullResult = 0
+	// PullNoNewMessage means the queue has nothing at or after the requested offset (after the
+	// long-poll wait, if any).
+	PullNoNewMessage PullResult = 1
+	// PullOffsetMoved means the requested offset is outside [min, max] of the queue; the
+	// consumer continues at NextQueueOffset.
+	PullOffsetMoved PullResult = 2
+)
+
+// String returns the result's name.
+func (r PullResult) String() string {
+	switch r {
+	case PullFound:
+		return "FOUND"
+	case PullNoNewMessage:
+		return "NO_NEW_MSG"
+	case PullOffsetMoved:
+		return "OFFSET_MOVED"
+	}
+	return "PULL_RESULT(?)"
+}
+
+// ErrorHeader is the header of every non-success response.
+type ErrorHeader struct {
+	// Remark says what went wrong, for people.
+	Remark string
+	// MasterAddr names the master of the broker group when the status is StatusNotMaster.
+	MasterAddr string
+}
+
+// AppendTo implements Header.
+func (h *ErrorHeader) AppendTo(dst []byte) []byte {
+	remark := h.Remark
+	if len(remark) > maxRemarkLength {
+		remark = remark[:maxRemarkLength]
+	}
+	dst = AppendString(dst, remark)
+	return AppendString(dst, h.MasterAddr)
+}
+
+// ReadFrom implements Header.
+func (h *ErrorHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Remark = r.Str(maxRemarkLength)
+	h.MasterAddr = r.Str(maxNameLength)
+	return r.Done()
+}
+
+// SendResponseHeader answers CodeSendMessage: where the batch was stored.
+type SendResponseHeader struct {
+	QueueID int32
+	// QueueOffset is the queue offset of the batch's first message.
+	QueueOffset int64
+	// Count is the number of messages stored.
+	Count int32
+	// PhysicalOffset is the batch's byte offset in the broker's commit log.
+	PhysicalOffset int64
+	// StoreTimestamp is when the broker stored the batch (ms since the Unix epoch).
+	StoreTimestamp int64
+}
+
+// SendResponseHeaderSize is the encoded size of SendResponseHeader (bytes).
+const SendResponseHeaderSize = 32
+
+// AppendTo implements Header.
+func (h *SendResponseHeader) AppendTo(dst []byte) []byte {
+	dst = AppendI32(dst, h.QueueID)
+	dst = AppendI64(dst, h.QueueOffset)
+	dst = AppendI32(dst, h.Count)
+	dst = AppendI64(dst, h.PhysicalOffset)
+	return AppendI64(dst, h.StoreTimestamp)
+}
+
+// ReadFrom implements Header.
+func (h *SendResponseHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.QueueID = r.I32()
+	h.QueueOffset = r.I64()
+	h.Count = r.I32()
+	h.PhysicalOffset = r.I64()
+	h.StoreTimestamp = r.I64()
+	return r.Done()
+}
+
+// PullRequestHeader asks for batches of one queue starting at QueueOffset.
+type PullRequestHeader struct {
+	ConsumerGroup string
+	Topic         string
+	QueueID       int32
+	QueueOffset   int64
+	// MaxMessages caps the messages returned (whole batches are returned, so the count may be
+	// exceeded by the last batch).
+	MaxMessages int32
+	// MaxBytes caps the body size (bytes); the first batch is returned whole even if larger.
+	MaxBytes int32
+	// PollTimeoutMs is how long the broker holds a pull that finds nothing (ms); 0 answers at once.
+	PollTimeoutMs int32
+	// CommitOffset, when >= 0, commits the group's offset of this queue with the pull (as
+	// RocketMQ's commitOffset flag).
+	CommitOffset int64
+}
+
+// AppendTo implements Header.
+func (h *PullRequestHeader) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.ConsumerGroup)
+	dst = AppendString(dst, h.Topic)
+	dst = AppendI32(dst, h.QueueID)
+	dst = AppendI64(dst, h.QueueOffset)
+	dst = AppendI32(dst, h.MaxMessages)
+	dst = AppendI32(dst, h.MaxBytes)
+	dst = AppendI32(dst, h.PollTimeoutMs)
+	return AppendI64(dst, h.CommitOffset)
+}
+
+// ReadFrom implements Header.
+func (h *PullRequestHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.ConsumerGroup = r.Str(MaxGroupLength)
+	h.Topic = r.Str(MaxTopicLength)
+	h.QueueID = r.I32()
+	h.QueueOffset = r.I64()
+	h.MaxMessages = r.I32()
+	h.MaxBytes = r.I32()
+	h.PollTimeoutMs = r.I32()
+	h.CommitOffset = r.I64()
+	return r.Done()
+}
+
+// PullRequestView is PullRequestHeader decoded without copying strings: ConsumerGroup and Topic
+// are views of the frame, valid while the frame is. The broker's data path uses it.
+type PullRequestView struct {
+	ConsumerGroup []byte
+	Topic         []byte
+	QueueID       int32
+	QueueOffset   int64
+	MaxMessages   int32
+	MaxBytes      int32
+	PollTimeoutMs int32
+	CommitOffset  int64
+}
+
+// ReadFrom decodes a PullRequestHeader's bytes.
+func (h *PullRequestView) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.ConsumerGroup = r.StrView(MaxGroupLength)
+	h.Topic = r.StrView(MaxTopicLength)
+	h.QueueID = r.I32()
+	h.QueueOffset = r.I64()
+	h.MaxMessages = r.I32()
+	h.MaxBytes = r.I32()
+	h.PollTimeoutMs = r.I32()
+	h.CommitOffset = r.I64()
+	return r.Done()
+}
+
+// PullResponseHeader answers CodePullMessage. The body holds whole batches when Result is
+// PullFound, and nothing otherwise.
+type PullResponseHeader struct {
+	Result PullResult
+	// NextQueueOffset is where the consumer pulls next.
+	NextQueueOffset int64
+	// MinOffset and MaxOffset are the queue's bounds on this broker (max is the next offset to
+	// be assigned).
+	MinOffset int64
+	MaxOffset int64
+	// SuggestBrokerID is the brokerId to pull this queue from next (0: the master).
+	SuggestBrokerID int64
+}
+
+// PullResponseHeaderSize is the encoded size of PullResponseHeader (bytes).
+const PullResponseHeaderSize = 33
+
+// AppendTo implements Header.
+func (h *PullResponseHeader) AppendTo(dst []byte) []byte {
+	dst = append(dst, byte(h.Result))
+	dst = AppendI64(dst, h.NextQueueOffset)
+	dst = AppendI64(dst, h.MinOffset)
+	dst = AppendI64(dst, h.MaxOffset)
+	return AppendI64(dst, h.SuggestBrokerID)
+}
+
+// ReadFrom implements Header.
+func (h *PullResponseHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Result = PullResult(r.U8())
+	h.NextQueueOffset = r.I64()
+	h.MinOffset = r.I64()
+	h.MaxOffset = r.I64()
+	h.SuggestBrokerID = r.I64()
+	return r.Done()
+}
+
+// QueueHeader names one queue of a topic (CodeGetMinOffset, CodeGetMaxOffset).
+type QueueHeader struct {
+	Topic   string
+	QueueID int32
+}
+
+// AppendTo implements Header.
+func (h *QueueHeader) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.Topic)
+	return AppendI32(dst, h.QueueID)
+}
+
+// ReadFrom implements Header.
+func (h *QueueHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Topic = r.Str(MaxTopicLength)
+	h.QueueID = r.I32()
+	return r.Done()
+}
+
+// ConsumerOffsetHeader names a consumer group's queue (CodeQueryConsumerOffset) and, for
+// CodeUpdateConsumerOffset, the offset to commit.
+type ConsumerOffsetHeader struct {
+	ConsumerGroup string
+	Topic         string
+	QueueID       int32
+	// Offset is the next queue offset the group will consume; ignored by queries.
+	Offset int64
+}
+
+// AppendTo implements Header.
+func (h *ConsumerOffsetHeader) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.ConsumerGroup)
+	dst = AppendString(dst, h.Topic)
+	dst = AppendI32(dst, h.QueueID)
+	return AppendI64(dst, h.Offset)
+}
+
+// ReadFrom implements Header.
+func (h *ConsumerOffsetHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.ConsumerGroup = r.Str(MaxGroupLength)
+	h.Topic = r.Str(MaxTopicLength)
+	h.QueueID = r.I32()
+	h.Offset = r.I64()
+	return r.Done()
+}
+
+// OffsetHeader answers offset queries (min, max, consumer offset).
+type OffsetHeader struct {
+	Offset int64
+}
+
+// AppendTo implements Header.
+func (h *OffsetHeader) AppendTo(dst []byte) []byte { return AppendI64(dst, h.Offset) }
+
+// ReadFrom implements Header.
+func (h *OffsetHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Offset = r.I64()
+	return r.Done()
+}
+
+// TopicConfig is a topic's configuration on one broker group (CodeUpdateAndCreateTopic header,
+// and the elements of TopicConfigList).
+type TopicConfig struct {
+	Topic          string
+	ReadQueueNums  int32
+	WriteQueueNums int32
+	// Perm is a combination of PermRead and PermWrite.
+	Perm int32
+}
+
+// AppendTo implements Header.
+func (h *TopicConfig) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.Topic)
+	dst = AppendI32(dst, h.ReadQueueNums)
+	dst = AppendI32(dst, h.WriteQueueNums)
+	return AppendI32(dst, h.Perm)
+}
+
+func (h *TopicConfig) read(r *Reader) {
+	h.Topic = r.Str(MaxTopicLength)
+	h.ReadQueueNums = r.I32()
+	h.WriteQueueNums = r.I32()
+	h.Perm = r.I32()
+}
+
+// ReadFrom implements Header.
+func (h *TopicConfig) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.read(&r)
+	return r.Done()
+}
+
+// TopicHeader names a topic (CodeGetRouteInfoByTopic, CodeGetTopicStatsInfo).
+type TopicHeader struct {
+	Topic string
+}
+
+// AppendTo implements Header.
+func (h *TopicHeader) AppendTo(dst []byte) []byte { return AppendString(dst, h.Topic) }
+
+// ReadFrom implements Header.
+func (h *TopicHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Topic = r.Str(MaxTopicLength)
+	return r.Done()
+}
+
+// GroupHeader names a consumer group and optionally a topic ("" for all) (CodeGetConsumeStats).
+type GroupHeader struct {
+	ConsumerGroup string
+	Topic         string
+}
+
+// AppendTo implements Header.
+func (h *GroupHeader) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.ConsumerGroup)
+	return AppendString(dst, h.Topic)
+}
+
+// ReadFrom implements Header.
+func (h *GroupHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.ConsumerGroup = r.Str(MaxGroupLength)
+	h.Topic = r.Str(MaxTopicLength)
+	return r.Done()
+}
+
+// BrokerHeader identifies a broker to a NameServer (CodeRegisterBroker with a TopicConfigList
+// body, CodeUnregisterBroker with none).
+type BrokerHeader struct {
+	ClusterName string
+	BrokerName  string
+	// BrokerID is 0 for the master of the group, > 0 for slaves.
+	BrokerID int64
+	// BrokerAddr is the address clients connect to (host:port).
+	BrokerAddr string
+	// HAServerAddr is the replication address (host:port), "" if none.
+	HAServerAddr string
+	// DataVersion increases whenever the broker's topic set changes.
+	DataVersion int64
+}
+
+// AppendTo implements Header.
+func (h *BrokerHeader) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.ClusterName)
+	dst = AppendString(dst, h.BrokerName)
+	dst = AppendI64(dst, h.BrokerID)
+	dst = AppendString(dst, h.BrokerAddr)
+	dst = AppendString(dst, h.HAServerAddr)
+	return AppendI64(dst, h.DataVersion)
+}
+
+// ReadFrom implements Header.
+func (h *BrokerHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.ClusterName = r.Str(maxNameLength)
+	h.BrokerName = r.Str(maxNameLength)
+	h.BrokerID = r.I64()
+	h.BrokerAddr = r.Str(maxNameLength)
+	h.HAServerAddr = r.Str(maxNameLength)
+	h.DataVersion = r.I64()
+	return r.Done()
+}
+
+// RegisterBrokerResponseHeader answers CodeRegisterBroker with the group's master, so a slave
+// learns where to replicate from.
+type RegisterBrokerResponseHeader struct {
+	MasterAddr   string
+	HAServerAddr string
+}
+
+// AppendTo implements Header.
+func (h *RegisterBrokerResponseHeader) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.MasterAddr)
+	return AppendString(dst, h.HAServerAddr)
+}
+
+// ReadFrom implements Header.
+func (h *RegisterBrokerResponseHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.MasterAddr = r.Str(maxNameLength)
+	h.HAServerAddr = r.Str(maxNameLength)
+	return r.Done()
+}

@@ -1,0 +1,253 @@
+package rpc
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// Request is one request frame received by a Server. Header and Body are valid only during the
+// handler call.
+type Request struct {
+	Code   protocol.RequestCode
+	Header []byte
+	Body   []byte
+	// Peer is the connection the request came on.
+	Peer *Peer
+}
+
+// Reply is what a handler answers: a status, a header (nil for none) and a body. A non-success
+// status is sent with an ErrorHeader built from Remark and MasterAddr.
+type Reply struct {
+	Status     protocol.Status
+	Header     protocol.Header
+	Body       []byte
+	Remark     string
+	MasterAddr string
+}
+
+// Errorf builds an error reply.
+func Errorf(status protocol.Status, format string, args ...any) Reply {
+	return Reply{Status: status, Remark: fmt.Sprintf(format, args...)}
+}
+
+// Handler serves one request. It runs on the connection's goroutine: requests of one connection
+// are served in order, connections in parallel.
+type Handler func(req *Request) Reply
+
+// Peer is a server-side connection.
+type Peer struct {
+	id     uint64
+	remote string
+	nc     net.Conn
+	wmu    sync.Mutex
+}
+
+// ID returns a number unique to this connection within its Server.
+func (p *Peer) ID() uint64 { return p.id }
+
+// RemoteAddr returns the peer's address.
+func (p *Peer) RemoteAddr() string { return p.remote }
+
+// ServerOptions tune a Server.
+type ServerOptions struct {
+	// MaxFrameSize bounds request frames (bytes); default protocol.DefaultMaxFrameSize.
+	MaxFrameSize int
+	// IdleTimeout closes a connection that sends nothing for this long; default 0 (never).
+	IdleTimeout time.Duration
+	// OnDisconnect runs once when a connection closes, after its last request.
+	OnDisconnect func(p *Peer)
+	// Logger receives connection errors; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves protocol frames with one goroutine per connection. Serve runs until Close.
+type Server struct {
+	handler Handler
+	opts    ServerOptions
+	ln      net.Listener
+	nextID  atomic.Uint64
+
+	mu     sync.Mutex
+	peers  map[*Peer]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewServer returns a Server that answers requests with h.
+func NewServer(h Handler, opts ServerOptions) *Server {
+	if opts.MaxFrameSize <= 0 {
+		opts.MaxFrameSize = protocol.DefaultMaxFrameSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Server{handler: h, opts: opts, peers: make(map[*Peer]struct{})}
+}
+
+// Serve accepts connections on ln until Close; it returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("cannot accept on %s: %w", ln.Addr(), err)
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		p := &Peer{id: s.nextID.Add(1), remote: nc.RemoteAddr().String(), nc: nc}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = nc.Close()
+			return nil
+		}
+		s.peers[p] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.servePeer(p)
+	}
+}
+
+// Close stops accepting, closes every connection and waits for their goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	for p := range s.peers {
+		_ = p.nc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) servePeer(p *Peer) {
+	defer s.wg.Done()
+	defer func() {
+		_ = p.nc.Close()
+		s.mu.Lock()
+		delete(s.peers, p)
+		s.mu.Unlock()
+		if s.opts.OnDisconnect != nil {
+			s.opts.OnDisconnect(p)
+		}
+	}()
+	br := bufio.NewReaderSize(p.nc, 64<<10)
+	bw := bufio.NewWriterSize(p.nc, 64<<10)
+	var prefix [protocol.FramePrefixSize]byte
+	var frame, out []byte
+	for {
+		if s.opts.IdleTimeout > 0 {
+			_ = p.nc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+		}
+		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.opts.Logger.Info("closing connection", "remote", p.remote, "reason", err)
+			}
+			return
+		}
+		fh, err := protocol.ParseFrameHeader(prefix[:], s.opts.MaxFrameSize)
+		if err == nil && fh.Flags.IsResponse() {
+			err = fmt.Errorf("%w: response frame sent to a server", protocol.ErrFrameMalformed)
+		}
+		if err != nil {
+			s.opts.Logger.Warn("closing connection: bad frame", "remote", p.remote, "reason", err)
+			return
+		}
+		n := fh.TotalSize()
+		if cap(frame) < n {
+			frame = make([]byte, n)
+		}
+		frame = frame[:n]
+		copy(frame, prefix[:])
+		if _, err := io.ReadFull(br, frame[protocol.FramePrefixSize:]); err != nil {
+			s.opts.Logger.Info("closing connection: truncated frame", "remote", p.remote, "reason", err)
+			return
+		}
+		f, _ := protocol.ParseFrame(frame, s.opts.MaxFrameSize)
+		code := protocol.RequestCode(f.Code)
+		var rep Reply
+		if !code.Known() {
+			rep = Errorf(protocol.StatusRequestCodeNotSupported, "request code %d is not supported", f.Code)
+		} else {
+			rep = s.handler(&Request{Code: code, Header: f.Header, Body: f.Body, Peer: p})
+		}
+		if f.Flags.IsOneway() {
+			continue
+		}
+		out = AppendReply(out[:0], f.RequestID, &rep)
+		p.wmu.Lock()
+		_, err = bw.Write(out)
+		if err == nil && !nextFrameBuffered(br, s.opts.MaxFrameSize) {
+			err = bw.Flush()
+		}
+		p.wmu.Unlock()
+		if err != nil {
+			s.opts.Logger.Info("closing connection: write failed", "remote", p.remote, "reason", err)
+			return
+		}
+		if cap(frame) > 1<<20 { // do not keep one huge request's buffer for the connection's life
+			frame = nil
+		}
+	}
+}
+
+// AppendReply appends the response frame for rep to dst.
+func AppendReply(dst []byte, requestID uint32, rep *Reply) []byte {
+	if rep.Status != protocol.StatusSuccess {
+		eh := protocol.ErrorHeader{Remark: rep.Remark, MasterAddr: rep.MasterAddr}
+		return protocol.AppendFrame(dst, uint16(rep.Status), protocol.FlagResponse, requestID, &eh, nil)
+	}
+	return protocol.AppendFrame(dst, uint16(rep.Status), protocol.FlagResponse, requestID, rep.Header, rep.Body)
+}
+
+// nextFrameBuffered reports whether the next whole frame is already buffered, in which case the
+// reply can wait in the write buffer for the next one (pipelined requests share one write).
+func nextFrameBuffered(br *bufio.Reader, maxFrameSize int) bool {
+	if br.Buffered() < protocol.FramePrefixSize {
+		return false
+	}
+	p, err := br.Peek(protocol.FramePrefixSize)
+	if err != nil {
+		return false
+	}
+	fh, err := protocol.ParseFrameHeader(p, maxFrameSize)
+	return err == nil && br.Buffered() >= fh.TotalSize()
+}
