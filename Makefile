@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin
 CMDS    := petrel-namesrv petrel-broker petrelctl petrel-bench
-FUZZTIME ?= 5s
+FUZZTIME ?= 20000x
 
 .PHONY: all build test test-norace fuzz run bench verify clean
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 )
 
 // Message batch layout. These constants are part of the wire and on-disk format; do not change
@@ -110,7 +111,8 @@ func AppendBatchHeader(dst []byte, topic string, queueID int32, producerID int64
 }
 
 // AppendMessage appends m to the batch that starts at start in dst. The timestamp delta is taken
-// against the batch's first message, so the first message appended sets firstTimestamp.
+// against the batch's first message, so the first message appended sets firstTimestamp. It does
+// not check m: call CheckMessage first (BatchBuilder.Add does).
 func AppendMessage(dst []byte, start int, m *Message) []byte {
 	h := dst[start:]
 	count := binary.BigEndian.Uint32(h[offCount:])
@@ -137,6 +139,34 @@ func AppendMessage(dst []byte, start int, m *Message) []byte {
 	return append(dst, m.Body...)
 }
 
+// ErrMessageInvalid is returned by CheckMessage (and BatchBuilder.Err) for a message the batch
+// format cannot carry.
+var ErrMessageInvalid = errors.New("protocol: message cannot be encoded in a batch")
+
+// CheckMessage reports whether AppendMessage can encode m into the batch that starts at start
+// in dst: keys, tags and properties fit their u16 lengths, the body its u32 length, and the
+// timestamp lies within an i32 of milliseconds (about 24.8 days) of the batch's first message.
+// AppendMessage itself does not check; a message that fails would be encoded wrongly.
+func CheckMessage(dst []byte, start int, m *Message) error {
+	if len(m.Keys) > MaxKeysLength || len(m.Tags) > MaxTagsLength || len(m.Properties) > MaxPropertiesLength {
+		return fmt.Errorf("%w: keys %d, tags %d, properties %d bytes, limit %d each", ErrMessageInvalid, len(m.Keys), len(m.Tags), len(m.Properties), MaxKeysLength)
+	}
+	if int64(len(m.Body)) > int64(^uint32(0)-MessageOverhead) {
+		return fmt.Errorf("%w: body of %d bytes", ErrMessageInvalid, len(m.Body))
+	}
+	h := dst[start:]
+	if binary.BigEndian.Uint32(h[offCount:]) == 0 {
+		return nil
+	}
+	first := int64(binary.BigEndian.Uint64(h[offFirstTimestamp:]))
+	ts := m.Timestamp
+	// The differences are computed in uint64, where they are exact for any two int64 values.
+	if (ts >= first && uint64(ts)-uint64(first) > math.MaxInt32) || (ts < first && uint64(first)-uint64(ts) > -math.MinInt32) {
+		return fmt.Errorf("%w: timestamp %d more than 2^31 ms from the first message's %d", ErrMessageInvalid, ts, first)
+	}
+	return nil
+}
+
 // FinishBatch sets the size and CRC of the batch that starts at start and runs to the end of
 // dst. It returns the batch bytes (a view of dst).
 func FinishBatch(dst []byte, start int) []byte {
@@ -148,17 +178,39 @@ func FinishBatch(dst []byte, start int) []byte {
 
 // BatchBuilder builds one batch at a time into a reusable buffer. It is not safe for concurrent
 // use. After warm-up it does not allocate.
+//
+// Errors are sticky (pebble's LogWriter.err): an invalid topic or a message that cannot be
+// encoded (see CheckMessage) is not added, no later message is added, and Err reports why until
+// the next Reset. Check Err before sending the batch.
 type BatchBuilder struct {
 	buf []byte
+	err error
 }
 
-// Reset starts a new batch, discarding the previous one.
+// Reset starts a new batch, discarding the previous one and its error.
 func (bb *BatchBuilder) Reset(topic string, queueID int32, producerID int64, baseSequence int32) {
+	bb.err = validateName(topic, MaxTopicLength, ErrTopicInvalid)
+	if bb.err != nil {
+		topic = ""
+	}
 	bb.buf = AppendBatchHeader(bb.buf[:0], topic, queueID, producerID, baseSequence)
 }
 
-// Add appends a message to the batch.
-func (bb *BatchBuilder) Add(m *Message) { bb.buf = AppendMessage(bb.buf, 0, m) }
+// Add appends a message to the batch, unless the builder has failed or m cannot be encoded
+// (then Err says why).
+func (bb *BatchBuilder) Add(m *Message) {
+	if bb.err == nil {
+		bb.err = CheckMessage(bb.buf, 0, m)
+	}
+	if bb.err != nil {
+		return
+	}
+	bb.buf = AppendMessage(bb.buf, 0, m)
+}
+
+// Err returns the first error since Reset: an invalid topic or a message that could not be
+// added.
+func (bb *BatchBuilder) Err() error { return bb.err }
 
 // Count returns the number of messages added since Reset.
 func (bb *BatchBuilder) Count() int {
@@ -437,15 +489,15 @@ func ValidateGroup(name []byte) error {
 	return validateName(name, MaxGroupLength, ErrGroupInvalid)
 }
 
-func validateName(name []byte, max int, kind error) error {
+func validateName[S string | []byte](name S, max int, kind error) error {
 	if len(name) == 0 {
 		return fmt.Errorf("%w: empty", kind)
 	}
 	if len(name) > max {
 		return fmt.Errorf("%w: %d bytes, limit %d", kind, len(name), max)
 	}
-	for _, c := range name {
-		if !nameChar[c] {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !nameChar[c] {
 			return fmt.Errorf("%w: character %q not allowed", kind, c)
 		}
 	}

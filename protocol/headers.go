@@ -56,14 +56,19 @@ type ErrorHeader struct {
 	MasterAddr string
 }
 
-// AppendTo implements Header.
+// AppendTo implements Header. A remark longer than 4096 bytes and a master address longer than
+// 255 bytes are cut to those limits, which ReadFrom enforces, so an error response always
+// decodes.
 func (h *ErrorHeader) AppendTo(dst []byte) []byte {
-	remark := h.Remark
+	remark, master := h.Remark, h.MasterAddr
 	if len(remark) > maxRemarkLength {
 		remark = remark[:maxRemarkLength]
 	}
+	if len(master) > maxNameLength {
+		master = master[:maxNameLength]
+	}
 	dst = AppendString(dst, remark)
-	return AppendString(dst, h.MasterAddr)
+	return AppendString(dst, master)
 }
 
 // ReadFrom implements Header.

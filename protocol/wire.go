@@ -17,6 +17,9 @@ var ErrShort = errors.New("protocol: field runs past the end of the buffer")
 // ErrTooLong is returned when a field is longer than its declared limit.
 var ErrTooLong = errors.New("protocol: field longer than allowed")
 
+// ErrTrailingBytes is returned when a header or body has bytes after its last field.
+var ErrTrailingBytes = errors.New("protocol: trailing bytes after the last field")
+
 // MaxStringLen is the largest string a u16 length prefix can carry (bytes).
 const MaxStringLen = 1<<16 - 1
 
@@ -191,7 +194,7 @@ func (r *Reader) Count(minElemSize int) int {
 // Done fails the reader if unread bytes remain; headers call it so trailing garbage is an error.
 func (r *Reader) Done() error {
 	if r.err == nil && r.off != len(r.b) {
-		r.err = fmt.Errorf("protocol: %d trailing bytes after the last field", len(r.b)-r.off)
+		r.err = fmt.Errorf("%w: %d bytes", ErrTrailingBytes, len(r.b)-r.off)
 	}
 	return r.err
 }

@@ -51,6 +51,10 @@ func (o *Options) fill() {
 
 var framePool bytebufferpool.Pool
 
+// testHookDropped, when set (by tests, before any Dial), is called by the reader after it has
+// released the buffer of a response nobody waits for any more.
+var testHookDropped func(requestID uint32)
+
 // Response is a success response. Header and Body are views of a pooled buffer: call Release
 // once done with them.
 type Response struct {
@@ -206,7 +210,9 @@ func (c *Conn) Call(ctx context.Context, code protocol.RequestCode, h protocol.H
 }
 
 // CallAsync sends a request; cb receives the outcome. A request that cannot be sent (closed
-// connection, too many in flight) reports the error through cb before CallAsync returns.
+// connection, too many in flight) reports the error through cb before CallAsync returns, and
+// CallAsync then returns 0; otherwise it returns the request id, which is never 0. So a caller
+// tells "never written" (a definite failure) from "written, then failed" (unknown outcome).
 // Timeouts are the caller's business (see Forget).
 func (c *Conn) CallAsync(code protocol.RequestCode, h protocol.Header, body []byte, cb Callback) uint32 {
 	id, err := c.send(code, 0, h, body, &call{cb: cb})
@@ -269,6 +275,9 @@ func (c *Conn) send(code protocol.RequestCode, flags protocol.Flags, h protocol.
 		return 0, fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, err)
 	}
 	id := c.nextID.Add(1)
+	if id == 0 { // 0 is never a request id: CallAsync returns 0 for a request it did not send
+		id = c.nextID.Add(1)
+	}
 	if cl != nil {
 		if len(c.pending) >= c.opts.MaxInFlight {
 			c.mu.Unlock()
@@ -292,6 +301,7 @@ func (c *Conn) writeLoop() {
 	defer c.wg.Done()
 	var batch []*bytebufferpool.ByteBuffer
 	var iov net.Buffers
+	var w net.Buffers // WriteTo's pointer receiver moves it to the heap: declare it once
 	for {
 		select {
 		case <-c.done:
@@ -308,7 +318,11 @@ func (c *Conn) writeLoop() {
 		for _, b := range batch {
 			iov = append(iov, b.B)
 		}
-		_, err := iov.WriteTo(c.nc)
+		// WriteTo consumes the slice it is called on (its length and capacity shrink to 0), so
+		// write through a copy of the header and keep iov's backing array for the next round.
+		w = iov
+		_, err := w.WriteTo(c.nc)
+		clear(iov)
 		for i, b := range batch {
 			framePool.Put(b)
 			batch[i] = nil
@@ -355,6 +369,9 @@ func (c *Conn) readLoop() {
 		c.mu.Unlock()
 		if cl == nil { // forgotten (timed out) call
 			framePool.Put(buf)
+			if testHookDropped != nil {
+				testHookDropped(fh.RequestID)
+			}
 			continue
 		}
 		hl := int(fh.HeaderLength)

@@ -174,6 +174,18 @@ func (s *Server) servePeer(p *Peer) {
 	var prefix [protocol.FramePrefixSize]byte
 	var frame, out []byte
 	for {
+		// Replies wait in bw only while the next request is already buffered (pipelined requests
+		// share one write); flush them before the read below can block. NB: this must happen here,
+		// not after each reply: a oneway request or an unknown code can be the last buffered frame.
+		if bw.Buffered() > 0 && !nextFrameBuffered(br, s.opts.MaxFrameSize) {
+			p.wmu.Lock()
+			err := bw.Flush()
+			p.wmu.Unlock()
+			if err != nil {
+				s.opts.Logger.Info("closing connection: write failed", "remote", p.remote, "reason", err)
+				return
+			}
+		}
 		if s.opts.IdleTimeout > 0 {
 			_ = p.nc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
 		}
@@ -209,22 +221,22 @@ func (s *Server) servePeer(p *Peer) {
 		} else {
 			rep = s.handler(&Request{Code: code, Header: f.Header, Body: f.Body, Peer: p})
 		}
+		if cap(frame) > 1<<20 { // do not keep one huge request's buffer for the connection's life
+			frame = nil
+		}
 		if f.Flags.IsOneway() {
 			continue
 		}
 		out = AppendReply(out[:0], f.RequestID, &rep)
 		p.wmu.Lock()
 		_, err = bw.Write(out)
-		if err == nil && !nextFrameBuffered(br, s.opts.MaxFrameSize) {
-			err = bw.Flush()
-		}
 		p.wmu.Unlock()
 		if err != nil {
 			s.opts.Logger.Info("closing connection: write failed", "remote", p.remote, "reason", err)
 			return
 		}
-		if cap(frame) > 1<<20 { // do not keep one huge request's buffer for the connection's life
-			frame = nil
+		if cap(out) > 1<<20 {
+			out = nil
 		}
 	}
 }

@@ -1,0 +1,17 @@
+// Package lint holds Petrel's lint rules, written as Go tests so that `go test ./...` (and so
+// `make test`) enforces them, as pebble's internal/lint does. It has no non-test code.
+//
+// The rules:
+//
+//   - imports_test.go: the direction of imports between Petrel's packages (ARCHITECTURE.md,
+//     "Packages and the direction of imports"). Each package may import only the Petrel
+//     packages its row of the table allows; subpackages count as their top-level package, so
+//     protocol/rpc is part of protocol. Only non-test imports are checked: tests may start
+//     servers from any package.
+//   - atomics_test.go: no sync/atomic functions (atomic.AddInt64, atomic.LoadUint32, ...) in
+//     non-test code; use the typed atomics (atomic.Int64, atomic.Pointer[T], ...), which cannot
+//     be read or written non-atomically by mistake (STYLE.md P6).
+//
+// A new top-level package must be added to the import table in imports_test.go before it can
+// be imported by anything but cmd/.
+package lint

@@ -1,0 +1,237 @@
+package namesrv
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/magiconair/properties"
+)
+
+// Defaults, as RocketMQ's NameServer.
+const (
+	// DefaultListenAddr is where a NameServer listens unless told otherwise (RocketMQ's port).
+	DefaultListenAddr = "0.0.0.0:9876"
+	// DefaultBrokerExpiry is how long a broker may stay silent before it is removed, as
+	// RocketMQ's BROKER_CHANNEL_EXPIRED_TIME.
+	DefaultBrokerExpiry = 120 * time.Second
+	// DefaultScanInterval is how often silent brokers are looked for, as RocketMQ's
+	// scanNotActiveBrokerInterval.
+	DefaultScanInterval = 5 * time.Second
+)
+
+// ErrConfig is wrapped by every configuration error (bad value, unknown key, bad file).
+var ErrConfig = errors.New("namesrv: invalid configuration")
+
+// Config configures a Server. The zero value of every field means its default (see
+// DefaultConfig), so Config{} is usable.
+type Config struct {
+	// ListenAddr is the TCP address to listen on (host:port); port 0 picks a free port (see
+	// Server.Addr). Default DefaultListenAddr.
+	ListenAddr string
+	// BrokerExpiry removes a broker that has not registered for this long. Default
+	// DefaultBrokerExpiry.
+	BrokerExpiry time.Duration
+	// ScanInterval is how often expired brokers are looked for. Default DefaultScanInterval.
+	ScanInterval time.Duration
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock used for heartbeats and expiry (tests move it). Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the default configuration: listen on 0.0.0.0:9876, expire brokers
+// after 120 s of silence, scan every 5 s, log to slog.Default().
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:   DefaultListenAddr,
+		BrokerExpiry: DefaultBrokerExpiry,
+		ScanInterval: DefaultScanInterval,
+		Logger:       slog.Default(),
+		Now:          time.Now,
+	}
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	if c.BrokerExpiry == 0 {
+		c.BrokerExpiry = d.BrokerExpiry
+	}
+	if c.ScanInterval == 0 {
+		c.ScanInterval = d.ScanInterval
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	if c.Now == nil {
+		c.Now = d.Now
+	}
+	return c
+}
+
+// Validate reports the first invalid field as an error wrapping ErrConfig. Zero fields are
+// valid (they mean the default).
+func (c *Config) Validate() error {
+	if c.ListenAddr != "" {
+		if _, _, err := splitListenAddr(c.ListenAddr); err != nil {
+			return err
+		}
+	}
+	if c.BrokerExpiry < 0 {
+		return fmt.Errorf("%w: broker expiry %v is negative", ErrConfig, c.BrokerExpiry)
+	}
+	if c.ScanInterval < 0 {
+		return fmt.Errorf("%w: scan interval %v is negative", ErrConfig, c.ScanInterval)
+	}
+	return nil
+}
+
+func splitListenAddr(addr string) (host string, port int, err error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: listen address %q: %v", ErrConfig, addr, err)
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%w: listen address %q: port %q is not a number in [0, 65535]", ErrConfig, addr, p)
+	}
+	return h, port, nil
+}
+
+// Keys of a namesrv.conf file. Durations are integers in milliseconds, as in RocketMQ.
+const (
+	// KeyListenAddr is the whole listen address, host:port. It cannot be combined with
+	// KeyBindAddress or KeyListenPort.
+	KeyListenAddr = "listenAddr"
+	// KeyBindAddress is the host part of the listen address (RocketMQ's bindAddress).
+	KeyBindAddress = "bindAddress"
+	// KeyListenPort is the port part of the listen address (RocketMQ's listenPort).
+	KeyListenPort = "listenPort"
+	// KeyBrokerExpiryMs is Config.BrokerExpiry in milliseconds.
+	KeyBrokerExpiryMs = "brokerExpiryMs"
+	// KeyScanIntervalMs is Config.ScanInterval in milliseconds.
+	KeyScanIntervalMs = "scanIntervalMs"
+	// KeyScanNotActiveBrokerInterval is RocketMQ's name of KeyScanIntervalMs (milliseconds).
+	KeyScanNotActiveBrokerInterval = "scanNotActiveBrokerInterval"
+)
+
+// LoadFile applies the RocketMQ-style properties file at path to c (see Load).
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: cannot read %s: %v", ErrConfig, path, err)
+	}
+	return c.Load(data, path)
+}
+
+// Load applies Java-properties text (key=value lines, # comments) to c; source names it in
+// errors. Keys are KeyListenAddr, KeyBindAddress, KeyListenPort, KeyBrokerExpiryMs,
+// KeyScanIntervalMs and KeyScanNotActiveBrokerInterval; keys not set keep c's values. An
+// unknown key, a bad value or a conflicting pair of keys is an error wrapping ErrConfig that
+// names the key, and leaves c unchanged.
+func (c *Config) Load(data []byte, source string) error {
+	l := properties.Loader{Encoding: properties.UTF8, DisableExpansion: true}
+	p, err := l.LoadBytes(data)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrConfig, source, err)
+	}
+	next := *c
+	keys := p.Keys()
+	sort.Strings(keys)
+	for _, k := range keys {
+		switch k {
+		case KeyListenAddr, KeyBindAddress, KeyListenPort, KeyBrokerExpiryMs, KeyScanIntervalMs, KeyScanNotActiveBrokerInterval:
+		default:
+			return fmt.Errorf("%w: %s: unknown key %q", ErrConfig, source, k)
+		}
+	}
+	get := func(k string) (string, bool) {
+		v, ok := p.Get(k)
+		return strings.TrimSpace(v), ok
+	}
+	ms := func(k string) (time.Duration, bool, error) {
+		v, ok := get(k)
+		if !ok {
+			return 0, false, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > int64(time.Duration(1<<63-1)/time.Millisecond) {
+			return 0, false, fmt.Errorf("%w: %s: %s=%q is not a positive number of milliseconds", ErrConfig, source, k, v)
+		}
+		return time.Duration(n) * time.Millisecond, true, nil
+	}
+
+	addr, hasAddr := get(KeyListenAddr)
+	host, hasHost := get(KeyBindAddress)
+	port, hasPort := get(KeyListenPort)
+	switch {
+	case hasAddr && (hasHost || hasPort):
+		return fmt.Errorf("%w: %s: %s cannot be combined with %s or %s", ErrConfig, source, KeyListenAddr, KeyBindAddress, KeyListenPort)
+	case hasAddr:
+		if _, _, err := splitListenAddr(addr); err != nil {
+			return fmt.Errorf("%s: %s: %w", source, KeyListenAddr, err)
+		}
+		next.ListenAddr = addr
+	case hasHost || hasPort:
+		cur := next.ListenAddr
+		if cur == "" {
+			cur = DefaultListenAddr
+		}
+		h, pt, err := splitListenAddr(cur)
+		if err != nil {
+			return err
+		}
+		if hasHost {
+			h = host
+		}
+		if hasPort {
+			n, err := strconv.Atoi(port)
+			if err != nil || n < 0 || n > 65535 {
+				return fmt.Errorf("%w: %s: %s=%q is not a port number", ErrConfig, source, KeyListenPort, port)
+			}
+			pt = n
+		}
+		next.ListenAddr = net.JoinHostPort(h, strconv.Itoa(pt))
+	}
+
+	if d, ok, err := ms(KeyBrokerExpiryMs); err != nil {
+		return err
+	} else if ok {
+		next.BrokerExpiry = d
+	}
+	_, hasScan := get(KeyScanIntervalMs)
+	_, hasRocketScan := get(KeyScanNotActiveBrokerInterval)
+	if hasScan && hasRocketScan {
+		return fmt.Errorf("%w: %s: set %s or %s, not both", ErrConfig, source, KeyScanIntervalMs, KeyScanNotActiveBrokerInterval)
+	}
+	for _, k := range []string{KeyScanIntervalMs, KeyScanNotActiveBrokerInterval} {
+		if d, ok, err := ms(k); err != nil {
+			return err
+		} else if ok {
+			next.ScanInterval = d
+		}
+	}
+	*c = next
+	return nil
+}
+
+// Properties renders the effective configuration (defaults filled in) as properties text that
+// Load accepts, one key per line in a fixed order.
+func (c Config) Properties() string {
+	e := c.withDefaults()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s=%s\n", KeyListenAddr, e.ListenAddr)
+	fmt.Fprintf(&b, "%s=%d\n", KeyBrokerExpiryMs, e.BrokerExpiry.Milliseconds())
+	fmt.Fprintf(&b, "%s=%d\n", KeyScanIntervalMs, e.ScanInterval.Milliseconds())
+	return b.String()
+}

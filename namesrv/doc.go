@@ -1,0 +1,45 @@
+// Package namesrv is Petrel's NameServer: the route registry brokers register with and clients
+// read routes from, modelled on RocketMQ's NamesrvController and RouteInfoManager. It keeps
+// everything in memory; several NameServers run side by side and never talk to each other, so
+// every broker registers with each of them.
+//
+// # Tables
+//
+// As in RocketMQ's RouteInfoManager, four tables (table.go), guarded together by one
+// sync.RWMutex:
+//
+//	topics    topic -> broker group name -> queue data (read/write queue counts, perm)
+//	groups    broker group name -> cluster, members by brokerId, and the group's topic set
+//	clusters  cluster name -> broker group names
+//	live      broker address -> last heartbeat, data version, HA address, the connection
+//
+// # Registration
+//
+// A broker sends CodeRegisterBroker (header protocol.BrokerHeader, body
+// protocol.TopicConfigList) on start and then periodically as its heartbeat. A registration
+// replaces what the NameServer knew about that broker:
+//
+//   - The master's (brokerId 0) topic list defines its group's queue data: topics missing from
+//     the list leave the group, and a topic left with no group disappears.
+//   - A slave's topic list does not change queue data (as in RocketMQ), with one exception: a
+//     group that has no master and no queue data at all (the NameServer started while the
+//     master was down) takes its queue data from the slave, so consumers can read from it.
+//   - The answer (protocol.RegisterBrokerResponseHeader) names the group's master and its HA
+//     address, so a slave learns where to replicate from.
+//
+// The latest registration is always applied; its data version is kept for display only.
+//
+// # Liveness
+//
+// A broker is removed when it unregisters (CodeUnregisterBroker), when the connection it last
+// registered on closes, or when it has been silent for Config.BrokerExpiry (checked every
+// Config.ScanInterval). Removing the last member of a group removes the group and its queue
+// data; removing a master while slaves remain keeps the group's queue data, so the route lists
+// the group with its slaves and no master, and consumers read from the slaves.
+//
+// # Concurrency
+//
+// Requests are served on the rpc.Server's goroutine per connection; handlers hold the table lock
+// only to copy in or out of the tables, and encode outside it. The Server owns two more
+// goroutines, the accept loop and the expiry scanner; Close stops and waits for all of them.
+package namesrv

@@ -1,0 +1,20 @@
+package rpc
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// dropped receives the request id of every late response the readers dropped (testHookDropped).
+var dropped = make(chan uint32, 1024)
+
+func TestMain(m *testing.M) {
+	testHookDropped = func(id uint32) {
+		select {
+		case dropped <- id:
+		default:
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
