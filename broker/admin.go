@@ -1,0 +1,196 @@
+package broker
+
+import (
+	"runtime"
+	"sort"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// handleAdmin serves the control requests: offsets, topic configs, statistics. Header and body
+// are valid only during the call.
+func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc.Reply {
+	malformed := func(err error) rpc.Reply {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
+	}
+	switch code {
+	case protocol.CodeUpdateAndCreateTopic:
+		var h protocol.TopicConfig
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		if err := protocol.ValidateTopic([]byte(h.Topic)); err != nil {
+			return rpc.Errorf(protocol.StatusTopicInvalid, "%v", err)
+		}
+		changed, err := b.topics.upsert(h)
+		if err != nil {
+			return rpc.Errorf(protocol.StatusSystemError, "%v", err)
+		}
+		if changed {
+			b.log.Info("topic updated", "topic", h.Topic, "read", h.ReadQueueNums, "write", h.WriteQueueNums, "perm", h.Perm)
+			b.registrar.kick()
+		}
+		return rpc.Reply{}
+
+	case protocol.CodeGetAllTopicConfig:
+		list := protocol.TopicConfigList{Topics: b.topics.list()}
+		return rpc.Reply{Body: list.AppendTo(nil)}
+
+	case protocol.CodeGetMaxOffset, protocol.CodeGetMinOffset:
+		var h protocol.QueueHeader
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		if rep, ok := b.checkQueue(h.Topic, h.QueueID); !ok {
+			return rep
+		}
+		off := b.store.MaxOffset([]byte(h.Topic), h.QueueID)
+		if code == protocol.CodeGetMinOffset {
+			off = b.store.MinOffset([]byte(h.Topic), h.QueueID)
+		}
+		return rpc.Reply{Header: &protocol.OffsetHeader{Offset: off}}
+
+	case protocol.CodeQueryConsumerOffset, protocol.CodeUpdateConsumerOffset:
+		var h protocol.ConsumerOffsetHeader
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		if err := protocol.ValidateGroup([]byte(h.ConsumerGroup)); err != nil {
+			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+		}
+		if rep, ok := b.checkQueue(h.Topic, h.QueueID); !ok {
+			return rep
+		}
+		if code == protocol.CodeUpdateConsumerOffset {
+			if h.Offset < 0 {
+				return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
+			}
+			b.offsets.commit([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset)
+			return rpc.Reply{}
+		}
+		off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)
+		if !ok {
+			return rpc.Errorf(protocol.StatusQueryNotFound, "no committed offset for group %s on %s queue %d", h.ConsumerGroup, h.Topic, h.QueueID)
+		}
+		return rpc.Reply{Header: &protocol.OffsetHeader{Offset: off}}
+
+	case protocol.CodeGetTopicStatsInfo:
+		var h protocol.TopicHeader
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		tp := b.topics.get([]byte(h.Topic))
+		if tp == nil {
+			return rpc.Errorf(protocol.StatusTopicNotExist, "topic %s does not exist on broker %s", h.Topic, b.cfg.BrokerName)
+		}
+		n := max(tp.cfg.ReadQueueNums, tp.cfg.WriteQueueNums)
+		var t protocol.TopicStatsTable
+		name := []byte(h.Topic)
+		for q := int32(0); q < n; q++ {
+			t.Queues = append(t.Queues, protocol.QueueStats{
+				QueueID:             q,
+				MinOffset:           b.store.MinOffset(name, q),
+				MaxOffset:           b.store.MaxOffset(name, q),
+				LastUpdateTimestamp: b.store.LastStoreTimestamp(name, q),
+			})
+		}
+		return rpc.Reply{Body: t.AppendTo(nil)}
+
+	case protocol.CodeGetConsumeStats:
+		var h protocol.GroupHeader
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		queues := b.offsets.groupQueues(h.ConsumerGroup, h.Topic)
+		for i := range queues {
+			q := &queues[i]
+			q.BrokerOffset = b.store.MaxOffset([]byte(q.Topic), q.QueueID)
+			if q.ConsumerOffset > 0 {
+				q.LastTimestamp = b.store.LastStoreTimestamp([]byte(q.Topic), q.QueueID)
+			}
+		}
+		st := protocol.ConsumeStats{Queues: queues}
+		return rpc.Reply{Body: st.AppendTo(nil)}
+
+	case protocol.CodeGetBrokerRuntimeInfo:
+		t := b.runtimeInfo()
+		return rpc.Reply{Body: t.AppendTo(nil)}
+	}
+	return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "request code %s is not supported by the broker", code)
+}
+
+// diskRatio returns the used fraction of the file system holding dir, or "" if unknown.
+func diskRatio(dir string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Blocks == 0 {
+		return ""
+	}
+	used := float64(st.Blocks-st.Bavail) / float64(st.Blocks)
+	return strconv.FormatFloat(used, 'f', 4, 64)
+}
+
+// checkQueue answers an error unless the topic exists here and qid is one of its queues.
+func (b *Broker) checkQueue(topic string, qid int32) (rpc.Reply, bool) {
+	tp := b.topics.get([]byte(topic))
+	if tp == nil {
+		return rpc.Errorf(protocol.StatusTopicNotExist, "topic %s does not exist on broker %s", topic, b.cfg.BrokerName), false
+	}
+	if qid < 0 || qid >= max(tp.cfg.ReadQueueNums, tp.cfg.WriteQueueNums) {
+		return rpc.Errorf(protocol.StatusQueueNotExist, "topic %s has no queue %d", topic, qid), false
+	}
+	return rpc.Reply{}, true
+}
+
+// runtimeInfo returns the broker's statistics as RocketMQ's GET_BROKER_RUNTIME_INFO keys where
+// RocketMQ has them.
+func (b *Broker) runtimeInfo() protocol.KVTable {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
+	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	put, get := b.stats.rates()
+	kv := map[string]string{
+		"brokerVersionDesc":      Version,
+		"brokerName":             b.cfg.BrokerName,
+		"brokerId":               i64(b.cfg.BrokerID),
+		"brokerRole":             b.cfg.BrokerRole,
+		"brokerAddr":             b.Addr(),
+		"flushDiskType":          b.cfg.FlushDiskType,
+		"bootTimestamp":          i64(b.started.UnixMilli()),
+		"runtime":                time.Since(b.started).Round(time.Second).String(),
+		"commitLogMinOffset":     i64(b.store.LogMinOffset()),
+		"commitLogMaxOffset":     i64(b.store.LogEndOffset()),
+		"commitLogFlushedOffset": i64(b.store.FlushedOffset()),
+		"msgPutTotalTodayNow":    i64(b.stats.putMessages.Load()),
+		"msgGetTotalTodayNow":    i64(b.stats.getMessages.Load()),
+		"putMessageSizeTotal":    i64(b.stats.putBytes.Load()),
+		"getMessageSizeTotal":    i64(b.stats.getBytes.Load()),
+		"putMessageErrorsTotal":  i64(b.stats.putErrors.Load()),
+		"requestsTotal":          i64(b.stats.requests.Load()),
+		"putTps":                 f2(put),
+		"getTransferredTps":      f2(get),
+		"connections":            i64(b.conns.Load()),
+		"topicCount":             strconv.Itoa(len(b.topics.list())),
+		"consumerGroupCount":     strconv.Itoa(b.offsets.groupCount()),
+		"heapInuseBytes":         strconv.FormatUint(ms.HeapInuse, 10),
+		"goroutines":             strconv.Itoa(runtime.NumGoroutine()),
+		"epoch":                  strconv.FormatUint(uint64(b.epoch.Load()), 10),
+		"namesrvAddr":            b.cfg.NamesrvAddr,
+		"brokerClusterName":      b.cfg.BrokerClusterName,
+		"commitLogDiskRatio":     diskRatio(b.cfg.StorePathRootDir),
+	}
+	t := protocol.KVTable{}
+	for k, v := range kv {
+		if v == "" {
+			continue
+		}
+		t.Entries = append(t.Entries, protocol.KV{Key: k, Value: v})
+	}
+	sort.Slice(t.Entries, func(i, j int) bool { return t.Entries[i].Key < t.Entries[j].Key })
+	return t
+}

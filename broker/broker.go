@@ -1,0 +1,307 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// Version is the broker version reported in runtime info.
+const Version = "0.1.0"
+
+// Broker is one member of a broker group: the gnet server, the store, topic configs, consumer
+// offsets and the NameServer registration. Construct it with New, then Start; Close shuts it
+// down gracefully. All methods are safe for concurrent use.
+type Broker struct {
+	cfg Config
+	log *slog.Logger
+
+	store   *commitlog.Store
+	topics  *topicTable
+	offsets *offsetTable
+	stats   stats
+	epoch   atomic.Uint32
+	stamp   commitlog.StampFunc
+	limits  protocol.BatchLimits
+	started time.Time
+
+	engine   gnet.Engine
+	addr     atomic.Pointer[string] // advertised client address host:port, set once serving
+	booted   chan error
+	runErr   chan error
+	stopping atomic.Bool
+
+	paused  pausedConns
+	conns   atomic.Int64
+	workers sync.WaitGroup // admin request goroutines
+
+	registrar *registrar
+	stop      chan struct{}
+	bg        sync.WaitGroup // housekeeping goroutines
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg and opens the broker's store (recovering it after a crash). It does not
+// listen yet; call Start.
+func New(cfg Config, logger *slog.Logger) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid broker config: %w", err)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("broker", cfg.BrokerName, "brokerId", cfg.BrokerID)
+	root := cfg.StorePathRootDir
+	cfgDir := filepath.Join(root, "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create store directory: %w", err)
+	}
+	topics, err := openTopicTable(cfgDir)
+	if err != nil {
+		return nil, err
+	}
+	offsets, err := openOffsetTable(cfgDir)
+	if err != nil {
+		return nil, err
+	}
+	mode := commitlog.AsyncFlush
+	if cfg.FlushDiskType == SyncFlush {
+		mode = commitlog.SyncFlush
+	}
+	store, err := commitlog.Open(commitlog.Config{
+		Dir:              root,
+		SegmentSize:      cfg.MappedFileSizeCommitLog,
+		QueueFileEntries: cfg.ConsumeQueueFileEntries,
+		FlushMode:        mode,
+		FlushInterval:    cfg.FlushIntervalCommitLog,
+		FlushDirtyBytes:  cfg.FlushCommitLogDirtyBytes,
+		RetentionAge:     cfg.FileReservedTime,
+		RetentionBytes:   cfg.RetentionBytes,
+		Parser:           parseStoredBatch,
+		Logger:           logger.With("component", "commitlog"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot open store: %w", err)
+	}
+	b := &Broker{
+		cfg:     cfg,
+		log:     logger,
+		store:   store,
+		topics:  topics,
+		offsets: offsets,
+		limits:  protocol.BatchLimits{MaxMessageSize: cfg.MaxMessageSize},
+		booted:  make(chan error, 1),
+		runErr:  make(chan error, 1),
+		stop:    make(chan struct{}),
+	}
+	b.paused.m = map[*connState]struct{}{}
+	b.registrar = newRegistrar(b)
+	empty := ""
+	b.addr.Store(&empty)
+	b.stamp = func(dst []byte, phys, baseQueueOffset, storeTimestamp int64) {
+		protocol.StampBatch(dst, phys, baseQueueOffset, storeTimestamp, b.epoch.Load())
+	}
+	return b, nil
+}
+
+// parseStoredBatch is the commit log's recovery parser: it validates a stored batch (CRC and
+// structure) and checks that it sits where it says it does.
+func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
+	h, tagHash, err := protocol.ValidateBatch(b, protocol.BatchLimits{MaxMessageSize: 1 << 30})
+	if err != nil {
+		if errors.Is(err, protocol.ErrShort) {
+			return commitlog.BatchInfo{}, fmt.Errorf("%w: %v", commitlog.ErrIncomplete, err)
+		}
+		return commitlog.BatchInfo{}, err
+	}
+	if h.PhysicalOffset != phys {
+		return commitlog.BatchInfo{}, fmt.Errorf("%w: batch at %d says it is at %d", commitlog.ErrCorrupt, phys, h.PhysicalOffset)
+	}
+	return commitlog.BatchInfo{
+		Size:            h.Size,
+		Topic:           h.Topic,
+		QueueID:         h.QueueID,
+		BaseQueueOffset: h.BaseQueueOffset,
+		Count:           h.Count,
+		TagHash:         tagHash,
+		StoreTimestamp:  h.StoreTimestamp,
+	}, nil
+}
+
+// Start listens on the configured port, starts serving and registers with the NameServers. It
+// returns once the server accepts connections.
+func (b *Broker) Start() error {
+	b.started = time.Now()
+	h := &handler{b: b}
+	loops := b.cfg.NumEventLoop
+	go func() {
+		err := gnet.Run(h, "tcp://"+b.cfg.listenAddr(),
+			gnet.WithMulticore(true),
+			gnet.WithNumEventLoop(loops),
+			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+			gnet.WithReuseAddr(true),
+			gnet.WithTicker(true),
+			gnet.WithReadBufferCap(256<<10),
+			gnet.WithLogger(gnetLogger{b.log}),
+		)
+		select {
+		case b.booted <- err: // failed before boot
+		default:
+		}
+		b.runErr <- err
+	}()
+	if err := <-b.booted; err != nil {
+		b.store.Close()
+		return fmt.Errorf("cannot listen on %s: %w", b.cfg.listenAddr(), err)
+	}
+	port, err := b.boundPort()
+	if err != nil {
+		b.Close()
+		return err
+	}
+	addr := net.JoinHostPort(b.cfg.advertisedHost(), strconv.Itoa(port))
+	b.addr.Store(&addr)
+	b.bg.Add(2)
+	go b.housekeeping()
+	go b.registrar.run()
+	b.log.Info("broker started", "addr", addr, "role", b.cfg.BrokerRole, "flush", b.cfg.FlushDiskType,
+		"store", b.cfg.StorePathRootDir, "logEnd", b.store.LogEndOffset())
+	return nil
+}
+
+// boundPort returns the port the engine listens on (the configured one, or the one the kernel
+// picked for port 0).
+func (b *Broker) boundPort() (int, error) {
+	if b.cfg.ListenPort != 0 {
+		return b.cfg.ListenPort, nil
+	}
+	fd, err := b.engine.Dup()
+	if err != nil {
+		return 0, fmt.Errorf("cannot inspect listener: %w", err)
+	}
+	defer unix.Close(fd)
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return 0, fmt.Errorf("cannot inspect listener: %w", err)
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return a.Port, nil
+	case *unix.SockaddrInet6:
+		return a.Port, nil
+	}
+	return 0, fmt.Errorf("unexpected listener address %T", sa)
+}
+
+// Addr returns the address clients dial (host:port), valid after Start.
+func (b *Broker) Addr() string { return *b.addr.Load() }
+
+// Config returns the broker's configuration.
+func (b *Broker) Config() Config { return b.cfg }
+
+// Store returns the broker's store (for tests and tools in the same process).
+func (b *Broker) Store() *commitlog.Store { return b.store }
+
+// Close shuts the broker down: new requests are refused with StatusShuttingDown, held pulls are
+// answered, pending sync flushes complete, the broker unregisters from its NameServers, the
+// server stops, and the store flushes and closes. It is safe to call more than once.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() { b.closeErr = b.shutdown() })
+	return b.closeErr
+}
+
+func (b *Broker) shutdown() error {
+	b.stopping.Store(true)
+	b.log.Info("broker shutting down")
+	close(b.stop)
+	b.bg.Wait()
+	if b.Addr() != "" {
+		b.registrar.unregisterAll()
+	}
+	// Answer every held pull now, while connections are still open.
+	for _, t := range b.topics.list() {
+		if tp := b.topics.get([]byte(t.Topic)); tp != nil {
+			b.wakeWaiters(tp.waiters.takeAll())
+		}
+	}
+	// Flush so that pending SYNC_FLUSH sends are answered before connections close.
+	done := make(chan error, 1)
+	b.store.WaitFlushed(b.store.LogEndOffset(), func(err error) { done <- err })
+	select {
+	case <-done:
+	case <-time.After(b.cfg.ShutdownGracePeriod):
+		b.log.Warn("flush did not finish within the shutdown grace period")
+	}
+	b.workers.Wait()
+	var errs []error
+	if b.engine.Validate() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ShutdownGracePeriod)
+		if err := b.engine.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("cannot stop server: %w", err))
+		}
+		cancel()
+		<-b.runErr
+	}
+	if err := b.offsets.persist(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("cannot close store: %w", err))
+	}
+	b.log.Info("broker stopped")
+	return errors.Join(errs...)
+}
+
+// housekeeping persists consumer offsets and samples statistics until Close.
+func (b *Broker) housekeeping() {
+	defer b.bg.Done()
+	offsetTick := time.NewTicker(b.cfg.FlushConsumerOffsetInterval)
+	defer offsetTick.Stop()
+	statsTick := time.NewTicker(time.Second)
+	defer statsTick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-offsetTick.C:
+			if err := b.offsets.persist(); err != nil {
+				b.log.Error("consumer offsets not persisted", "err", err)
+			}
+		case <-statsTick.C:
+			b.stats.sample()
+		}
+	}
+}
+
+type gnetLogger struct{ l *slog.Logger }
+
+func (g gnetLogger) Debugf(format string, args ...any) {
+	g.l.Debug(fmt.Sprintf(format, args...), "component", "gnet")
+}
+func (g gnetLogger) Infof(format string, args ...any) {
+	g.l.Debug(fmt.Sprintf(format, args...), "component", "gnet")
+}
+func (g gnetLogger) Warnf(format string, args ...any) {
+	g.l.Warn(fmt.Sprintf(format, args...), "component", "gnet")
+}
+func (g gnetLogger) Errorf(format string, args ...any) {
+	g.l.Error(fmt.Sprintf(format, args...), "component", "gnet")
+}
+func (g gnetLogger) Fatalf(format string, args ...any) {
+	g.l.Error(fmt.Sprintf(format, args...), "component", "gnet", "fatal", true)
+}

@@ -1,0 +1,415 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+func testConfig(dir string) Config {
+	cfg := DefaultConfig()
+	cfg.ListenPort = 0
+	cfg.BindAddress = "127.0.0.1"
+	cfg.StorePathRootDir = dir
+	cfg.MappedFileSizeCommitLog = 1 << 20
+	cfg.ConsumeQueueFileEntries = 1024
+	cfg.ShutdownGracePeriod = 2 * time.Second
+	cfg.NumEventLoop = 2
+	return cfg
+}
+
+func startBroker(t testing.TB, cfg Config) *Broker {
+	t.Helper()
+	b, err := New(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func dial(t testing.TB, addr string) *rpc.Conn {
+	t.Helper()
+	c, err := rpc.Dial(context.Background(), addr, rpc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctx5s(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func createTopic(t testing.TB, c *rpc.Conn, topic string, queues int32) {
+	t.Helper()
+	cfg := protocol.TopicConfig{Topic: topic, ReadQueueNums: queues, WriteQueueNums: queues, Perm: protocol.PermReadWrite}
+	if err := c.CallDecode(ctx5s(t), protocol.CodeUpdateAndCreateTopic, &cfg, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func buildBatch(topic string, qid int32, bodies ...string) []byte {
+	var bb protocol.BatchBuilder
+	bb.Reset(topic, qid, 1, 0)
+	for _, body := range bodies {
+		bb.Add(&protocol.Message{Body: []byte(body), Tags: []byte("t"), Timestamp: time.Now().UnixMilli()})
+	}
+	return append([]byte(nil), bb.Finish()...)
+}
+
+func send(t testing.TB, c *rpc.Conn, topic string, qid int32, bodies ...string) protocol.SendResponseHeader {
+	t.Helper()
+	var resp protocol.SendResponseHeader
+	if err := c.CallDecode(ctx5s(t), protocol.CodeSendMessage, nil, buildBatch(topic, qid, bodies...), &resp, nil); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	return resp
+}
+
+type pulled struct {
+	hdr    protocol.PullResponseHeader
+	bodies []string
+	offs   []int64
+}
+
+func pull(t testing.TB, c *rpc.Conn, topic string, qid int32, off int64, pollMs int32) pulled {
+	t.Helper()
+	req := protocol.PullRequestHeader{ConsumerGroup: "g", Topic: topic, QueueID: qid, QueueOffset: off, MaxMessages: 1000, MaxBytes: 1 << 20, PollTimeoutMs: pollMs, CommitOffset: -1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Call(ctx, protocol.CodePullMessage, &req, nil)
+	if err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	defer resp.Release()
+	var p pulled
+	if err := p.hdr.ReadFrom(resp.Header); err != nil {
+		t.Fatal(err)
+	}
+	body := resp.Body
+	for len(body) > 0 {
+		h, _, err := protocol.ValidateBatch(body, protocol.BatchLimits{})
+		if err != nil {
+			t.Fatalf("pulled batch: %v", err)
+		}
+		it := protocol.NewMessageIterator(body, h)
+		for {
+			m, ok := it.Next()
+			if !ok {
+				break
+			}
+			p.bodies = append(p.bodies, string(m.Body))
+			p.offs = append(p.offs, m.QueueOffset)
+		}
+		body = body[h.Size:]
+	}
+	return p
+}
+
+func TestSendPullRoundTrip(t *testing.T) {
+	b := startBroker(t, testConfig(t.TempDir()))
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "TopicA", 4)
+	want := map[int32][]string{}
+	for i := 0; i < 200; i++ {
+		q := int32(i % 4)
+		body := fmt.Sprintf("msg-%d-%s", i, bytes.Repeat([]byte("x"), i*37%5000))
+		r := send(t, c, "TopicA", q, body)
+		if r.QueueID != q || r.QueueOffset != int64(len(want[q])) || r.Count != 1 {
+			t.Fatalf("send %d: %+v", i, r)
+		}
+		want[q] = append(want[q], body)
+	}
+	// A batch of three.
+	r := send(t, c, "TopicA", 0, "b1", "b2", "b3")
+	if r.Count != 3 || r.QueueOffset != int64(len(want[0])) {
+		t.Fatalf("batch send: %+v", r)
+	}
+	want[0] = append(want[0], "b1", "b2", "b3")
+	for q := int32(0); q < 4; q++ {
+		var got []string
+		off := int64(0)
+		for off < int64(len(want[q])) {
+			p := pull(t, c, "TopicA", q, off, 0)
+			if p.hdr.Result != protocol.PullFound {
+				t.Fatalf("queue %d offset %d: %v", q, off, p.hdr.Result)
+			}
+			for i, o := range p.offs {
+				if o >= off {
+					got = append(got, p.bodies[i])
+				}
+			}
+			off = p.hdr.NextQueueOffset
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want[q]) {
+			t.Fatalf("queue %d: got %d messages, want %d", q, len(got), len(want[q]))
+		}
+		p := pull(t, c, "TopicA", q, off, 0)
+		if p.hdr.Result != protocol.PullNoNewMessage || p.hdr.MaxOffset != off {
+			t.Fatalf("queue %d at end: %+v", q, p.hdr)
+		}
+		p = pull(t, c, "TopicA", q, off+10, 0)
+		if p.hdr.Result != protocol.PullOffsetMoved || p.hdr.NextQueueOffset != off {
+			t.Fatalf("queue %d past end: %+v", q, p.hdr)
+		}
+	}
+	// A pull from the middle of the batch returns the whole batch; the consumer skips.
+	p := pull(t, c, "TopicA", 0, int64(len(want[0])-2), 0)
+	if p.hdr.Result != protocol.PullFound || p.offs[0] != int64(len(want[0])-3) {
+		t.Fatalf("mid-batch pull: %+v %v", p.hdr, p.offs)
+	}
+}
+
+func TestLongPolling(t *testing.T) {
+	b := startBroker(t, testConfig(t.TempDir()))
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "Poll", 2)
+
+	// Held pull answered by a send.
+	done := make(chan pulled, 1)
+	go func() { done <- pull(t, c, "Poll", 1, 0, 5000) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case p := <-done:
+		t.Fatalf("pull answered before any message: %+v", p.hdr)
+	default:
+	}
+	start := time.Now()
+	send(t, dial(t, b.Addr()), "Poll", 1, "wake")
+	p := <-done
+	if p.hdr.Result != protocol.PullFound || len(p.bodies) != 1 || p.bodies[0] != "wake" {
+		t.Fatalf("held pull: %+v %v", p.hdr, p.bodies)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("held pull answered %v after the send", d)
+	}
+
+	// Held pull answered by its timeout.
+	start = time.Now()
+	p = pull(t, c, "Poll", 0, 0, 200)
+	if p.hdr.Result != protocol.PullNoNewMessage {
+		t.Fatalf("timed-out pull: %+v", p.hdr)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("pull with 200 ms poll returned after %v", d)
+	}
+
+	// A send to another queue does not wake it.
+	go func() { done <- pull(t, c, "Poll", 0, 0, 300) }()
+	time.Sleep(50 * time.Millisecond)
+	send(t, c, "Poll", 1, "other")
+	p = <-done
+	if p.hdr.Result != protocol.PullNoNewMessage {
+		t.Fatalf("pull on queue 0 woken by queue 1: %+v", p.hdr)
+	}
+}
+
+func TestHeldPullsAnsweredOnClose(t *testing.T) {
+	b := startBroker(t, testConfig(t.TempDir()))
+	c := dial(t, b.Addr())
+	createTopic(t, c, "Poll", 1)
+	done := make(chan pulled, 1)
+	go func() { done <- pull(t, c, "Poll", 0, 0, 20000) }()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-done:
+		if p.hdr.Result != protocol.PullNoNewMessage {
+			t.Fatalf("held pull on close: %+v", p.hdr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("held pull not answered on close")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("close took %v", d)
+	}
+}
+
+func TestErrorsStatuses(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	b := startBroker(t, cfg)
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "T", 2)
+	expect := func(err error, st protocol.Status) {
+		t.Helper()
+		if !errors.Is(err, st) {
+			t.Fatalf("got %v, want %v", err, st)
+		}
+	}
+	_, err := c.Call(ctx5s(t), protocol.CodeSendMessage, nil, buildBatch("Nope", 0, "x"))
+	expect(err, protocol.StatusTopicNotExist)
+	_, err = c.Call(ctx5s(t), protocol.CodeSendMessage, nil, buildBatch("T", 5, "x"))
+	expect(err, protocol.StatusQueueNotExist)
+	bad := buildBatch("T", 0, "x")
+	bad[len(bad)-1] ^= 0xff
+	_, err = c.Call(ctx5s(t), protocol.CodeSendMessage, nil, bad)
+	expect(err, protocol.StatusMessageIllegal)
+	_, err = c.Call(ctx5s(t), protocol.CodeSendMessage, nil, []byte("garbage"))
+	expect(err, protocol.StatusMessageIllegal)
+	big := protocol.TopicConfig{Topic: string(bytes.Repeat([]byte("a"), 10000)), ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6}
+	_, err = c.Call(ctx5s(t), protocol.CodeUpdateAndCreateTopic, &big, nil)
+	if err == nil {
+		t.Fatal("10,000-character topic accepted")
+	}
+	huge := protocol.PullRequestHeader{ConsumerGroup: "g", Topic: "T", QueueID: 0, MaxMessages: 1 << 30, MaxBytes: 1 << 30, CommitOffset: -1}
+	send(t, c, "T", 0, "one")
+	resp, err := c.Call(ctx5s(t), protocol.CodePullMessage, &huge, nil)
+	if err != nil {
+		t.Fatalf("pull of 1 GiB: %v", err)
+	}
+	if len(resp.Body) > cfg.MaxPullBytes+cfg.MaxMessageSize {
+		t.Fatalf("pull answered %d bytes", len(resp.Body))
+	}
+	resp.Release()
+	_, err = c.Call(ctx5s(t), protocol.RequestCode(9999), nil, nil)
+	expect(err, protocol.StatusRequestCodeNotSupported)
+	var q protocol.OffsetHeader
+	err = c.CallDecode(ctx5s(t), protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "g", Topic: "T", QueueID: 0}, nil, &q, nil)
+	expect(err, protocol.StatusQueryNotFound)
+}
+
+func TestConsumerOffsetsDurable(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, testConfig(dir))
+	c := dial(t, b.Addr())
+	createTopic(t, c, "T", 2)
+	commit := func(c *rpc.Conn, off int64) {
+		h := protocol.ConsumerOffsetHeader{ConsumerGroup: "grp", Topic: "T", QueueID: 1, Offset: off}
+		if err := c.CallDecode(ctx5s(t), protocol.CodeUpdateConsumerOffset, &h, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	query := func(c *rpc.Conn) int64 {
+		var o protocol.OffsetHeader
+		if err := c.CallDecode(ctx5s(t), protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "grp", Topic: "T", QueueID: 1}, nil, &o, nil); err != nil {
+			t.Fatal(err)
+		}
+		return o.Offset
+	}
+	commit(c, 42)
+	commit(c, 7) // never backwards
+	if got := query(c); got != 42 {
+		t.Fatalf("offset %d, want 42", got)
+	}
+	c.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = startBroker(t, testConfig(dir))
+	defer b.Close()
+	c = dial(t, b.Addr())
+	if got := query(c); got != 42 {
+		t.Fatalf("offset after restart %d, want 42", got)
+	}
+}
+
+func TestRestartKeepsMessages(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.MappedFileSizeCommitLog = 64 << 10
+	b := startBroker(t, cfg)
+	c := dial(t, b.Addr())
+	createTopic(t, c, "R", 3)
+	body := string(bytes.Repeat([]byte("r"), 3000))
+	for i := 0; i < 300; i++ { // ~900 KiB: many segment rolls
+		send(t, c, "R", int32(i%3), fmt.Sprint(i, body))
+	}
+	c.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = startBroker(t, cfg)
+	defer b.Close()
+	c = dial(t, b.Addr())
+	for q := int32(0); q < 3; q++ {
+		n := 0
+		for off := int64(0); off < 100; {
+			p := pull(t, c, "R", q, off, 0)
+			if p.hdr.Result != protocol.PullFound {
+				t.Fatalf("queue %d offset %d after restart: %+v", q, off, p.hdr)
+			}
+			for i, o := range p.offs {
+				if want := fmt.Sprint(int(o)*3+int(q), body); p.bodies[i] != want {
+					t.Fatalf("queue %d offset %d: wrong body", q, o)
+				}
+				n++
+			}
+			off = p.hdr.NextQueueOffset
+		}
+		if n != 100 {
+			t.Fatalf("queue %d: %d messages", q, n)
+		}
+	}
+	// The restarted broker still accepts and assigns the next offsets.
+	if r := send(t, c, "R", 0, "after"); r.QueueOffset != 100 {
+		t.Fatalf("offset after restart: %+v", r)
+	}
+}
+
+func TestSyncFlushSend(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushDiskType = SyncFlush
+	b := startBroker(t, cfg)
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "S", 1)
+	const n = 200
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		c.CallAsync(protocol.CodeSendMessage, nil, buildBatch("S", 0, fmt.Sprint(i)), func(resp *rpc.Response, err error) {
+			resp.Release()
+			errs <- err
+		})
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f, e := b.store.FlushedOffset(), b.store.LogEndOffset(); f < e {
+		t.Fatalf("acknowledged before flush: flushed %d, end %d", f, e)
+	}
+}

@@ -1,0 +1,258 @@
+package broker
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// handlePull serves CodePullMessage on the event loop. Found batches are written with writev as
+// slices of the mapped commit log (no copy into a response buffer; gnet copies only what the
+// socket does not take at once, so the slices are released right after). A pull that finds
+// nothing and asks for long polling is held until a message arrives on its queue or its
+// timeout passes (RocketMQ's PullRequestHoldService, driven by appends instead of a 5 s scan).
+func (b *Broker) handlePull(cs *connState, f *protocol.Frame) {
+	var req protocol.PullRequestView
+	if err := req.ReadFrom(f.Header); err != nil {
+		b.replyError(cs, f, protocol.StatusRequestMalformed, "cannot decode pull request: "+err.Error(), "")
+		return
+	}
+	if err := protocol.ValidateTopic(req.Topic); err != nil {
+		b.replyError(cs, f, protocol.StatusTopicInvalid, err.Error(), "")
+		return
+	}
+	tp := b.topics.get(req.Topic)
+	if tp == nil {
+		b.replyError(cs, f, protocol.StatusTopicNotExist, "topic "+string(req.Topic)+" does not exist on broker "+b.cfg.BrokerName, "")
+		return
+	}
+	if tp.cfg.Perm&protocol.PermRead == 0 {
+		b.replyError(cs, f, protocol.StatusNoPermission, "topic "+tp.cfg.Topic+" is not readable", "")
+		return
+	}
+	if req.QueueID < 0 || req.QueueID >= tp.cfg.ReadQueueNums {
+		b.replyError(cs, f, protocol.StatusQueueNotExist, "queue id out of range of the topic's read queues", "")
+		return
+	}
+	if req.CommitOffset >= 0 && len(req.ConsumerGroup) > 0 {
+		if err := protocol.ValidateGroup(req.ConsumerGroup); err != nil {
+			b.replyError(cs, f, protocol.StatusRequestMalformed, err.Error(), "")
+			return
+		}
+		b.offsets.commit(req.ConsumerGroup, req.Topic, req.QueueID, req.CommitOffset)
+	}
+	p := pullParams{
+		id:       f.RequestID,
+		topic:    req.Topic,
+		queueID:  req.QueueID,
+		offset:   req.QueueOffset,
+		maxMsgs:  clamp32(req.MaxMessages, 1, int32(b.cfg.MaxPullMessages)),
+		maxBytes: int(clamp32(req.MaxBytes, 1, int32(b.cfg.MaxPullBytes))),
+	}
+	if b.pullOnce(cs, &p, false) {
+		return
+	}
+	wait := time.Duration(req.PollTimeoutMs) * time.Millisecond
+	if wait > b.cfg.LongPollingMaxWait {
+		wait = b.cfg.LongPollingMaxWait
+	}
+	p.topic = []byte(string(req.Topic)) // the frame's bytes are gone once OnTraffic returns
+	b.hold(cs, tp, p, wait)
+}
+
+// maxIovecs is the number of buffers passed to one writev (Linux IOV_MAX is 1024).
+const maxIovecs = 512
+
+type pullParams struct {
+	id       uint32
+	topic    []byte
+	queueID  int32
+	offset   int64
+	maxMsgs  int32
+	maxBytes int
+}
+
+func clamp32(v, lo, hi int32) int32 {
+	if v < lo {
+		return lo
+	}
+	if v > hi {
+		return hi
+	}
+	return v
+}
+
+// pullOnce reads and answers the pull on the event loop. When nothing is there yet and final
+// is false it answers nothing and returns false, so the caller may hold the request.
+func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
+	rr := &cs.rr
+	if err := b.store.Read(p.topic, p.queueID, p.offset, p.maxMsgs, p.maxBytes, rr); err != nil {
+		rr.Release()
+		cs.out = appendError(cs.out[:0], p.id, protocol.StatusSystemError, "cannot read: "+err.Error())
+		_, _ = cs.c.Write(cs.out)
+		return true
+	}
+	hdr := protocol.PullResponseHeader{
+		MinOffset:       rr.MinOffset,
+		MaxOffset:       rr.MaxOffset,
+		NextQueueOffset: p.offset,
+		SuggestBrokerID: 0,
+	}
+	switch rr.Status {
+	case commitlog.Found:
+		hdr.Result = protocol.PullFound
+		hdr.NextQueueOffset = rr.NextQueueOffset
+	case commitlog.NoNewMessage:
+		if !final {
+			rr.Release()
+			return false
+		}
+		hdr.Result = protocol.PullNoNewMessage
+	case commitlog.NoQueue:
+		if p.offset == 0 && !final {
+			rr.Release()
+			return false
+		}
+		hdr.Result = protocol.PullNoNewMessage
+		if p.offset != 0 {
+			hdr.Result = protocol.PullOffsetMoved
+			hdr.NextQueueOffset = 0
+		}
+	default: // OffsetTooSmall, OffsetOverflow
+		hdr.Result = protocol.PullOffsetMoved
+		hdr.NextQueueOffset = rr.NextQueueOffset
+	}
+	cs.out = protocol.StartFrame(cs.out[:0], uint16(protocol.StatusSuccess), protocol.FlagResponse, p.id)
+	cs.out = hdr.AppendTo(cs.out)
+	protocol.EndHeader(cs.out, 0)
+	protocol.EndFrame(cs.out, 0, rr.Bytes)
+	// writev takes at most IOV_MAX (1024) buffers: write in chunks; gnet keeps their order.
+	cs.iov = append(cs.iov[:0], cs.out)
+	for i := range rr.Slices {
+		if len(cs.iov) == maxIovecs {
+			_, _ = cs.c.Writev(cs.iov)
+			clear(cs.iov)
+			cs.iov = cs.iov[:0]
+		}
+		cs.iov = append(cs.iov, rr.Slices[i].B)
+	}
+	_, _ = cs.c.Writev(cs.iov)
+	clear(cs.iov)
+	b.stats.getMessages.Add(int64(rr.Messages))
+	b.stats.getBytes.Add(int64(rr.Bytes))
+	rr.Release()
+	return true
+}
+
+// pullWaiter is a held pull. Exactly one of the queue's append notification, the timeout and
+// the shutdown answers it (done guards that), always on the connection's event loop.
+type pullWaiter struct {
+	cs    *connState
+	p     pullParams
+	timer *time.Timer
+	done  atomic.Bool
+	queue *pollWaiters
+}
+
+// pollWaiters holds the pulls waiting on the queues of one topic.
+type pollWaiters struct {
+	n       atomic.Int32 // number of held pulls, so appends skip the lock when there are none
+	mu      sync.Mutex
+	byQueue map[int32][]*pullWaiter
+}
+
+func newPollWaiters() *pollWaiters { return &pollWaiters{byQueue: map[int32][]*pullWaiter{}} }
+
+// hold registers a long poll; the connection counts it as in flight until answered.
+func (b *Broker) hold(cs *connState, tp *topic, p pullParams, wait time.Duration) {
+	w := &pullWaiter{cs: cs, p: p, queue: tp.waiters}
+	cs.inflight.Add(1)
+	w.timer = time.AfterFunc(wait, func() {
+		w.queue.remove(w)
+		b.answer(w)
+	})
+	tp.waiters.mu.Lock()
+	tp.waiters.byQueue[p.queueID] = append(tp.waiters.byQueue[p.queueID], w)
+	tp.waiters.n.Add(1)
+	tp.waiters.mu.Unlock()
+	// An append between our read and the registration above would have found no waiter: check
+	// again now that we are registered (the appender updates the queue before it takes waiters).
+	if b.store.MaxOffset(p.topic, p.queueID) > p.offset {
+		b.wakeWaiters(tp.waiters.take(p.queueID))
+	}
+}
+
+func (q *pollWaiters) remove(w *pullWaiter) {
+	q.mu.Lock()
+	ws := q.byQueue[w.p.queueID]
+	for i, x := range ws {
+		if x == w {
+			ws[i] = ws[len(ws)-1]
+			ws[len(ws)-1] = nil
+			ws = ws[:len(ws)-1]
+			q.n.Add(-1)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(q.byQueue, w.p.queueID)
+	} else {
+		q.byQueue[w.p.queueID] = ws
+	}
+	q.mu.Unlock()
+}
+
+// take removes and returns the pulls held on queueID; appends call it after every append to
+// the queue and answer what it returns.
+func (q *pollWaiters) take(queueID int32) []*pullWaiter {
+	if q.n.Load() == 0 {
+		return nil
+	}
+	q.mu.Lock()
+	ws := q.byQueue[queueID]
+	delete(q.byQueue, queueID)
+	q.n.Add(-int32(len(ws)))
+	q.mu.Unlock()
+	return ws
+}
+
+// takeAll removes and returns every held pull (shutdown).
+func (q *pollWaiters) takeAll() []*pullWaiter {
+	q.mu.Lock()
+	var all []*pullWaiter
+	for id, ws := range q.byQueue {
+		all = append(all, ws...)
+		delete(q.byQueue, id)
+	}
+	q.n.Store(0)
+	q.mu.Unlock()
+	return all
+}
+
+// wakeWaiters answers held pulls now.
+func (b *Broker) wakeWaiters(ws []*pullWaiter) {
+	for _, w := range ws {
+		w.timer.Stop()
+		b.answer(w)
+	}
+}
+
+// answer re-runs the held pull on the connection's event loop and answers it, with "no new
+// message" if there is still nothing.
+func (b *Broker) answer(w *pullWaiter) {
+	if !w.done.CompareAndSwap(false, true) {
+		return
+	}
+	cs := w.cs
+	if cs.closed.Load() || !onLoop(cs, func() {
+		if !cs.closed.Load() {
+			b.pullOnce(cs, &w.p, true)
+		}
+		cs.inflight.Add(-1)
+	}) {
+		cs.inflight.Add(-1)
+	}
+}

@@ -1,0 +1,148 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// registrar registers the broker with every NameServer at start, every
+// RegisterNameServerPeriod, and at once when the topic set changes (RocketMQ's
+// registerBrokerAll). Each registration carries the full topic set, which replaces what the
+// NameServer knew. It owns one connection per NameServer; a NameServer expires the broker when
+// that connection closes.
+type registrar struct {
+	b     *Broker
+	kickc chan struct{}
+
+	mu    sync.Mutex // guards conns
+	conns map[string]*rpc.Conn
+}
+
+func newRegistrar(b *Broker) *registrar {
+	return &registrar{b: b, kickc: make(chan struct{}, 1), conns: map[string]*rpc.Conn{}}
+}
+
+// kick asks for a registration now; it never blocks.
+func (r *registrar) kick() {
+	select {
+	case r.kickc <- struct{}{}:
+	default:
+	}
+}
+
+func (r *registrar) run() {
+	defer r.b.bg.Done()
+	addrs := r.b.cfg.NamesrvAddrs()
+	if len(addrs) == 0 {
+		return
+	}
+	t := time.NewTicker(r.b.cfg.RegisterNameServerPeriod)
+	defer t.Stop()
+	r.registerAll()
+	for {
+		select {
+		case <-r.b.stop:
+			return
+		case <-t.C:
+		case <-r.kickc:
+		}
+		r.registerAll()
+	}
+}
+
+func (r *registrar) header() *protocol.BrokerHeader {
+	return &protocol.BrokerHeader{
+		ClusterName: r.b.cfg.BrokerClusterName,
+		BrokerName:  r.b.cfg.BrokerName,
+		BrokerID:    r.b.cfg.BrokerID,
+		BrokerAddr:  r.b.Addr(),
+		DataVersion: r.b.topics.version.Load(),
+	}
+}
+
+// registerAll registers with every NameServer in parallel.
+func (r *registrar) registerAll() {
+	list := protocol.TopicConfigList{Topics: r.b.topics.list()}
+	body := list.AppendTo(nil)
+	h := r.header()
+	var wg sync.WaitGroup
+	for _, addr := range r.b.cfg.NamesrvAddrs() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			c, err := r.conn(ctx, addr)
+			if err == nil {
+				var resp protocol.RegisterBrokerResponseHeader
+				err = c.CallDecode(ctx, protocol.CodeRegisterBroker, h, body, &resp, nil)
+			}
+			if err != nil {
+				r.b.log.Warn("cannot register with NameServer", "namesrv", addr, "err", err)
+				r.drop(addr, c)
+				return
+			}
+			r.b.log.Debug("registered with NameServer", "namesrv", addr, "topics", len(list.Topics))
+		}()
+	}
+	wg.Wait()
+}
+
+func (r *registrar) conn(ctx context.Context, addr string) (*rpc.Conn, error) {
+	r.mu.Lock()
+	c := r.conns[addr]
+	r.mu.Unlock()
+	if c != nil && c.Err() == nil {
+		return c, nil
+	}
+	if c != nil {
+		r.drop(addr, c)
+	}
+	c, err := rpc.Dial(ctx, addr, rpc.Options{})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.conns[addr] = c
+	r.mu.Unlock()
+	return c, nil
+}
+
+func (r *registrar) drop(addr string, c *rpc.Conn) {
+	if c == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.conns[addr] == c {
+		delete(r.conns, addr)
+	}
+	r.mu.Unlock()
+	_ = c.Close()
+}
+
+// unregisterAll tells every NameServer the broker is leaving and closes the connections.
+func (r *registrar) unregisterAll() {
+	h := r.header()
+	var wg sync.WaitGroup
+	for _, addr := range r.b.cfg.NamesrvAddrs() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			c, err := r.conn(ctx, addr)
+			if err == nil {
+				err = c.CallDecode(ctx, protocol.CodeUnregisterBroker, h, nil, nil, nil)
+			}
+			if err != nil {
+				r.b.log.Warn("cannot unregister from NameServer", "namesrv", addr, "err", err)
+			}
+			r.drop(addr, c)
+		}()
+	}
+	wg.Wait()
+}

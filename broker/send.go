@@ -1,0 +1,136 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// handleSend stores one batch (CodeSendMessage) on the event loop: validate, append (a copy
+// into the mapped commit log under the store's mutex), wake long polls of the queue, answer.
+// Under SYNC_FLUSH the answer waits for the group commit that covers the batch and is written
+// by the flusher goroutine.
+func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
+	if len(f.Header) != 0 {
+		b.replyError(cs, f, protocol.StatusRequestMalformed, "send request header must be empty", "")
+		return
+	}
+	h, tagHash, err := protocol.ValidateBatch(f.Body, b.limits)
+	if err == nil && h.Size != len(f.Body) {
+		err = errTrailingBytes
+	}
+	if err == nil && int64(h.Size) > b.cfg.MappedFileSizeCommitLog/2 {
+		err = errBatchTooLarge
+	}
+	if err != nil {
+		st := protocol.StatusMessageIllegal
+		if errors.Is(err, protocol.ErrTopicInvalid) {
+			st = protocol.StatusTopicInvalid
+		}
+		b.stats.putErrors.Add(1)
+		b.replyError(cs, f, st, err.Error(), "")
+		return
+	}
+	tp := b.topics.get(h.Topic)
+	if tp == nil {
+		if tp = b.autoCreateTopic(h.Topic); tp == nil {
+			b.stats.putErrors.Add(1)
+			b.replyError(cs, f, protocol.StatusTopicNotExist, "topic "+string(h.Topic)+" does not exist on broker "+b.cfg.BrokerName, "")
+			return
+		}
+	}
+	if tp.cfg.Perm&protocol.PermWrite == 0 {
+		b.stats.putErrors.Add(1)
+		b.replyError(cs, f, protocol.StatusNoPermission, "topic "+tp.cfg.Topic+" is not writable", "")
+		return
+	}
+	if h.QueueID >= tp.cfg.WriteQueueNums {
+		b.stats.putErrors.Add(1)
+		b.replyError(cs, f, protocol.StatusQueueNotExist, "queue id out of range of the topic's write queues", "")
+		return
+	}
+	res, err := b.store.Append(h.Topic, h.QueueID, f.Body, h.Count, tagHash, b.stamp)
+	if err != nil {
+		b.stats.putErrors.Add(1)
+		st := protocol.StatusSystemError
+		if errors.Is(err, commitlog.ErrDiskFull) {
+			st = protocol.StatusDiskFull
+		} else if errors.Is(err, commitlog.ErrClosed) {
+			st = protocol.StatusShuttingDown
+		}
+		b.log.Warn("append failed", "topic", tp.cfg.Topic, "queue", h.QueueID, "err", err)
+		b.replyError(cs, f, st, err.Error(), "")
+		return
+	}
+	b.stats.putMessages.Add(int64(h.Count))
+	b.stats.putBytes.Add(int64(res.Size))
+	if ws := tp.waiters.take(h.QueueID); ws != nil {
+		b.wakeWaiters(ws)
+	}
+
+	if f.Flags.IsOneway() {
+		return
+	}
+	resp := protocol.SendResponseHeader{
+		QueueID:        h.QueueID,
+		QueueOffset:    res.BaseQueueOffset,
+		Count:          h.Count,
+		PhysicalOffset: res.PhysicalOffset,
+		StoreTimestamp: res.StoreTimestamp,
+	}
+	if b.cfg.FlushDiskType != SyncFlush {
+		cs.out = appendSendResponse(cs.out[:0], f.RequestID, &resp)
+		_, _ = cs.c.Write(cs.out)
+		return
+	}
+	cs.inflight.Add(1)
+	id := f.RequestID
+	b.store.WaitFlushed(res.EndOffset, func(err error) {
+		buf := respPool.Get()
+		if err != nil {
+			b.log.Error("sync flush failed", "err", err)
+			buf.B = appendError(buf.B[:0], id, protocol.StatusFlushDiskTimeout, "stored, but the flush failed: "+err.Error())
+		} else {
+			buf.B = appendSendResponse(buf.B[:0], id, &resp)
+		}
+		b.asyncWrite(cs, buf)
+	})
+}
+
+var (
+	errTrailingBytes = errors.New("broker: bytes after the batch in a send request")
+	errBatchTooLarge = errors.New("broker: batch larger than half a commit-log segment (mappedFileSizeCommitLog)")
+)
+
+func appendSendResponse(dst []byte, id uint32, h *protocol.SendResponseHeader) []byte {
+	dst = protocol.StartFrame(dst, uint16(protocol.StatusSuccess), protocol.FlagResponse, id)
+	dst = h.AppendTo(dst)
+	protocol.EndHeader(dst, 0)
+	protocol.EndFrame(dst, 0, 0)
+	return dst
+}
+
+func appendError(dst []byte, id uint32, st protocol.Status, remark string) []byte {
+	eh := protocol.ErrorHeader{Remark: remark}
+	return protocol.AppendFrame(dst, uint16(st), protocol.FlagResponse, id, &eh, nil)
+}
+
+// autoCreateTopic creates an unknown topic when autoCreateTopicEnable is set. It runs on the
+// event loop and persists the topic table, which is rare (once per topic).
+func (b *Broker) autoCreateTopic(name []byte) *topic {
+	if !b.cfg.AutoCreateTopicEnable {
+		return nil
+	}
+	cfg := protocol.TopicConfig{Topic: string(name), ReadQueueNums: b.cfg.DefaultTopicQueueNums, WriteQueueNums: b.cfg.DefaultTopicQueueNums, Perm: protocol.PermReadWrite}
+	changed, err := b.topics.upsert(cfg)
+	if err != nil {
+		b.log.Error("cannot auto-create topic", "topic", cfg.Topic, "err", err)
+		return nil
+	}
+	if changed {
+		b.log.Info("topic auto-created", "topic", cfg.Topic, "queues", cfg.WriteQueueNums)
+		b.registrar.kick()
+	}
+	return b.topics.get(name)
+}

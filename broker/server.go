@@ -1,0 +1,257 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/valyala/bytebufferpool"
+
+	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// maxPausedInbound closes a paused connection whose client keeps sending past this many
+// unread bytes: it ignores backpressure, and gnet would buffer without bound.
+const maxPausedInbound = 64 << 20
+
+// respPool holds response frames written off the event loop with AsyncWrite; a buffer goes
+// back to the pool in the write callback, after gnet is done with it.
+var respPool bytebufferpool.Pool
+
+// connState is the broker's per-connection state, stored as the gnet conn's context. Fields
+// marked "loop" are touched only on the connection's event loop.
+type connState struct {
+	c      gnet.Conn
+	remote string
+	// inflight counts requests answered later (sync flush, long polls, admin work).
+	inflight atomic.Int32
+	closed   atomic.Bool
+
+	paused bool                 // loop
+	rr     commitlog.ReadResult // loop: reused by every pull of the connection
+	out    []byte               // loop: response scratch
+	iov    [][]byte             // loop: writev scratch
+}
+
+// handler is the gnet event handler. Every method runs on an event loop and never blocks: work
+// that must wait (sync flush, long polls, disk-bound admin requests) is answered later with
+// AsyncWrite from the goroutine that finishes it.
+type handler struct {
+	gnet.BuiltinEventEngine
+	b *Broker
+}
+
+func (h *handler) OnBoot(eng gnet.Engine) gnet.Action {
+	h.b.engine = eng
+	h.b.booted <- nil
+	return gnet.None
+}
+
+func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	cs := &connState{c: c, remote: c.RemoteAddr().String()}
+	c.SetContext(cs)
+	h.b.conns.Add(1)
+	return nil, gnet.None
+}
+
+func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
+	if cs, ok := c.Context().(*connState); ok {
+		if err != nil {
+			h.b.log.Info("connection closed", "remote", cs.remote, "reason", err)
+		}
+		cs.closed.Store(true)
+		h.b.paused.remove(cs)
+		cs.rr.Release()
+	}
+	h.b.conns.Add(-1)
+	return gnet.None
+}
+
+// OnTick resumes paused connections: each is woken on its loop, where OnTraffic checks again
+// whether it may read.
+func (h *handler) OnTick() (time.Duration, gnet.Action) {
+	h.b.paused.wakeAll()
+	return 5 * time.Millisecond, gnet.None
+}
+
+func (cs *connState) overloaded(b *Broker) bool {
+	return int(cs.inflight.Load()) >= b.cfg.ConnMaxInFlight || cs.c.OutboundBuffered() >= b.cfg.ConnMaxOutboundBytes
+}
+
+// OnTraffic decodes every whole frame buffered on c and dispatches it. A malformed or oversized
+// frame closes the connection with a logged reason; nothing else is affected.
+func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
+	b := h.b
+	cs := c.Context().(*connState)
+	for {
+		if cs.overloaded(b) {
+			if c.InboundBuffered() > maxPausedInbound {
+				b.log.Warn("closing connection: client ignores backpressure", "remote", cs.remote, "unread", c.InboundBuffered())
+				return gnet.Close
+			}
+			if !cs.paused {
+				cs.paused = true
+				b.paused.add(cs)
+			}
+			return gnet.None
+		}
+		if cs.paused {
+			cs.paused = false
+			b.paused.remove(cs)
+		}
+		n := c.InboundBuffered()
+		if n < protocol.FramePrefixSize {
+			return gnet.None
+		}
+		p, _ := c.Peek(protocol.FramePrefixSize)
+		fh, err := protocol.ParseFrameHeader(p, b.cfg.MaxFrameSize)
+		if err == nil && fh.Flags.IsResponse() {
+			err = errResponseFrame
+		}
+		if err != nil {
+			b.log.Warn("closing connection: bad frame", "remote", cs.remote, "reason", err)
+			return gnet.Close
+		}
+		total := fh.TotalSize()
+		if n < total {
+			return gnet.None
+		}
+		frame, err := c.Next(total)
+		if err != nil {
+			b.log.Warn("closing connection: cannot read frame", "remote", cs.remote, "reason", err)
+			return gnet.Close
+		}
+		hdrEnd := protocol.FramePrefixSize + int(fh.HeaderLength)
+		f := protocol.Frame{FrameHeader: fh, Header: frame[protocol.FramePrefixSize:hdrEnd], Body: frame[hdrEnd:]}
+		b.dispatch(cs, &f)
+	}
+}
+
+var errResponseFrame = protocol.ErrFrameMalformed
+
+// dispatch serves one request on the event loop.
+func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
+	code := protocol.RequestCode(f.Code)
+	b.stats.requests.Add(1)
+	if b.stopping.Load() {
+		b.replyError(cs, f, protocol.StatusShuttingDown, "broker is shutting down", "")
+		return
+	}
+	switch code {
+	case protocol.CodeSendMessage:
+		b.handleSend(cs, f)
+	case protocol.CodePullMessage:
+		b.handlePull(cs, f)
+	case protocol.CodeQueryConsumerOffset, protocol.CodeGetMaxOffset, protocol.CodeGetMinOffset,
+		protocol.CodeGetTopicStatsInfo, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo,
+		protocol.CodeGetAllTopicConfig, protocol.CodeUpdateConsumerOffset:
+		// In-memory lookups: answered on the loop.
+		rep := b.handleAdmin(code, f.Header, f.Body)
+		b.reply(cs, f, &rep)
+	case protocol.CodeUpdateAndCreateTopic:
+		// Persists the topic table (fsync): done on a worker goroutine, answered with AsyncWrite.
+		hdr := append([]byte(nil), f.Header...)
+		body := append([]byte(nil), f.Body...)
+		id, oneway := f.RequestID, f.Flags.IsOneway()
+		cs.inflight.Add(1)
+		b.workers.Add(1)
+		go func() {
+			defer b.workers.Done()
+			rep := b.handleAdmin(code, hdr, body)
+			if oneway {
+				cs.inflight.Add(-1)
+				return
+			}
+			b.asyncReply(cs, id, &rep)
+		}()
+	default:
+		b.replyError(cs, f, protocol.StatusRequestCodeNotSupported, "request code "+code.String()+" is not supported by the broker", "")
+	}
+}
+
+// reply writes rep on the event loop (c.Write copies what the socket does not take at once).
+func (b *Broker) reply(cs *connState, f *protocol.Frame, rep *rpc.Reply) {
+	if f.Flags.IsOneway() {
+		return
+	}
+	cs.out = rpc.AppendReply(cs.out[:0], f.RequestID, rep)
+	_, _ = cs.c.Write(cs.out)
+}
+
+func (b *Broker) replyError(cs *connState, f *protocol.Frame, st protocol.Status, remark, masterAddr string) {
+	rep := rpc.Reply{Status: st, Remark: remark, MasterAddr: masterAddr}
+	b.reply(cs, f, &rep)
+}
+
+// asyncReply sends rep from any goroutine and ends one in-flight request of the connection.
+func (b *Broker) asyncReply(cs *connState, requestID uint32, rep *rpc.Reply) {
+	buf := respPool.Get()
+	buf.B = rpc.AppendReply(buf.B[:0], requestID, rep)
+	b.asyncWrite(cs, buf)
+}
+
+// asyncWrite queues buf on the connection's loop; the buffer returns to respPool once written
+// (or once the write fails), and the connection's in-flight count drops.
+func (b *Broker) asyncWrite(cs *connState, buf *bytebufferpool.ByteBuffer) {
+	if cs.closed.Load() {
+		respPool.Put(buf)
+		cs.inflight.Add(-1)
+		return
+	}
+	err := cs.c.AsyncWrite(buf.B, func(gnet.Conn, error) error {
+		respPool.Put(buf)
+		cs.inflight.Add(-1)
+		return nil
+	})
+	if err != nil {
+		respPool.Put(buf)
+		cs.inflight.Add(-1)
+	}
+}
+
+// onLoop runs fn on cs's event loop; it reports false when the loop no longer runs.
+func onLoop(cs *connState, fn func()) bool {
+	err := cs.c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		fn()
+		return nil
+	}))
+	return err == nil
+}
+
+// pausedConns is the set of connections that stopped reading because of backpressure.
+type pausedConns struct {
+	mu sync.Mutex
+	m  map[*connState]struct{}
+}
+
+func (p *pausedConns) add(cs *connState) {
+	p.mu.Lock()
+	p.m[cs] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *pausedConns) remove(cs *connState) {
+	p.mu.Lock()
+	delete(p.m, cs)
+	p.mu.Unlock()
+}
+
+func (p *pausedConns) wakeAll() {
+	p.mu.Lock()
+	if len(p.m) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	conns := make([]*connState, 0, len(p.m))
+	for cs := range p.m {
+		conns = append(conns, cs)
+	}
+	p.mu.Unlock()
+	for _, cs := range conns {
+		_ = cs.c.Wake(nil)
+	}
+}

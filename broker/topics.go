@@ -1,0 +1,139 @@
+package broker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/petrel-mq/petrel/internal/fsutil"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// maxQueueNums bounds a topic's read or write queue count.
+const maxQueueNums = 1024
+
+// topic is one topic's config plus the long-poll waiters of its queues. A topic value is
+// immutable once published in the table; an update publishes a new value that shares waiters.
+type topic struct {
+	cfg     protocol.TopicConfig
+	waiters *pollWaiters
+}
+
+// topicTable holds the broker's topics in a copy-on-write map: lookups on the data path are one
+// atomic load and a map read, with no lock; updates (rare) copy the map under mu and persist it.
+type topicTable struct {
+	path    string
+	mu      sync.Mutex // serialises updates and persistence
+	m       atomic.Pointer[map[string]*topic]
+	version atomic.Int64 // data version reported to NameServers
+}
+
+func openTopicTable(dir string) (*topicTable, error) {
+	t := &topicTable{path: filepath.Join(dir, "topics.json")}
+	m := map[string]*topic{}
+	data, err := os.ReadFile(t.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("cannot read topic configs: %w", err)
+	default:
+		var file topicFile
+		if err := json.Unmarshal(data, &file); err != nil {
+			return nil, fmt.Errorf("cannot decode topic configs %s: %w", t.path, err)
+		}
+		for _, c := range file.Topics {
+			if err := validateTopicConfig(&c); err != nil {
+				return nil, fmt.Errorf("topic configs %s: %w", t.path, err)
+			}
+			m[c.Topic] = &topic{cfg: c, waiters: newPollWaiters()}
+		}
+		t.version.Store(file.DataVersion)
+	}
+	t.m.Store(&m)
+	return t, nil
+}
+
+type topicFile struct {
+	DataVersion int64                  `json:"dataVersion"`
+	Topics      []protocol.TopicConfig `json:"topics"`
+}
+
+// get returns the topic named by name (a view; no allocation), or nil.
+func (t *topicTable) get(name []byte) *topic {
+	return (*t.m.Load())[string(name)]
+}
+
+// list returns every topic config sorted by name.
+func (t *topicTable) list() []protocol.TopicConfig {
+	m := *t.m.Load()
+	out := make([]protocol.TopicConfig, 0, len(m))
+	for _, tp := range m {
+		out = append(out, tp.cfg)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
+	return out
+}
+
+func validateTopicConfig(c *protocol.TopicConfig) error {
+	if err := protocol.ValidateTopic([]byte(c.Topic)); err != nil {
+		return err
+	}
+	if c.ReadQueueNums < 1 || c.ReadQueueNums > maxQueueNums || c.WriteQueueNums < 1 || c.WriteQueueNums > maxQueueNums {
+		return fmt.Errorf("topic %s: queue counts read=%d write=%d out of range 1..%d", c.Topic, c.ReadQueueNums, c.WriteQueueNums, maxQueueNums)
+	}
+	if c.Perm&^(protocol.PermRead|protocol.PermWrite|protocol.PermInherit) != 0 {
+		return fmt.Errorf("topic %s: perm %d has unknown bits", c.Topic, c.Perm)
+	}
+	return nil
+}
+
+// upsert creates or updates a topic and persists the table. It reports whether anything changed.
+func (t *topicTable) upsert(c protocol.TopicConfig) (bool, error) {
+	if err := validateTopicConfig(&c); err != nil {
+		return false, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.m.Load()
+	prev := old[c.Topic]
+	if prev != nil && prev.cfg == c {
+		return false, nil
+	}
+	next := make(map[string]*topic, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	w := newPollWaiters()
+	if prev != nil {
+		w = prev.waiters
+	}
+	next[c.Topic] = &topic{cfg: c, waiters: w}
+	if err := t.persistLocked(next); err != nil {
+		return false, err
+	}
+	t.m.Store(&next)
+	return true, nil
+}
+
+// persistLocked writes m to disk. Lock should be held.
+func (t *topicTable) persistLocked(m map[string]*topic) error {
+	file := topicFile{DataVersion: t.version.Load() + 1}
+	for _, tp := range m {
+		file.Topics = append(file.Topics, tp.cfg)
+	}
+	sort.Slice(file.Topics, func(i, j int) bool { return file.Topics[i].Topic < file.Topics[j].Topic })
+	data, err := json.MarshalIndent(&file, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(t.path, data, 0o644); err != nil {
+		return fmt.Errorf("cannot persist topic configs: %w", err)
+	}
+	t.version.Store(file.DataVersion)
+	return nil
+}

@@ -1,0 +1,281 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// Admin runs administrative requests against NameServers and brokers: the calls behind
+// petrelctl's mqadmin-like commands (updateTopic, topicRoute, clusterList, topicStatus,
+// consumerProgress, brokerStatus). Its methods are safe for concurrent use. A context without a
+// deadline is bounded by the client's request timeout per request.
+type Admin struct {
+	c *Client
+}
+
+// NewAdmin returns an Admin using c's NameServers and connections.
+func NewAdmin(c *Client) *Admin { return &Admin{c: c} }
+
+// BrokerTarget is a broker group's master, as Admin fans a request out to.
+type BrokerTarget struct {
+	// Cluster and BrokerName name the group ("" when the target was given as an address).
+	Cluster    string
+	BrokerName string
+	// Addr is the master's address (host:port).
+	Addr string
+}
+
+// CreateTopic creates or updates a topic (queue counts and permission). target is a broker
+// address ("host:port": that broker only) or a cluster name (every master of the cluster, from
+// the NameServer's cluster table). It returns the masters it created the topic on; with a
+// cluster, errors of single brokers are joined and the others still get the topic. Brokers
+// announce the topic to the NameServers at their next registration (see WaitTopicRoute).
+func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.TopicConfig) ([]BrokerTarget, error) {
+	if err := protocol.ValidateTopic([]byte(cfg.Topic)); err != nil {
+		return nil, err
+	}
+	if cfg.ReadQueueNums <= 0 || cfg.WriteQueueNums <= 0 {
+		return nil, fmt.Errorf("client: topic %q: queue counts must be positive (read %d, write %d)", cfg.Topic, cfg.ReadQueueNums, cfg.WriteQueueNums)
+	}
+	if cfg.Perm == 0 {
+		cfg.Perm = protocol.PermReadWrite
+	}
+	var targets []BrokerTarget
+	if strings.Contains(target, ":") {
+		targets = []BrokerTarget{{Addr: target}}
+	} else {
+		var err error
+		if targets, err = a.ClusterMasters(ctx, target); err != nil {
+			return nil, err
+		}
+	}
+	var done []BrokerTarget
+	var errs []error
+	for _, t := range targets {
+		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeUpdateAndCreateTopic, &cfg, nil, nil, nil); err != nil {
+			errs = append(errs, fmt.Errorf("cannot create topic %q on %s (%s): %w", cfg.Topic, t.Addr, t.BrokerName, err))
+			continue
+		}
+		done = append(done, t)
+	}
+	return done, errors.Join(errs...)
+}
+
+// ClusterMasters returns the master of every broker group of cluster ("" for every cluster),
+// sorted by broker name. Groups without a live master are left out; none at all is an error.
+func (a *Admin) ClusterMasters(ctx context.Context, cluster string) ([]BrokerTarget, error) {
+	ci, err := a.c.clusterInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []BrokerTarget
+	for i := range ci.Brokers {
+		bd := &ci.Brokers[i]
+		if cluster != "" && bd.Cluster != cluster {
+			continue
+		}
+		if m := bd.MasterAddr(); m != "" {
+			out = append(out, BrokerTarget{Cluster: bd.Cluster, BrokerName: bd.BrokerName, Addr: m})
+		}
+	}
+	if len(out) == 0 {
+		if cluster == "" {
+			return nil, fmt.Errorf("%w: no broker group has a live master", ErrNoQueue)
+		}
+		return nil, fmt.Errorf("%w: cluster %q has no broker group with a live master", ErrNoQueue, cluster)
+	}
+	slices.SortFunc(out, func(x, y BrokerTarget) int { return strings.Compare(x.BrokerName, y.BrokerName) })
+	return out, nil
+}
+
+// TopicRoute asks a NameServer for the topic's route now (bypassing the client's cache, which it
+// updates). errors.Is(err, ErrTopicNotExist) when no broker serves the topic.
+func (a *Admin) TopicRoute(ctx context.Context, topic string) (*protocol.TopicRouteData, error) {
+	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
+		return nil, err
+	}
+	var data protocol.TopicRouteData
+	if err := a.c.callNameServer(ctx, protocol.CodeGetRouteInfoByTopic, &protocol.TopicHeader{Topic: topic}, nil, &data); err != nil {
+		return nil, fmt.Errorf("cannot get the route of topic %q: %w", topic, err)
+	}
+	a.c.storeRoute(topic, data)
+	return &data, nil
+}
+
+// WaitTopicRoute polls the NameServer until the topic's route lists at least groups broker
+// groups with a master and write permission, or ctx ends. It is what a caller does after
+// CreateTopic before producing, since brokers register new topics asynchronously.
+func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, groups int) error {
+	for {
+		r, err := a.TopicRoute(ctx, topic)
+		if err == nil {
+			n := 0
+			tr := newTopicRoute(topic, *r, time.Time{})
+			seen := map[string]bool{}
+			for _, q := range tr.writeQueues {
+				if !seen[q.BrokerName] {
+					seen[q.BrokerName] = true
+					n++
+				}
+			}
+			if n >= groups {
+				return nil
+			}
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			if err == nil {
+				err = fmt.Errorf("%w: the route of %q has fewer than %d writable groups", ErrNoQueue, topic, groups)
+			}
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		}
+	}
+}
+
+// ClusterInfo returns the NameServer's cluster table: broker groups and their members, and the
+// groups of each cluster.
+func (a *Admin) ClusterInfo(ctx context.Context) (*protocol.ClusterInfo, error) {
+	return a.c.clusterInfo(ctx)
+}
+
+// BrokerTopicStats is one broker group's share of a topic.
+type BrokerTopicStats struct {
+	// BrokerName is the group, Addr the master that answered.
+	BrokerName string
+	Addr       string
+	// Stats lists the group's queues of the topic.
+	Stats protocol.TopicStatsTable
+}
+
+// TopicStats returns the min/max offsets of every queue of the topic on every broker group of
+// its route (asked from each master), sorted by broker name. Errors of single brokers are
+// joined; the stats of the others are still returned.
+func (a *Admin) TopicStats(ctx context.Context, topic string) ([]BrokerTopicStats, error) {
+	data, err := a.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	var out []BrokerTopicStats
+	var errs []error
+	for _, t := range routeMasters(data) {
+		var st protocol.TopicStatsTable
+		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeGetTopicStatsInfo, &protocol.TopicHeader{Topic: topic}, nil, nil, &st); err != nil {
+			errs = append(errs, fmt.Errorf("cannot get the stats of %q from %s (%s): %w", topic, t.Addr, t.BrokerName, err))
+			continue
+		}
+		out = append(out, BrokerTopicStats{BrokerName: t.BrokerName, Addr: t.Addr, Stats: st})
+	}
+	return out, errors.Join(errs...)
+}
+
+// BrokerConsumeStats is a consumer group's progress on one broker group.
+type BrokerConsumeStats struct {
+	// BrokerName is the group, Addr the master that answered.
+	BrokerName string
+	Addr       string
+	// Stats lists the group's queues the consumer group has offsets on.
+	Stats protocol.ConsumeStats
+}
+
+// ConsumeStats returns the group's progress (broker and consumer offsets per queue) from every
+// master serving topic, or from every master of every cluster when topic is "". Errors of single
+// brokers are joined.
+func (a *Admin) ConsumeStats(ctx context.Context, group, topic string) ([]BrokerConsumeStats, error) {
+	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+		return nil, err
+	}
+	var targets []BrokerTarget
+	if topic == "" {
+		var err error
+		if targets, err = a.ClusterMasters(ctx, ""); err != nil {
+			return nil, err
+		}
+	} else {
+		data, err := a.TopicRoute(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		targets = routeMasters(data)
+	}
+	var out []BrokerConsumeStats
+	var errs []error
+	for _, t := range targets {
+		var st protocol.ConsumeStats
+		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeGetConsumeStats, &protocol.GroupHeader{ConsumerGroup: group, Topic: topic}, nil, nil, &st); err != nil {
+			errs = append(errs, fmt.Errorf("cannot get the consume stats of %q from %s (%s): %w", group, t.Addr, t.BrokerName, err))
+			continue
+		}
+		out = append(out, BrokerConsumeStats{BrokerName: t.BrokerName, Addr: t.Addr, Stats: st})
+	}
+	return out, errors.Join(errs...)
+}
+
+// routeMasters returns the master of every group of a route that has one, sorted by name.
+func routeMasters(data *protocol.TopicRouteData) []BrokerTarget {
+	var out []BrokerTarget
+	for i := range data.BrokerDatas {
+		bd := &data.BrokerDatas[i]
+		if m := bd.MasterAddr(); m != "" {
+			out = append(out, BrokerTarget{Cluster: bd.Cluster, BrokerName: bd.BrokerName, Addr: m})
+		}
+	}
+	slices.SortFunc(out, func(x, y BrokerTarget) int { return strings.Compare(x.BrokerName, y.BrokerName) })
+	return out
+}
+
+// BrokerRuntimeInfo returns the broker's runtime statistics (RocketMQ's brokerStatus table).
+func (a *Admin) BrokerRuntimeInfo(ctx context.Context, addr string) (*protocol.KVTable, error) {
+	var kv protocol.KVTable
+	if err := a.c.callAddr(ctx, addr, protocol.CodeGetBrokerRuntimeInfo, nil, nil, nil, &kv); err != nil {
+		return nil, fmt.Errorf("cannot get the runtime info of %s: %w", addr, err)
+	}
+	return &kv, nil
+}
+
+// AllTopicConfig returns the topic configs stored on the broker at addr.
+func (a *Admin) AllTopicConfig(ctx context.Context, addr string) (*protocol.TopicConfigList, error) {
+	var l protocol.TopicConfigList
+	if err := a.c.callAddr(ctx, addr, protocol.CodeGetAllTopicConfig, nil, nil, nil, &l); err != nil {
+		return nil, fmt.Errorf("cannot get the topic configs of %s: %w", addr, err)
+	}
+	return &l, nil
+}
+
+// MinOffset returns the oldest queue offset still stored in the queue on the broker.
+func (a *Admin) MinOffset(ctx context.Context, brokerAddr, topic string, queueID int32) (int64, error) {
+	return a.offset(ctx, protocol.CodeGetMinOffset, brokerAddr, &protocol.QueueHeader{Topic: topic, QueueID: queueID})
+}
+
+// MaxOffset returns the queue's max offset on the broker: the offset the next message will get.
+func (a *Admin) MaxOffset(ctx context.Context, brokerAddr, topic string, queueID int32) (int64, error) {
+	return a.offset(ctx, protocol.CodeGetMaxOffset, brokerAddr, &protocol.QueueHeader{Topic: topic, QueueID: queueID})
+}
+
+// QueryConsumerOffset returns the group's committed offset of the queue on the broker;
+// errors.Is(err, ErrQueryNotFound) when the group has none.
+func (a *Admin) QueryConsumerOffset(ctx context.Context, brokerAddr, group, topic string, queueID int32) (int64, error) {
+	return a.offset(ctx, protocol.CodeQueryConsumerOffset, brokerAddr, &protocol.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: queueID})
+}
+
+// UpdateConsumerOffset commits offset as the group's offset of the queue on the broker (the
+// broker decides whether it may move backwards; the Consumer never asks it to).
+func (a *Admin) UpdateConsumerOffset(ctx context.Context, brokerAddr, group, topic string, queueID int32, offset int64) error {
+	h := protocol.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: queueID, Offset: offset}
+	if err := a.c.callAddr(ctx, brokerAddr, protocol.CodeUpdateConsumerOffset, &h, nil, nil, nil); err != nil {
+		return fmt.Errorf("cannot update the offset of %s on %s#%d at %s: %w", group, topic, queueID, brokerAddr, err)
+	}
+	return nil
+}
+
+func (a *Admin) offset(ctx context.Context, code protocol.RequestCode, addr string, h protocol.Header) (int64, error) {
+	var oh protocol.OffsetHeader
+	if err := a.c.callAddr(ctx, addr, code, h, nil, &oh, nil); err != nil {
+		return 0, fmt.Errorf("%s at %s: %w", code, addr, err)
+	}
+	return oh.Offset, nil
+}

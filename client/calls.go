@@ -1,0 +1,113 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// callState classifies how a request ended.
+type callState uint8
+
+const (
+	// callOK: a success response.
+	callOK callState = iota
+	// callRejected: the server answered with a non-success status (a *protocol.Error).
+	callRejected
+	// callNotSent: the request was never written (closed connection, too many in flight,
+	// frame too large): a definite failure.
+	callNotSent
+	// callUnknown: the request was (or may have been) written and no answer came.
+	callUnknown
+)
+
+// pendingCall is one request sent with rpc.Conn.CallAsync, awaited with a context and a
+// deadline. It is pooled: the send path allocates nothing of its own per request. A pendingCall
+// is used by one goroutine at a time; its callback is the only other party and hands over
+// through done.
+type pendingCall struct {
+	conn  *rpc.Conn
+	id    uint32
+	done  chan struct{} // receives one value when the callback has run
+	resp  *rpc.Response
+	err   error
+	cb    rpc.Callback // complete, bound once so CallAsync gets no new closure
+	timer *time.Timer
+}
+
+var pendingPool = sync.Pool{New: func() any {
+	p := &pendingCall{done: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	p.timer.Stop()
+	p.cb = p.complete
+	return p
+}}
+
+func (p *pendingCall) complete(resp *rpc.Response, err error) {
+	p.resp, p.err = resp, err
+	p.done <- struct{}{}
+}
+
+// startCall sends a request on conn. The result is awaited with wait, which also recycles the
+// pendingCall.
+func startCall(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte) *pendingCall {
+	p := pendingPool.Get().(*pendingCall)
+	p.conn = conn
+	// CallAsync returns 0 when it did not send the request; the callback then already ran.
+	p.id = conn.CallAsync(code, h, body, p.cb)
+	return p
+}
+
+// wait waits for the response until ctx ends or deadline passes (zero: no deadline) and
+// recycles p. The caller owns a returned response and must Release it. On callUnknown the error
+// says why the wait ended; on callRejected it is the *protocol.Error.
+func (p *pendingCall) wait(ctx context.Context, deadline time.Time) (*rpc.Response, callState, error) {
+	defer p.recycle()
+	if p.id == 0 {
+		<-p.done
+		return nil, callNotSent, p.err
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		p.timer.Reset(time.Until(deadline))
+		defer p.timer.Stop()
+		timeout = p.timer.C
+	}
+	select {
+	case <-p.done:
+		return p.result()
+	case <-ctx.Done():
+		return p.abandon(ctx.Err())
+	case <-timeout:
+		return p.abandon(context.DeadlineExceeded)
+	}
+}
+
+func (p *pendingCall) abandon(why error) (*rpc.Response, callState, error) {
+	if p.conn.Forget(p.id) {
+		return nil, callUnknown, fmt.Errorf("no response from %s: %w", p.conn.Addr(), why)
+	}
+	<-p.done // the answer raced with the end of the wait: the callback has run or is running
+	return p.result()
+}
+
+func (p *pendingCall) result() (*rpc.Response, callState, error) {
+	if p.err == nil {
+		return p.resp, callOK, nil
+	}
+	var pe *protocol.Error
+	if errors.As(p.err, &pe) {
+		return nil, callRejected, p.err
+	}
+	// The connection failed after the request was queued: it may have been written.
+	return nil, callUnknown, p.err
+}
+
+func (p *pendingCall) recycle() {
+	p.conn, p.id, p.resp, p.err = nil, 0, nil, nil
+	pendingPool.Put(p)
+}

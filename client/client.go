@@ -1,0 +1,304 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// minForcedRefreshGap keeps error-driven route refreshes of one topic at least this far apart,
+// so a burst of failing sends asks the NameServer once.
+const minForcedRefreshGap = 100 * time.Millisecond
+
+// Client is the connection to a Petrel cluster shared by producers, consumers and Admin: the
+// NameServer list, a route cache per topic, and one connection per broker address. All methods
+// are safe for concurrent use.
+//
+// Routes are fetched on first use, refreshed every RouteRefreshInterval and, at most every
+// 100 ms per topic, after a send or pull error. A connection that breaks is dialled again on
+// next use, with a backoff after a failed dial, so the client survives a broker restart.
+type Client struct {
+	cfg  clientConfig
+	log  *slog.Logger
+	pool *connPool
+	now  func() time.Time
+
+	nsFirst atomic.Uint32 // index of the NameServer to ask first: the last one that answered
+
+	routesMu sync.RWMutex // guards routes
+	routes   map[string]*routeSlot
+
+	ctx    context.Context // ends at Close; background goroutines run under it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // guards closed, users
+	closed bool
+	users  map[clientUser]struct{}
+}
+
+// clientUser is a producer or consumer that Close must stop.
+type clientUser interface {
+	closeFromClient()
+}
+
+// routeSlot caches one topic's route.
+type routeSlot struct {
+	route atomic.Pointer[topicRoute]
+
+	mu          sync.Mutex // serialises fetches of the topic; guards lastAttempt
+	lastAttempt time.Time
+}
+
+// New returns a Client for the NameServers given by WithNameServers (required). It does no I/O:
+// connections are made on first use, so New succeeds while the cluster is down. ctx is only
+// checked for having ended.
+func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg := defaultClientConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(cfg.nameServers) == 0 {
+		return nil, errors.New("client: no NameServer address: use WithNameServers(\"host:port;...\")")
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		cfg: cfg,
+		log: cfg.logger,
+		pool: newConnPool(rpc.Options{
+			DialTimeout:  cfg.dialTimeout,
+			MaxFrameSize: cfg.maxFrameSize,
+			MaxInFlight:  cfg.maxInFlight,
+		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff),
+		now:    time.Now,
+		routes: make(map[string]*routeSlot),
+		ctx:    rctx,
+		cancel: cancel,
+		users:  make(map[clientUser]struct{}),
+	}
+	c.wg.Add(1)
+	go c.refreshLoop()
+	return c, nil
+}
+
+// Close stops every producer and consumer made from the client (as their Close would, without
+// waiting for buffered messages: their callbacks get ErrProducerClosed or ErrUnknownOutcome), stops
+// the client's goroutines and closes its connections. Later calls fail with ErrClientClosed.
+// It is idempotent and returns nil.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	users := make([]clientUser, 0, len(c.users))
+	for u := range c.users {
+		users = append(users, u)
+	}
+	c.users = nil
+	c.mu.Unlock()
+	for _, u := range users {
+		u.closeFromClient()
+	}
+	c.cancel()
+	c.wg.Wait()
+	c.pool.close()
+	return nil
+}
+
+func (c *Client) addUser(u clientUser) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
+	}
+	c.users[u] = struct{}{}
+	return nil
+}
+
+func (c *Client) removeUser(u clientUser) {
+	c.mu.Lock()
+	delete(c.users, u)
+	c.mu.Unlock()
+}
+
+// route returns the topic's route, from the cache or the NameServer.
+func (c *Client) route(ctx context.Context, topic string) (*topicRoute, error) {
+	c.routesMu.RLock()
+	slot := c.routes[topic]
+	c.routesMu.RUnlock()
+	if slot != nil {
+		if r := slot.route.Load(); r != nil {
+			return r, nil
+		}
+	}
+	if err := protocol.ValidateTopic(unsafeBytes(topic)); err != nil {
+		return nil, err
+	}
+	return c.refreshRoute(ctx, topic, nil)
+}
+
+// refreshRoute fetches the topic's route unless it changed since stale was read (another caller
+// refreshed it), was fetched less than minForcedRefreshGap ago, or is being fetched by another
+// caller (then the cached route is returned at once). On failure the cached route, if any, is
+// returned with the error.
+func (c *Client) refreshRoute(ctx context.Context, topic string, stale *topicRoute) (*topicRoute, error) {
+	c.routesMu.Lock()
+	slot := c.routes[topic]
+	if slot == nil {
+		slot = &routeSlot{}
+		c.routes[topic] = slot
+	}
+	c.routesMu.Unlock()
+
+	if !slot.mu.TryLock() {
+		// Another caller is fetching: use the cached route rather than wait on its request.
+		if cur := slot.route.Load(); cur != nil {
+			return cur, nil
+		}
+		slot.mu.Lock()
+	}
+	defer slot.mu.Unlock()
+	cur := slot.route.Load()
+	if cur != nil && (cur != stale || c.now().Sub(slot.lastAttempt) < minForcedRefreshGap) {
+		return cur, nil
+	}
+	slot.lastAttempt = c.now()
+	var data protocol.TopicRouteData
+	err := c.callNameServer(ctx, protocol.CodeGetRouteInfoByTopic, &protocol.TopicHeader{Topic: topic}, nil, &data)
+	if err != nil {
+		err = fmt.Errorf("cannot get the route of topic %q: %w", topic, err)
+		if cur != nil {
+			return cur, err
+		}
+		return nil, err
+	}
+	r := newTopicRoute(topic, data, c.now())
+	slot.route.Store(r)
+	return r, nil
+}
+
+// refreshedRoute is refreshRoute for callers that already hold a route: it returns the newest
+// route known, stale itself when nothing better is available.
+func (c *Client) refreshedRoute(ctx context.Context, topic string, stale *topicRoute) *topicRoute {
+	if r, _ := c.refreshRoute(ctx, topic, stale); r != nil {
+		return r
+	}
+	return stale
+}
+
+// storeRoute replaces the cached route of a topic the client already uses with data, fetched by
+// someone else (Admin.TopicRoute).
+func (c *Client) storeRoute(topic string, data protocol.TopicRouteData) {
+	c.routesMu.RLock()
+	slot := c.routes[topic]
+	c.routesMu.RUnlock()
+	if slot == nil {
+		return
+	}
+	data = cloneRouteData(data) // the caller keeps the original
+	slot.mu.Lock()
+	slot.route.Store(newTopicRoute(topic, data, c.now()))
+	slot.mu.Unlock()
+}
+
+// refreshLoop refreshes every cached route each RouteRefreshInterval until Close.
+func (c *Client) refreshLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.routeRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.routesMu.RLock()
+		topics := make([]string, 0, len(c.routes))
+		slots := make([]*routeSlot, 0, len(c.routes))
+		for topic, s := range c.routes {
+			topics = append(topics, topic)
+			slots = append(slots, s)
+		}
+		c.routesMu.RUnlock()
+		for i, topic := range topics {
+			ctx, cancel := context.WithTimeout(c.ctx, c.cfg.requestTimeout)
+			_, err := c.refreshRoute(ctx, topic, slots[i].route.Load())
+			cancel()
+			if err != nil && c.ctx.Err() == nil {
+				c.log.Warn("route refresh failed", "topic", topic, "err", err)
+			}
+		}
+	}
+}
+
+// callNameServer sends a request to the NameServers, starting with the one that answered last
+// and moving to the next on a network failure. An answer with a non-success status is returned
+// as is (a *protocol.Error), without asking the others.
+func (c *Client) callNameServer(ctx context.Context, code protocol.RequestCode, h protocol.Header, respHdr, respBody interface{ ReadFrom([]byte) error }) error {
+	ns := c.cfg.nameServers
+	first := c.nsFirst.Load()
+	var errs []error
+	for i := range len(ns) {
+		idx := (first + uint32(i)) % uint32(len(ns))
+		err := c.callAddr(ctx, ns[idx], code, h, nil, respHdr, respBody)
+		if err == nil {
+			c.nsFirst.Store(idx)
+			return nil
+		}
+		var pe *protocol.Error
+		if errors.As(err, &pe) {
+			c.nsFirst.Store(idx)
+			return err
+		}
+		if errors.Is(err, ErrClientClosed) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("%w: %w", ErrNameServerUnavailable, errors.Join(errs...))
+}
+
+// callAddr sends a request to addr and decodes the success response, bounding the call by the
+// request timeout when ctx has no deadline.
+func (c *Client) callAddr(ctx context.Context, addr string, code protocol.RequestCode, h protocol.Header, body []byte, respHdr, respBody interface{ ReadFrom([]byte) error }) error {
+	ctx, cancel := withDefaultTimeout(ctx, c.cfg.requestTimeout)
+	defer cancel()
+	conn, err := c.pool.get(ctx, addr)
+	if err != nil {
+		return err
+	}
+	return conn.CallDecode(ctx, code, h, body, respHdr, respBody)
+}
+
+// clusterInfo asks a NameServer for the cluster table.
+func (c *Client) clusterInfo(ctx context.Context) (*protocol.ClusterInfo, error) {
+	var ci protocol.ClusterInfo
+	if err := c.callNameServer(ctx, protocol.CodeGetBrokerClusterInfo, nil, nil, &ci); err != nil {
+		return nil, fmt.Errorf("cannot get the cluster info: %w", err)
+	}
+	return &ci, nil
+}
+
+func cloneRouteData(d protocol.TopicRouteData) protocol.TopicRouteData {
+	out := protocol.TopicRouteData{QueueDatas: slices.Clone(d.QueueDatas), BrokerDatas: slices.Clone(d.BrokerDatas)}
+	for i := range out.BrokerDatas {
+		out.BrokerDatas[i].Addrs = slices.Clone(out.BrokerDatas[i].Addrs)
+	}
+	return out
+}

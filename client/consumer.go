@@ -1,0 +1,687 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// minPollPause is the pause after an empty pull when the poll timeout is shorter, so a consumer
+// without long polling does not spin.
+const minPollPause = 10 * time.Millisecond
+
+// Handler consumes the messages of one pull of one queue, in queue-offset order. It is never
+// called concurrently for the same queue, but is for different queues. The messages and their
+// byte fields are valid only until it returns (MessageExt.Clone keeps one). Returning nil
+// accepts them: the queue's offset moves past them. Returning an error makes the consumer wait
+// WithRetryDelay and call it again with the same messages (order is kept; nothing is skipped).
+// ctx ends when Run stops.
+type Handler func(ctx context.Context, msgs []MessageExt) error
+
+// Consumer is a pull consumer of one topic for one consumer group: it pulls every read queue of
+// the topic (all broker groups), one goroutine per queue, with long polling, delivers to a
+// Handler in queue order, and commits the group's offsets to the brokers. Its methods are safe
+// for concurrent use.
+//
+// Start position of a queue: the group's committed offset; when the group has none, the queue's
+// min offset (ConsumeFromFirst, default) or max offset (ConsumeFromLast). Offsets are committed
+// every WithCommitInterval, with pulls to the master, and when Run returns; a committed offset
+// never moves backwards, except that a pull answered OFFSET_MOVED (the requested offset is
+// outside the queue: truncated or replaced) continues at, and commits, the offset the broker
+// gives, logged. The consumer pulls from the broker a pull response suggests (SuggestBrokerID),
+// falling back to the master, then to any live member of the group.
+//
+// Every batch's CRC and structure are checked; a corrupt batch stops its queue with an error
+// (see Progress and Stats) and is never delivered.
+type Consumer struct {
+	c     *Client
+	group string
+	topic string
+	cfg   consumerConfig
+	log   *slog.Logger
+
+	mu      sync.Mutex // guards ran, closed, cancel, done, queues
+	ran     bool
+	closed  bool
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when Run has returned
+	queues  map[MessageQueue]*queueState
+	running map[MessageQueue]*puller // guarded by mu too
+
+	delivered  atomic.Int64
+	corrupt    atomic.Int64
+	pullErrors atomic.Int64
+}
+
+// queueState is what the consumer knows of one queue; it outlives its puller so a queue that
+// leaves the route and comes back resumes where it was.
+type queueState struct {
+	mq        MessageQueue
+	offsets   *offsetTracker
+	maxOffset atomic.Int64 // the queue's max offset at the last pull; -1 unknown
+	err       atomic.Pointer[error]
+}
+
+type puller struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewConsumer returns a consumer of topic for group. Nothing happens until Run.
+func NewConsumer(c *Client, group, topic string, opts ...ConsumerOption) (*Consumer, error) {
+	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+		return nil, err
+	}
+	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
+		return nil, err
+	}
+	cfg := defaultConsumerConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	co := &Consumer{
+		c:       c,
+		group:   group,
+		topic:   topic,
+		cfg:     cfg,
+		log:     c.log.With("group", group, "topic", topic),
+		done:    make(chan struct{}),
+		queues:  make(map[MessageQueue]*queueState),
+		running: make(map[MessageQueue]*puller),
+	}
+	if err := c.addUser(co); err != nil {
+		return nil, err
+	}
+	return co, nil
+}
+
+// Group returns the consumer group; Topic the topic.
+func (co *Consumer) Group() string { return co.group }
+
+// Topic returns the consumed topic.
+func (co *Consumer) Topic() string { return co.topic }
+
+// Run consumes until ctx ends or Close is called, then stops the pullers, commits the consumed
+// offsets and returns nil (or the final commit's error). It returns an error at once when the
+// topic's route cannot be fetched, and ErrConsumerClosed when the consumer is closed or Run was
+// already called: Run runs once per Consumer. It follows route changes (queues added or
+// removed) at every route refresh.
+func (co *Consumer) Run(ctx context.Context, h Handler) error {
+	co.mu.Lock()
+	if co.ran || co.closed {
+		co.mu.Unlock()
+		return ErrConsumerClosed
+	}
+	co.ran = true
+	ctx, cancel := context.WithCancel(ctx)
+	co.cancel = cancel
+	co.mu.Unlock()
+	defer close(co.done)
+	defer cancel()
+
+	route, err := co.waitRoute(ctx)
+	if err != nil {
+		return err
+	}
+	if route == nil { // ctx ended before the topic had a route
+		return nil
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		co.commitLoop(ctx)
+	}()
+	co.syncQueues(ctx, route, h)
+	t := time.NewTicker(co.c.cfg.routeRefresh)
+	for loop := true; loop; {
+		select {
+		case <-ctx.Done():
+			loop = false
+		case <-t.C:
+			if r, err := co.c.route(ctx, co.topic); err == nil {
+				co.syncQueues(ctx, r, h)
+			}
+		}
+	}
+	t.Stop()
+	co.mu.Lock()
+	pullers := make([]*puller, 0, len(co.running))
+	for _, p := range co.running {
+		pullers = append(pullers, p)
+	}
+	co.mu.Unlock()
+	for _, p := range pullers {
+		<-p.done
+	}
+	wg.Wait()
+	fctx, fcancel := context.WithTimeout(context.Background(), co.c.cfg.requestTimeout)
+	defer fcancel()
+	return co.commit(fctx)
+}
+
+// waitRoute fetches the topic's route, retrying while the failure may pass (no NameServer
+// answers, the topic does not exist yet). It returns nil, nil when ctx ends first.
+func (co *Consumer) waitRoute(ctx context.Context) (*topicRoute, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		route, err := co.c.route(ctx, co.topic)
+		if err == nil {
+			return route, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if st, ok := StatusOf(err); (ok && !st.Retriable()) || errors.Is(err, ErrClientClosed) {
+			return nil, err
+		}
+		co.log.Warn("no route for the topic yet; retrying", "err", err, "retry_in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return nil, nil
+		}
+		backoff = min(2*backoff, co.cfg.retryDelay)
+	}
+}
+
+// Close stops Run (if running) and waits until it has returned, with its final commit, or ctx
+// ends. A consumer that never ran is just marked closed. Close is idempotent.
+func (co *Consumer) Close(ctx context.Context) error {
+	co.mu.Lock()
+	co.closed = true
+	ran, cancel := co.ran, co.cancel
+	co.mu.Unlock()
+	defer co.c.removeUser(co)
+	if !ran {
+		return nil
+	}
+	if cancel != nil {
+		cancel()
+	}
+	select {
+	case <-co.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (co *Consumer) closeFromClient() {
+	ctx, cancel := context.WithTimeout(context.Background(), co.c.cfg.requestTimeout)
+	defer cancel()
+	_ = co.Close(ctx)
+}
+
+// syncQueues starts a puller for every read queue of route without one and stops those of
+// queues no longer in it.
+func (co *Consumer) syncQueues(ctx context.Context, route *topicRoute, h Handler) {
+	co.mu.Lock()
+	want := make(map[MessageQueue]bool, len(route.readQueues))
+	for _, mq := range route.readQueues {
+		want[mq] = true
+		if p := co.running[mq]; p != nil {
+			select {
+			case <-p.done: // stopped (corrupt batch): stays stopped
+			default:
+			}
+			continue
+		}
+		qs := co.queues[mq]
+		if qs == nil {
+			qs = &queueState{mq: mq, offsets: newOffsetTracker()}
+			qs.maxOffset.Store(-1)
+			co.queues[mq] = qs
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		p := &puller{cancel: cancel, done: make(chan struct{})}
+		co.running[mq] = p
+		go func() {
+			defer close(p.done)
+			defer cancel()
+			co.pullLoop(pctx, qs, h)
+		}()
+	}
+	var gone []*puller
+	for mq, p := range co.running {
+		if !want[mq] {
+			co.log.Info("queue left the route; stopping its puller", "queue", mq.String())
+			p.cancel()
+			gone = append(gone, p)
+			delete(co.running, mq)
+		}
+	}
+	co.mu.Unlock()
+	for _, p := range gone { // outside mu: a handler being stopped may call Progress
+		<-p.done
+	}
+}
+
+// pullLoop pulls one queue and delivers its messages until ctx ends or a corrupt batch stops it.
+func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
+	mq := qs.mq
+	offset := qs.offsets.consumed.Load()
+	backoff := time.Duration(0)
+	fail := func(what string, err error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		co.pullErrors.Add(1)
+		backoff = min(max(2*backoff, 50*time.Millisecond), co.cfg.retryDelay)
+		co.log.Warn(what, "queue", mq.String(), "err", err, "retry_in", backoff)
+		return sleepCtx(ctx, backoff)
+	}
+	for offset < 0 {
+		off, committed, err := co.startOffset(ctx, mq, true)
+		if err == nil {
+			qs.offsets.start(off, committed)
+			offset = off
+			break
+		}
+		if !fail("cannot find the queue's start offset", err) {
+			return
+		}
+	}
+	suggest := int64(0)
+	var msgs []MessageExt
+	for ctx.Err() == nil {
+		route, err := co.c.route(ctx, co.topic)
+		if err != nil {
+			if !fail("no route", err) {
+				return
+			}
+			continue
+		}
+		addr, brokerID, ok := pickBrokerAddr(route.groups[mq.BrokerName], suggest)
+		if !ok {
+			_, rerr := co.c.refreshRoute(ctx, co.topic, route)
+			if !fail("broker group has no live member", errors.Join(fmt.Errorf("group %s", mq.BrokerName), rerr)) {
+				return
+			}
+			continue
+		}
+		hdr := protocol.PullRequestHeader{
+			ConsumerGroup: co.group,
+			Topic:         co.topic,
+			QueueID:       mq.QueueID,
+			QueueOffset:   offset,
+			MaxMessages:   co.cfg.maxMessages,
+			MaxBytes:      co.cfg.maxBytes,
+			PollTimeoutMs: int32(co.cfg.pollTimeout / time.Millisecond),
+			CommitOffset:  -1,
+		}
+		if brokerID == 0 { // offsets are committed on the master only
+			if v, ok := qs.offsets.toCommit(); ok {
+				hdr.CommitOffset = v
+			}
+		}
+		conn, err := co.c.pool.get(ctx, addr)
+		if err != nil {
+			suggest = 0
+			_, _ = co.c.refreshRoute(ctx, co.topic, route)
+			if !fail("cannot connect to pull", err) {
+				return
+			}
+			continue
+		}
+		deadline := time.Now().Add(co.cfg.pollTimeout + co.c.cfg.requestTimeout)
+		resp, state, err := startCall(conn, protocol.CodePullMessage, &hdr, nil).wait(ctx, deadline)
+		if state != callOK {
+			if ctx.Err() != nil {
+				return
+			}
+			suggest = 0
+			var pe *protocol.Error
+			if state != callRejected || (errors.As(err, &pe) && (pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusQueueNotExist)) {
+				_, _ = co.c.refreshRoute(ctx, co.topic, route)
+			}
+			if !fail("pull failed", fmt.Errorf("from %s: %w", addr, err)) {
+				return
+			}
+			continue
+		}
+		backoff = 0
+		if hdr.CommitOffset >= 0 {
+			qs.offsets.confirm(hdr.CommitOffset)
+		}
+		var rh protocol.PullResponseHeader
+		if err := rh.ReadFrom(resp.Header); err != nil {
+			resp.Release()
+			if !fail("cannot decode the pull response", err) {
+				return
+			}
+			continue
+		}
+		qs.maxOffset.Store(rh.MaxOffset)
+		suggest = rh.SuggestBrokerID
+		switch rh.Result {
+		case protocol.PullFound:
+			var next int64
+			var cerr error
+			msgs, next, cerr = co.decode(msgs[:0], resp.Body, mq, offset, addr, brokerID)
+			progressed := next > offset
+			ok := co.deliver(ctx, h, msgs, mq)
+			clear(msgs) // drop the views of the response before releasing it
+			resp.Release()
+			if !ok {
+				return
+			}
+			if progressed {
+				offset = next
+				qs.offsets.advance(offset)
+			}
+			if cerr != nil {
+				co.corrupt.Add(1)
+				err := fmt.Errorf("queue %s at offset %d from %s: %w", mq, offset, addr, cerr)
+				qs.err.Store(&err)
+				co.log.Error("corrupt batch; the queue stops", "queue", mq.String(), "offset", offset, "broker", addr, "err", cerr)
+				return
+			}
+			if !progressed {
+				if !fail("pull found nothing at or after the offset", fmt.Errorf("offset %d", offset)) {
+					return
+				}
+				continue
+			}
+		case protocol.PullNoNewMessage:
+			resp.Release()
+			if rh.NextQueueOffset > offset {
+				offset = rh.NextQueueOffset
+				qs.offsets.advance(offset)
+			}
+			if co.cfg.pollTimeout < minPollPause { // the broker did not hold the pull: pause
+				if !sleepCtx(ctx, minPollPause) {
+					return
+				}
+			}
+		case protocol.PullOffsetMoved:
+			resp.Release()
+			co.log.Warn("offset moved", "queue", mq.String(), "from", offset, "to", rh.NextQueueOffset, "min", rh.MinOffset, "max", rh.MaxOffset)
+			offset = rh.NextQueueOffset
+			qs.offsets.reset(offset)
+		default:
+			resp.Release()
+			if !fail("unknown pull result", fmt.Errorf("result %d", rh.Result)) {
+				return
+			}
+		}
+	}
+}
+
+// decode appends the messages of body at or after offset to msgs and returns the offset after
+// the last batch. It stops at the first batch that fails its checks, returning the messages of
+// the batches before it and an error wrapping ErrCorruptBatch.
+func (co *Consumer) decode(msgs []MessageExt, body []byte, mq MessageQueue, offset int64, addr string, brokerID int64) ([]MessageExt, int64, error) {
+	next := offset
+	lim := protocol.BatchLimits{MaxMessageSize: co.c.cfg.maxFrameSize}
+	for len(body) > 0 {
+		h, _, err := protocol.ValidateBatch(body, lim)
+		if err != nil {
+			return msgs, next, fmt.Errorf("%w: %w", ErrCorruptBatch, err)
+		}
+		if string(h.Topic) != co.topic || h.QueueID != mq.QueueID {
+			return msgs, next, fmt.Errorf("%w: %w: batch of %s#%d in a pull of %s", ErrCorruptBatch, protocol.ErrBatchMalformed, h.Topic, h.QueueID, mq)
+		}
+		it := protocol.NewMessageIterator(body, h)
+		for {
+			m, ok := it.Next()
+			if !ok {
+				break
+			}
+			if m.QueueOffset < offset {
+				continue // pulls return whole batches
+			}
+			msgs = append(msgs, MessageExt{
+				Topic:          co.topic,
+				BrokerName:     mq.BrokerName,
+				QueueID:        mq.QueueID,
+				QueueOffset:    m.QueueOffset,
+				StoreTimestamp: h.StoreTimestamp,
+				BornTimestamp:  m.Timestamp,
+				ProducerID:     h.ProducerID,
+				Sequence:       m.Sequence,
+				Keys:           m.Keys,
+				Tags:           m.Tags,
+				Properties:     m.Properties,
+				Body:           m.Body,
+				BrokerAddr:     addr,
+				BrokerID:       brokerID,
+			})
+		}
+		next = max(next, h.NextQueueOffset())
+		body = body[h.Size:]
+	}
+	return msgs, next, nil
+}
+
+// deliver calls the handler until it accepts msgs; false means ctx ended first.
+func (co *Consumer) deliver(ctx context.Context, h Handler, msgs []MessageExt, mq MessageQueue) bool {
+	if len(msgs) == 0 {
+		return true
+	}
+	for {
+		err := h(ctx, msgs)
+		if err == nil {
+			co.delivered.Add(int64(len(msgs)))
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		co.log.Warn("handler failed; retrying the same messages", "queue", mq.String(), "offset", msgs[0].QueueOffset, "count", len(msgs), "err", err, "retry_in", co.cfg.retryDelay)
+		if !sleepCtx(ctx, co.cfg.retryDelay) {
+			return false
+		}
+	}
+}
+
+// startOffset returns where the group starts on mq: its committed offset (committed true), or
+// the min or max offset per ConsumeFrom.
+func (co *Consumer) startOffset(ctx context.Context, mq MessageQueue, logIt bool) (int64, bool, error) {
+	route, err := co.c.route(ctx, co.topic)
+	if err != nil {
+		return 0, false, err
+	}
+	addr, _, ok := pickBrokerAddr(route.groups[mq.BrokerName], 0)
+	if !ok {
+		_, _ = co.c.refreshRoute(ctx, co.topic, route)
+		return 0, false, fmt.Errorf("%w: broker group %s has no live member", ErrNoQueue, mq.BrokerName)
+	}
+	var oh protocol.OffsetHeader
+	err = co.c.callAddr(ctx, addr, protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil)
+	if err == nil && oh.Offset >= 0 {
+		return oh.Offset, true, nil
+	}
+	if err != nil && !errors.Is(err, protocol.StatusQueryNotFound) {
+		return 0, false, fmt.Errorf("cannot query the consumer offset of %s: %w", mq, err)
+	}
+	code := protocol.CodeGetMinOffset
+	if co.cfg.consumeFrom == ConsumeFromLast {
+		code = protocol.CodeGetMaxOffset
+	}
+	err = co.c.callAddr(ctx, addr, code, &protocol.QueueHeader{Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("cannot query the %s of %s: %w", code, mq, err)
+	}
+	if logIt {
+		co.log.Info("no committed offset; starting from "+[]string{"the first", "the last"}[co.cfg.consumeFrom]+" offset", "queue", mq.String(), "offset", oh.Offset)
+	}
+	return oh.Offset, false, nil
+}
+
+// commitLoop commits consumed offsets every CommitInterval until ctx ends.
+func (co *Consumer) commitLoop(ctx context.Context) {
+	t := time.NewTicker(co.cfg.commitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, co.c.cfg.requestTimeout)
+		if err := co.commit(cctx); err != nil && ctx.Err() == nil {
+			co.log.Warn("offset commit failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// commit sends the consumed offset of every queue ahead of its committed one to the group's
+// master, all in parallel, and waits for the answers.
+func (co *Consumer) commit(ctx context.Context) error {
+	type pending struct {
+		qs    *queueState
+		v     int64
+		call  *pendingCall
+		addr  string
+		hdr   *protocol.ConsumerOffsetHeader
+		state callState
+	}
+	co.mu.Lock()
+	states := make([]*queueState, 0, len(co.queues))
+	for _, qs := range co.queues {
+		states = append(states, qs)
+	}
+	co.mu.Unlock()
+	if len(states) == 0 {
+		return nil
+	}
+	route, err := co.c.route(ctx, co.topic)
+	if err != nil {
+		return err
+	}
+	var calls []pending
+	var errs []error
+	for _, qs := range states {
+		v, ok := qs.offsets.toCommit()
+		if !ok {
+			continue
+		}
+		addr := route.masterAddr(qs.mq.BrokerName)
+		if addr == "" {
+			errs = append(errs, fmt.Errorf("cannot commit %s: broker group has no master", qs.mq))
+			continue
+		}
+		conn, err := co.c.pool.get(ctx, addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cannot commit %s: %w", qs.mq, err))
+			continue
+		}
+		hdr := &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: qs.mq.QueueID, Offset: v}
+		calls = append(calls, pending{qs: qs, v: v, addr: addr, hdr: hdr, call: startCall(conn, protocol.CodeUpdateConsumerOffset, hdr, nil)})
+	}
+	for _, p := range calls {
+		resp, state, err := p.call.wait(ctx, time.Time{})
+		if state == callOK {
+			resp.Release()
+			p.qs.offsets.confirm(p.v)
+			continue
+		}
+		errs = append(errs, fmt.Errorf("cannot commit offset %d of %s to %s: %w", p.v, p.qs.mq, p.addr, err))
+	}
+	return errors.Join(errs...)
+}
+
+// QueueProgress is a consumer's position on one queue.
+type QueueProgress struct {
+	Queue MessageQueue
+	// Consumed is the next offset to deliver (-1 before the start offset is known).
+	Consumed int64
+	// Committed is the last offset the broker confirmed as committed (-1 if none).
+	Committed int64
+	// MaxOffset is the queue's max offset seen at the last pull (-1 before the first).
+	MaxOffset int64
+	// Err is why the queue stopped (it wraps ErrCorruptBatch), or nil.
+	Err error
+}
+
+// Progress returns the position on every queue the consumer has pulled, sorted by queue. It
+// does no I/O.
+func (co *Consumer) Progress() []QueueProgress {
+	co.mu.Lock()
+	out := make([]QueueProgress, 0, len(co.queues))
+	for _, qs := range co.queues {
+		qp := QueueProgress{
+			Queue:     qs.mq,
+			Consumed:  qs.offsets.consumed.Load(),
+			Committed: qs.offsets.committed.Load(),
+			MaxOffset: qs.maxOffset.Load(),
+		}
+		if e := qs.err.Load(); e != nil {
+			qp.Err = *e
+		}
+		out = append(out, qp)
+	}
+	co.mu.Unlock()
+	slices.SortFunc(out, func(a, b QueueProgress) int { return compareQueues(a.Queue, b.Queue) })
+	return out
+}
+
+func compareQueues(a, b MessageQueue) int {
+	switch {
+	case a.BrokerName < b.BrokerName:
+		return -1
+	case a.BrokerName > b.BrokerName:
+		return 1
+	}
+	return int(a.QueueID) - int(b.QueueID)
+}
+
+// ConsumerStats are a consumer's counters since it was made.
+type ConsumerStats struct {
+	// Delivered counts messages the handler accepted.
+	Delivered int64
+	// CorruptBatches counts batches that failed their CRC or structure check (each stopped its
+	// queue).
+	CorruptBatches int64
+	// PullErrors counts failed pulls and start-offset lookups (each retried).
+	PullErrors int64
+}
+
+// Stats returns the consumer's counters.
+func (co *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{Delivered: co.delivered.Load(), CorruptBatches: co.corrupt.Load(), PullErrors: co.pullErrors.Load()}
+}
+
+// Lag returns how many messages of the topic the group has yet to consume: the sum over every
+// read queue of the queue's max offset (asked from its master now) minus the consumer's
+// position (its consumed offset when this consumer pulls the queue, otherwise the group's
+// committed offset, or the start position ConsumeFrom gives when there is none).
+func (co *Consumer) Lag(ctx context.Context) (int64, error) {
+	route, err := co.c.route(ctx, co.topic)
+	if err != nil {
+		return 0, err
+	}
+	var lag int64
+	for _, mq := range route.readQueues {
+		addr, _, ok := pickBrokerAddr(route.groups[mq.BrokerName], 0)
+		if !ok {
+			return 0, fmt.Errorf("%w: broker group %s has no live member", ErrNoQueue, mq.BrokerName)
+		}
+		var oh protocol.OffsetHeader
+		if err := co.c.callAddr(ctx, addr, protocol.CodeGetMaxOffset, &protocol.QueueHeader{Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil); err != nil {
+			return 0, fmt.Errorf("cannot get the max offset of %s: %w", mq, err)
+		}
+		maxOff := oh.Offset
+		co.mu.Lock()
+		qs := co.queues[mq]
+		co.mu.Unlock()
+		pos := int64(-1)
+		if qs != nil {
+			pos = qs.offsets.consumed.Load()
+		}
+		if pos < 0 {
+			if pos, _, err = co.startOffset(ctx, mq, false); err != nil {
+				return 0, err
+			}
+		}
+		lag += max(0, maxOff-pos)
+	}
+	return lag, nil
+}

@@ -1,0 +1,65 @@
+// Package client is Petrel's client: a Producer, a pull Consumer and an Admin, sharing one
+// Client (NameServer list, route cache, connection pool). It imports only protocol and
+// protocol/rpc of Petrel.
+//
+// # Use
+//
+//	c, err := client.New(ctx, client.WithNameServers("127.0.0.1:9876"))
+//	defer c.Close()
+//
+//	p, err := client.NewProducer(c)
+//	res, err := p.SendSync(ctx, &client.Message{Topic: "orders", Body: body})
+//	err = p.SendAsync(ctx, &client.Message{Topic: "orders", Body: body}, func(r client.SendResult, err error) { ... })
+//	err = p.Close(ctx) // flushes
+//
+//	co, err := client.NewConsumer(c, "billing", "orders")
+//	err = co.Run(ctx, func(ctx context.Context, msgs []client.MessageExt) error { ... })
+//
+// # Outcomes of a send
+//
+// A send ends in one of three ways, which the bench counts apart:
+//   - success: a SendResult;
+//   - a definite failure: the message is not stored. The error carries the broker's status
+//     (errors.Is(err, client.ErrSystemBusy), StatusOf) or says the request was never written
+//     (ErrBrokerUnavailable, a validation error, ...);
+//   - an unknown outcome: errors.Is(err, client.ErrUnknownOutcome). The request was written and
+//     no answer came (context ended, send timeout, connection lost), or the broker stored the
+//     batch without confirming its flush or replication in time. The message may be stored;
+//     it is never retried automatically.
+//
+// # Design
+//
+// Client: routes are cached per topic as immutable snapshots (topicRoute: the route plus its
+// write queues and read queues sorted by broker name and queue id) swapped atomically; the
+// refresh goroutine renews them every RouteRefreshInterval and send/pull errors renew one at
+// most every 100 ms. NameServers are tried in turn starting with the last that answered. The
+// connection pool (connPool) holds one rpc.Conn per address, dialled on first use and again
+// after it closes; a failed dial starts a backoff during which requests fail at once.
+//
+// Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
+// AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled
+// pendingCall (rpc.Conn.CallAsync plus a reusable timer), so the path allocates almost nothing
+// of its own. A retry on another queue rewrites the batch's queue id and producer sequence and
+// recomputes the CRC. SendAsync appends into a per-queue accumulator (asyncQueue); a goroutine
+// per non-empty queue seals batches by size or linger, sends one batch at a time (per-queue
+// order) under a per-broker-group in-flight limit, then runs the callbacks in order. A byte
+// budget bounds what is buffered.
+//
+// Consumer: a puller goroutine per read queue pulls with long polling, checks each batch
+// (protocol.ValidateBatch), skips messages below the requested offset, calls the handler with
+// views of the response, then advances the queue's offsetTracker; a committer goroutine commits
+// offsets ahead of the committed ones. Run's loop follows route changes.
+//
+// # Locks
+//
+// Lock order (A -> B: B may be taken while A is held):
+//
+//	Producer.mu (read) -> Producer.qMu
+//	Producer.mu (read) -> asyncQueue.mu -> pendingCounter.mu
+//	routeSlot.mu -> connPool.mu, poolConn.mu (a route fetch holds routeSlot.mu across the
+//	                NameServer request; poolConn.mu is never held across a dial)
+//	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
+//	pendingCounter.mu, Consumer.mu, Producer.seqMu, Producer.rrMu: leaves
+//
+// No callback of the user runs under a lock of the client.
+package client

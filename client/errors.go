@@ -1,0 +1,86 @@
+package client
+
+import (
+	"errors"
+
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// Errors of the client itself. Test them with errors.Is.
+var (
+	// ErrUnknownOutcome marks a request that was written to a broker but whose answer never came
+	// (the context ended, the send timeout passed, or the connection broke): the message may or
+	// may not be stored. It is never retried automatically, because a retry could store the
+	// message twice. A response that says "stored, but not flushed or replicated in time"
+	// (ErrFlushDiskTimeout, ErrFlushSlaveTimeout) is reported as an unknown outcome too.
+	ErrUnknownOutcome = errors.New("client: outcome unknown: the request was sent but its result is not known")
+	// ErrClientClosed is returned by calls on a closed Client.
+	ErrClientClosed = errors.New("client: client closed")
+	// ErrProducerClosed is returned by sends on a closed Producer, and given to the callbacks of
+	// asynchronous sends that were still buffered (never sent) when Close gave up waiting.
+	ErrProducerClosed = errors.New("client: producer closed")
+	// ErrConsumerClosed is returned by Run on a Consumer that is closed or already ran.
+	ErrConsumerClosed = errors.New("client: consumer closed")
+	// ErrNoQueue is returned when a topic's route has no queue the request can use (no group
+	// with a live master and the needed permission).
+	ErrNoQueue = errors.New("client: the topic's route has no usable queue")
+	// ErrBrokerUnavailable is returned when no connection to a broker can be made; the request
+	// was not sent. The client retries the dial after a backoff.
+	ErrBrokerUnavailable = errors.New("client: broker unavailable")
+	// ErrNameServerUnavailable is returned when no NameServer answered.
+	ErrNameServerUnavailable = errors.New("client: no NameServer answered")
+	// ErrCorruptBatch is recorded for a consumer queue that received a batch failing its CRC or
+	// structure check; the queue stops and nothing of that batch is delivered. It wraps
+	// protocol.ErrBatchCRC or protocol.ErrBatchMalformed.
+	ErrCorruptBatch = errors.New("client: corrupt message batch")
+
+	// ErrMessageInvalid is returned for a message the client refuses before sending: an empty
+	// body, keys/tags/properties over 65535 bytes, a topic that differs from the batch's.
+	ErrMessageInvalid = protocol.ErrMessageInvalid
+	// ErrMessageTooLarge is returned for a body over the maximum message size (4 MiB by default).
+	ErrMessageTooLarge = protocol.ErrMessageTooLarge
+	// ErrTopicInvalid is returned for an empty or too long topic name, or one with characters
+	// outside [A-Za-z0-9_%|-].
+	ErrTopicInvalid = protocol.ErrTopicInvalid
+	// ErrGroupInvalid is returned for an invalid consumer group name.
+	ErrGroupInvalid = protocol.ErrGroupInvalid
+)
+
+// Broker statuses, re-exported for errors.Is: a request the server refused returns an error for
+// which errors.Is(err, ErrNotMaster) (or any protocol.Status) holds; errors.As with a
+// *protocol.Error gives the remark and, for ErrNotMaster, the master's address. StatusOf
+// extracts the status.
+const (
+	ErrSystemError             = protocol.StatusSystemError
+	ErrSystemBusy              = protocol.StatusSystemBusy
+	ErrFlushDiskTimeout        = protocol.StatusFlushDiskTimeout
+	ErrSlaveNotAvailable       = protocol.StatusSlaveNotAvailable
+	ErrFlushSlaveTimeout       = protocol.StatusFlushSlaveTimeout
+	ErrMessageIllegal          = protocol.StatusMessageIllegal
+	ErrServiceNotAvailable     = protocol.StatusServiceNotAvailable
+	ErrNoPermission            = protocol.StatusNoPermission
+	ErrTopicNotExist           = protocol.StatusTopicNotExist
+	ErrQueryNotFound           = protocol.StatusQueryNotFound
+	ErrDiskFull                = protocol.StatusDiskFull
+	ErrNotMaster               = protocol.StatusNotMaster
+	ErrInSyncReplicasNotEnough = protocol.StatusInSyncReplicasNotEnough
+	ErrQueueNotExist           = protocol.StatusQueueNotExist
+	ErrShuttingDown            = protocol.StatusShuttingDown
+)
+
+// StatusOf returns the broker or NameServer status carried by err, if err (or an error it wraps)
+// is a *protocol.Error.
+func StatusOf(err error) (protocol.Status, bool) {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Status, true
+	}
+	return protocol.StatusSuccess, false
+}
+
+// storedButUnconfirmed reports whether a status means the broker stored the batch but could not
+// confirm its flush or replication in time: a retry would duplicate it, so the outcome is
+// reported as unknown.
+func storedButUnconfirmed(s protocol.Status) bool {
+	return s == protocol.StatusFlushDiskTimeout || s == protocol.StatusFlushSlaveTimeout
+}

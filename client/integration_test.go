@@ -1,0 +1,354 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/namesrv"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// Integration tests: a real NameServer and a real broker in-process on loopback, data under
+// t.TempDir().
+
+type realCluster struct {
+	t   *testing.T
+	ns  *namesrv.Server
+	dir string
+
+	mu      sync.Mutex
+	brokers map[string]*broker.Broker // by broker name
+	cfgs    map[string]broker.Config
+}
+
+func startRealCluster(t *testing.T) *realCluster {
+	t.Helper()
+	// NB: broker.Start assigns b.registrar (and b.addr) after gnet has started serving, and the
+	// topic-creation handler reads it on a loop goroutine: the race detector reports it (no
+	// happens-before through TCP). Until the broker publishes them before serving, these tests
+	// run under -race only with PETREL_IT_KNOWN_BUGS=1.
+	if raceEnabled && os.Getenv("PETREL_IT_KNOWN_BUGS") == "" {
+		t.Skip("skipped under -race: known data race in broker.Start (registrar published after serving); set PETREL_IT_KNOWN_BUGS=1 to run")
+	}
+	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The data directory is made before the cleanup below is registered, so it is removed after
+	// the brokers are closed (cleanups run last-in first-out).
+	rc := &realCluster{t: t, ns: ns, dir: t.TempDir(), brokers: map[string]*broker.Broker{}, cfgs: map[string]broker.Config{}}
+	t.Cleanup(func() {
+		rc.mu.Lock()
+		for _, b := range rc.brokers {
+			_ = b.Close()
+		}
+		rc.mu.Unlock()
+		_ = ns.Close()
+	})
+	return rc
+}
+
+// startBroker starts (or restarts, on the same port and data) the master of group name.
+func (rc *realCluster) startBroker(name string) *broker.Broker {
+	rc.t.Helper()
+	rc.mu.Lock()
+	cfg, ok := rc.cfgs[name]
+	rc.mu.Unlock()
+	if !ok {
+		cfg = broker.DefaultConfig()
+		cfg.BrokerName = name
+		cfg.ListenPort = 0
+		cfg.BindAddress = "127.0.0.1"
+		cfg.NamesrvAddr = rc.ns.Addr()
+		cfg.StorePathRootDir = filepath.Join(rc.dir, name)
+		cfg.MappedFileSizeCommitLog = 16 << 20
+		cfg.MaxFrameSize = 8 << 20
+		cfg.ConsumeQueueFileEntries = 1 << 14
+		cfg.RegisterNameServerPeriod = 200 * time.Millisecond
+		cfg.ShutdownGracePeriod = 2 * time.Second
+		cfg.NumEventLoop = 2
+	}
+	var b *broker.Broker
+	var err error
+	for i := 0; i < 100; i++ { // a restarted broker's port may be busy for a moment
+		if b, err = broker.New(cfg, testLogger(rc.t)); err != nil {
+			rc.t.Fatal(err)
+		}
+		if err = b.Start(); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	if cfg.ListenPort == 0 {
+		_, port, err := net.SplitHostPort(b.Addr())
+		if err != nil {
+			rc.t.Fatal(err)
+		}
+		cfg.ListenPort, _ = strconv.Atoi(port)
+	}
+	rc.mu.Lock()
+	rc.brokers[name] = b
+	rc.cfgs[name] = cfg
+	rc.mu.Unlock()
+	return b
+}
+
+// waitRegistered waits until the NameServer lists groups broker groups with a master.
+func (rc *realCluster) waitRegistered(c *Client, groups int) {
+	rc.t.Helper()
+	admin := NewAdmin(c)
+	eventually(rc.t, "brokers registered", func() bool {
+		ms, err := admin.ClusterMasters(context.Background(), "DefaultCluster")
+		return err == nil && len(ms) >= groups
+	})
+}
+
+func (rc *realCluster) stopBroker(name string) {
+	rc.mu.Lock()
+	b := rc.brokers[name]
+	delete(rc.brokers, name)
+	rc.mu.Unlock()
+	if err := b.Close(); err != nil {
+		rc.t.Errorf("broker Close: %v", err)
+	}
+}
+
+func TestIntegrationProduceConsume(t *testing.T) {
+	rc := startRealCluster(t)
+	ba := rc.startBroker("broker-a")
+	rc.startBroker("broker-b")
+	c := newTestClient(t, rc.ns.Addr())
+	admin := NewAdmin(c)
+	ctx := testCtx(t, 60*time.Second)
+	rc.waitRegistered(c, len(rc.brokers))
+
+	done, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "IT", ReadQueueNums: 3, WriteQueueNums: 3})
+	if err != nil || len(done) != 2 {
+		t.Fatalf("CreateTopic: %+v %v", done, err)
+	}
+	if err := admin.WaitTopicRoute(ctx, "IT", 2); err != nil {
+		t.Fatal(err)
+	}
+
+	p := newTestProducer(t, c)
+	// Sync.
+	for i := 0; i < 100; i++ {
+		if _, err := p.SendSync(ctx, &Message{Topic: "IT", Keys: "k" + strconv.Itoa(i), Tags: "sync", Properties: map[string]string{"n": strconv.Itoa(i)}, Body: []byte(fmt.Sprintf("m%06d", i))}); err != nil {
+			t.Fatalf("SendSync %d: %v", i, err)
+		}
+	}
+	// Batch.
+	batch := make([]Message, 50)
+	for i := range batch {
+		batch[i] = Message{Tags: "batch", Body: []byte(fmt.Sprintf("m%06d", 100+i))}
+	}
+	res, err := p.SendBatchSync(ctx, "IT", batch)
+	if err != nil || res.Count != 50 {
+		t.Fatalf("SendBatchSync: %+v %v", res, err)
+	}
+	// Async.
+	produce(t, p, "IT", 150, 3150)
+	// Oneway.
+	for i := 3150; i < 3200; i++ {
+		if err := p.SendOneway(ctx, &Message{Topic: "IT", Body: []byte(fmt.Sprintf("m%06d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	col := newCollector(t)
+	co := newTestConsumer(t, c, "ITG", "IT", WithPollTimeout(500*time.Millisecond))
+	stop := runConsumer(t, co, col.handle)
+	eventually(t, "everything consumed", func() bool { return col.count() >= 3200 })
+	time.Sleep(100 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if col.count() != 3200 || len(col.body) != 3200 {
+		t.Fatalf("%d deliveries, %d distinct", col.count(), len(col.body))
+	}
+
+	// Restart the consumer: it resumes at the committed offsets.
+	produce(t, p, "IT", 3200, 3300)
+	col2 := newCollector(t)
+	co2 := newTestConsumer(t, c, "ITG", "IT", WithPollTimeout(500*time.Millisecond))
+	if lag, err := co2.Lag(ctx); err != nil || lag != 100 {
+		t.Fatalf("lag %d %v", lag, err)
+	}
+	stop2 := runConsumer(t, co2, col2.handle)
+	eventually(t, "the new messages", func() bool { return col2.count() >= 100 })
+	time.Sleep(100 * time.Millisecond)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if col2.count() != 100 {
+		t.Fatalf("resumed consumer got %d, want 100", col2.count())
+	}
+
+	// Admin views.
+	ts, err := admin.TopicStats(ctx, "IT")
+	if err != nil || len(ts) != 2 {
+		t.Fatalf("TopicStats %+v %v", ts, err)
+	}
+	var total int64
+	for _, bs := range ts {
+		for _, q := range bs.Stats.Queues {
+			total += q.MaxOffset - q.MinOffset
+		}
+	}
+	if total != 3300 {
+		t.Fatalf("TopicStats count %d", total)
+	}
+	cs, err := admin.ConsumeStats(ctx, "ITG", "IT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bs := range cs {
+		for _, q := range bs.Stats.Queues {
+			if q.ConsumerOffset != q.BrokerOffset {
+				t.Fatalf("consume stats %s %+v", bs.BrokerName, q)
+			}
+		}
+	}
+	if kv, err := admin.BrokerRuntimeInfo(ctx, ba.Addr()); err != nil || len(kv.Entries) == 0 {
+		t.Fatalf("runtime info %+v %v", kv, err)
+	}
+	if _, err := admin.MaxOffset(ctx, ba.Addr(), "IT", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.MinOffset(ctx, ba.Addr(), "IT", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.QueryConsumerOffset(ctx, ba.Addr(), "NoSuchGroup", "IT", 0); !errors.Is(err, ErrQueryNotFound) {
+		t.Fatalf("QueryConsumerOffset of an unknown group: %v", err)
+	}
+}
+
+func TestIntegrationBrokerRestart(t *testing.T) {
+	rc := startRealCluster(t)
+	rc.startBroker("broker-a")
+	c := newTestClient(t, rc.ns.Addr())
+	admin := NewAdmin(c)
+	ctx := testCtx(t, 60*time.Second)
+	rc.waitRegistered(c, len(rc.brokers))
+	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "RT", ReadQueueNums: 2, WriteQueueNums: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.WaitTopicRoute(ctx, "RT", 1); err != nil {
+		t.Fatal(err)
+	}
+	p := newTestProducer(t, c, WithSendTimeout(2*time.Second))
+
+	// Produce continuously while the broker restarts; remember what was acknowledged.
+	var acked sync.Map
+	var nAcked, nFailed, nUnknown atomic.Int64
+	stopProducing := make(chan struct{})
+	producing := make(chan struct{})
+	go func() {
+		defer close(producing)
+		for i := 0; ; i++ {
+			select {
+			case <-stopProducing:
+				return
+			default:
+			}
+			body := fmt.Sprintf("r%06d", i)
+			_, err := p.SendSync(ctx, &Message{Topic: "RT", Body: []byte(body)})
+			switch {
+			case err == nil:
+				acked.Store(body, true)
+				nAcked.Add(1)
+			case errors.Is(err, ErrUnknownOutcome):
+				nUnknown.Add(1)
+			default:
+				nFailed.Add(1)
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	eventually(t, "acks before the restart", func() bool { return nAcked.Load() >= 200 })
+	rc.stopBroker("broker-a")
+	before := nAcked.Load()
+	rc.startBroker("broker-a")
+	eventually(t, "acks after the restart", func() bool { return nAcked.Load() >= before+200 })
+	close(stopProducing)
+	<-producing
+	t.Logf("acked %d, failed %d, unknown %d", nAcked.Load(), nFailed.Load(), nUnknown.Load())
+
+	// Every acknowledged message is there after the restart.
+	col := newCollector(t)
+	co := newTestConsumer(t, c, "RTG", "RT", WithPollTimeout(500*time.Millisecond))
+	stop := runConsumer(t, co, col.handle)
+	eventually(t, "every acknowledged message consumed", func() bool {
+		missing := 0
+		col.mu.Lock()
+		acked.Range(func(k, _ any) bool {
+			if col.body[k.(string)] == 0 {
+				missing++
+			}
+			return true
+		})
+		col.mu.Unlock()
+		return missing == 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntegrationManySmallBatches pulls queues made of single-message batches, interleaved in
+// the commit log, with the default MaxMessages (1024): one pull response is then 1024 slices
+// plus the header, 1025 iovecs.
+//
+// NB: the broker answers a pull with one writev of the header and every batch slice; Linux
+// refuses more than IOV_MAX (1024) iovecs with EINVAL, gnet closes the connection on that error
+// (silently: OnClose does not log it), and the consumer retries forever. Until the broker splits
+// or coalesces its iovecs, this runs only with PETREL_IT_KNOWN_BUGS=1.
+func TestIntegrationManySmallBatches(t *testing.T) {
+	if os.Getenv("PETREL_IT_KNOWN_BUGS") == "" {
+		t.Skip("known broker bug: a pull of more than 1023 batches exceeds IOV_MAX and closes the connection; set PETREL_IT_KNOWN_BUGS=1 to run")
+	}
+	rc := startRealCluster(t)
+	rc.startBroker("broker-a")
+	c := newTestClient(t, rc.ns.Addr())
+	rc.waitRegistered(c, 1)
+	admin := NewAdmin(c)
+	ctx := testCtx(t, 60*time.Second)
+	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "Small", ReadQueueNums: 4, WriteQueueNums: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.WaitTopicRoute(ctx, "Small", 1); err != nil {
+		t.Fatal(err)
+	}
+	p := newTestProducer(t, c)
+	// Round-robin over 4 queues: a queue's batches are not adjacent in the commit log, so the
+	// broker cannot merge their slices.
+	const n = 6000
+	for i := 0; i < n; i++ {
+		if _, err := p.SendSync(ctx, &Message{Topic: "Small", Body: []byte(fmt.Sprintf("s%06d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col := newCollector(t)
+	co := newTestConsumer(t, c, "SmallG", "Small")
+	stop := runConsumer(t, co, col.handle)
+	eventually(t, "every single-message batch consumed", func() bool { return col.count() >= n })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := co.Stats(); st.PullErrors != 0 {
+		t.Fatalf("%d pull errors", st.PullErrors)
+	}
+}

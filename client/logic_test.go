@@ -1,0 +1,301 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// gnet's worker pool, if a broker is started in-process by an integration test.
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
+
+func testRoute() *topicRoute {
+	data := protocol.TopicRouteData{
+		QueueDatas: []protocol.QueueData{
+			{BrokerName: "b", ReadQueueNums: 2, WriteQueueNums: 2, Perm: protocol.PermReadWrite},
+			{BrokerName: "a", ReadQueueNums: 3, WriteQueueNums: 2, Perm: protocol.PermReadWrite},
+			{BrokerName: "c", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermRead},      // read only
+			{BrokerName: "d", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermReadWrite}, // no master
+			{BrokerName: "e", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermReadWrite}, // no broker data
+		},
+		BrokerDatas: []protocol.BrokerData{
+			{BrokerName: "a", Addrs: []protocol.BrokerAddr{{BrokerID: 0, Addr: "a0"}, {BrokerID: 1, Addr: "a1"}}},
+			{BrokerName: "b", Addrs: []protocol.BrokerAddr{{BrokerID: 0, Addr: "b0"}}},
+			{BrokerName: "c", Addrs: []protocol.BrokerAddr{{BrokerID: 0, Addr: "c0"}}},
+			{BrokerName: "d", Addrs: []protocol.BrokerAddr{{BrokerID: 2, Addr: "d2"}}},
+		},
+	}
+	return newTopicRoute("T", data, time.Time{})
+}
+
+func TestTopicRouteQueues(t *testing.T) {
+	r := testRoute()
+	f := func(qs []MessageQueue, want ...string) {
+		t.Helper()
+		var got []string
+		for _, q := range qs {
+			got = append(got, q.String())
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("queues %v, want %v", got, want)
+		}
+	}
+	f(r.writeQueues, "T@a#0", "T@a#1", "T@b#0", "T@b#1")
+	f(r.readQueues, "T@a#0", "T@a#1", "T@a#2", "T@b#0", "T@b#1", "T@c#0", "T@d#0")
+	if r.masterAddr("a") != "a0" || r.masterAddr("d") != "" || r.masterAddr("zz") != "" {
+		t.Fatal("masterAddr")
+	}
+}
+
+func TestSelectQueue(t *testing.T) {
+	qs := testRoute().writeQueues
+	all := func(string) bool { return true }
+	f := func(start uint32, avoid string, avail func(string) bool, want string) {
+		t.Helper()
+		q, ok := selectQueue(qs, start, avoid, avail)
+		if !ok || q.String() != want {
+			t.Fatalf("selectQueue(%d, %q) = %v, want %s", start, avoid, q, want)
+		}
+	}
+	// Round-robin.
+	f(0, "", all, "T@a#0")
+	f(1, "", all, "T@a#1")
+	f(2, "", nil, "T@b#0")
+	f(5, "", all, "T@a#1") // wraps
+	// Avoid the group that just failed.
+	f(0, "a", all, "T@b#0")
+	f(3, "b", all, "T@a#0")
+	// Skip groups in fault backoff.
+	notA := func(b string) bool { return b != "a" }
+	f(0, "", notA, "T@b#0")
+	// Everything unavailable: still another group than the failed one, then anything.
+	none := func(string) bool { return false }
+	f(0, "a", none, "T@b#0")
+	f(0, "", none, "T@a#0")
+	onlyA := []MessageQueue{{Topic: "T", BrokerName: "a"}}
+	if q, ok := selectQueue(onlyA, 7, "a", none); !ok || q.BrokerName != "a" {
+		t.Fatal("single group must still be chosen")
+	}
+	if _, ok := selectQueue(nil, 0, "", all); ok {
+		t.Fatal("no queues")
+	}
+}
+
+func TestShardIndex(t *testing.T) {
+	r := testRoute()
+	counts := map[int]int{}
+	for i := 0; i < 1000; i++ {
+		key := "order-" + strconv.Itoa(i)
+		a, b := shardIndex(key, len(r.writeQueues)), shardIndex(key, len(r.writeQueues))
+		if a != b || a < 0 || a >= len(r.writeQueues) {
+			t.Fatalf("shardIndex(%q) = %d, %d", key, a, b)
+		}
+		counts[a]++
+	}
+	for i := range r.writeQueues {
+		if counts[i] < 150 {
+			t.Fatalf("queue %d got %d of 1000 keys: %v", i, counts[i], counts)
+		}
+	}
+	// The route's order does not depend on the NameServer's order.
+	d := r.data
+	slices.Reverse(d.QueueDatas)
+	if r2 := newTopicRoute("T", d, time.Time{}); !slices.Equal(r2.writeQueues, r.writeQueues) {
+		t.Fatal("queue order depends on the route's order")
+	}
+}
+
+func TestPickBrokerAddr(t *testing.T) {
+	f := func(addrs []protocol.BrokerAddr, suggest int64, wantAddr string, wantID int64, wantOK bool) {
+		t.Helper()
+		bd := &protocol.BrokerData{BrokerName: "x", Addrs: addrs}
+		addr, id, ok := pickBrokerAddr(bd, suggest)
+		if addr != wantAddr || id != wantID || ok != wantOK {
+			t.Fatalf("pickBrokerAddr(%v, %d) = %q %d %v", addrs, suggest, addr, id, ok)
+		}
+	}
+	three := []protocol.BrokerAddr{{BrokerID: 0, Addr: "m"}, {BrokerID: 1, Addr: "s1"}, {BrokerID: 2, Addr: "s2"}}
+	f(three, 0, "m", 0, true)
+	f(three, 2, "s2", 2, true)
+	f(three, 7, "m", 0, true) // unknown id: the master
+	slaves := []protocol.BrokerAddr{{BrokerID: 2, Addr: "s2"}, {BrokerID: 1, Addr: "s1"}}
+	f(slaves, 0, "s1", 1, true) // no master: the lowest live member
+	f(nil, 0, "", 0, false)
+	if _, _, ok := pickBrokerAddr(nil, 0); ok {
+		t.Fatal("nil group")
+	}
+}
+
+func TestFaultTracker(t *testing.T) {
+	ft := newFaultTracker(time.Second, 5*time.Second)
+	now := time.Unix(1000, 0)
+	if !ft.empty() || !ft.available("a", now) {
+		t.Fatal("fresh tracker")
+	}
+	f := func(wantBackoff time.Duration) {
+		t.Helper()
+		if d := ft.failed("a", now); d != wantBackoff {
+			t.Fatalf("backoff %v, want %v", d, wantBackoff)
+		}
+		if ft.available("a", now.Add(wantBackoff-time.Millisecond)) || !ft.available("a", now.Add(wantBackoff)) {
+			t.Fatalf("availability around %v", wantBackoff)
+		}
+	}
+	f(time.Second)
+	f(2 * time.Second)
+	f(4 * time.Second)
+	f(5 * time.Second) // capped
+	f(5 * time.Second)
+	if !ft.available("b", now) {
+		t.Fatal("other groups are not affected")
+	}
+	ft.succeeded("a")
+	if !ft.empty() || !ft.available("a", now) {
+		t.Fatal("success resets")
+	}
+	f(time.Second)
+}
+
+func TestOffsetTracker(t *testing.T) {
+	ot := newOffsetTracker()
+	if _, ok := ot.toCommit(); ok {
+		t.Fatal("nothing to commit before the start")
+	}
+	ot.start(10, true)
+	if _, ok := ot.toCommit(); ok {
+		t.Fatal("the start offset is already committed")
+	}
+	ot.advance(15)
+	if v, ok := ot.toCommit(); !ok || v != 15 {
+		t.Fatalf("toCommit = %d %v", v, ok)
+	}
+	ot.confirm(15)
+	ot.confirm(12) // a late confirmation of an older commit
+	if got := ot.committed.Load(); got != 15 {
+		t.Fatalf("committed moved back to %d", got)
+	}
+	ot.advance(11) // OFFSET_MOVED backwards
+	if _, ok := ot.toCommit(); ok {
+		t.Fatal("a commit must never move backwards")
+	}
+	ot.advance(20)
+	if v, ok := ot.toCommit(); !ok || v != 20 {
+		t.Fatalf("toCommit = %d %v", v, ok)
+	}
+	ot.confirm(20)
+	ot.reset(3) // OFFSET_MOVED: the broker's position wins
+	if v, ok := ot.toCommit(); !ok || v != 3 {
+		t.Fatalf("after reset toCommit = %d %v", v, ok)
+	}
+
+	fresh := newOffsetTracker()
+	fresh.start(0, false) // from ConsumeFromFirst: not committed yet
+	fresh.advance(0)
+	if v, ok := fresh.toCommit(); !ok || v != 0 {
+		t.Fatalf("an uncommitted start offset is committed: %d %v", v, ok)
+	}
+}
+
+func TestByteBudget(t *testing.T) {
+	b := newByteBudget(100)
+	ctx := context.Background()
+	if n, err := b.acquire(ctx, 60); err != nil || n != 60 {
+		t.Fatal(n, err)
+	}
+	// Larger than the whole budget: capped, so it can pass alone.
+	got := make(chan int, 1)
+	go func() {
+		n, err := b.acquire(ctx, 500)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- n
+	}()
+	// A later small request waits behind it (FIFO).
+	eventually(t, "the big waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
+	small := make(chan error, 1)
+	go func() { _, err := b.acquire(ctx, 10); small <- err }()
+	eventually(t, "the small waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 2 })
+	b.release(60)
+	if n := <-got; n != 100 {
+		t.Fatalf("capped acquire took %d", n)
+	}
+	// Context ends while waiting.
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := b.acquire(cctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire with a dead context: %v", err)
+	}
+	b.release(100)
+	if err := <-small; err != nil {
+		t.Fatal(err)
+	}
+	if b.inUse() != 10 {
+		t.Fatalf("in use %d", b.inUse())
+	}
+	// Close fails waiters and later acquires.
+	if _, err := b.acquire(ctx, 90); err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan error, 1)
+	go func() { _, err := b.acquire(ctx, 50); failed <- err }()
+	eventually(t, "the waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
+	b.close()
+	if err := <-failed; !errors.Is(err, ErrProducerClosed) {
+		t.Fatal(err)
+	}
+	if _, err := b.acquire(ctx, 1); !errors.Is(err, ErrProducerClosed) {
+		t.Fatal(err)
+	}
+}
+
+func TestProperties(t *testing.T) {
+	props := map[string]string{"b": "2", "a": "1", "UNIQ_KEY": "x y", "empty": ""}
+	enc, err := appendProperties(nil, props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(enc) != "UNIQ_KEY\x01x y\x02a\x011\x02b\x012\x02empty\x01\x02" {
+		t.Fatalf("encoding %q is not sorted", enc)
+	}
+	m := MessageExt{Properties: enc}
+	if v, ok := m.Property("a"); !ok || v != "1" {
+		t.Fatal("Property a")
+	}
+	if v, ok := m.Property("empty"); !ok || v != "" {
+		t.Fatal("Property empty")
+	}
+	if _, ok := m.Property("zz"); ok {
+		t.Fatal("Property zz")
+	}
+	parsed := ParseProperties(enc)
+	if len(parsed) != len(props) {
+		t.Fatalf("parsed %v", parsed)
+	}
+	for k, v := range props {
+		if parsed[k] != v {
+			t.Fatalf("parsed %v", parsed)
+		}
+	}
+	for _, bad := range []map[string]string{{"": "x"}, {"a\x01": "x"}, {"a": "x\x02"}, {"big": string(make([]byte, 70000))}} {
+		if _, err := appendProperties(nil, bad); !errors.Is(err, ErrMessageInvalid) {
+			t.Fatalf("%q: %v", bad, err)
+		}
+	}
+	c := m.Clone()
+	enc[0] = 'Z'
+	if c.Properties[0] != 'U' {
+		t.Fatal("Clone aliases the original")
+	}
+}

@@ -1,0 +1,364 @@
+package client
+
+import (
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// Defaults. Durations and sizes follow RocketMQ's client where it has the same knob.
+const (
+	// DefaultRouteRefreshInterval is how often cached topic routes are refreshed (RocketMQ's
+	// pollNameServerInterval).
+	DefaultRouteRefreshInterval = 30 * time.Second
+	// DefaultRequestTimeout bounds a request whose context has no deadline (RocketMQ's
+	// sendMsgTimeout and admin timeouts are 3 s).
+	DefaultRequestTimeout = 3 * time.Second
+	// DefaultDialTimeout bounds establishing a connection.
+	DefaultDialTimeout = 3 * time.Second
+	// DefaultReconnectBackoff is the wait before re-dialling an address whose dial failed; it
+	// doubles on each further failure up to DefaultMaxReconnectBackoff.
+	DefaultReconnectBackoff    = 100 * time.Millisecond
+	DefaultMaxReconnectBackoff = 3 * time.Second
+
+	// DefaultLinger is how long an asynchronous batch waits for more messages.
+	DefaultLinger = 5 * time.Millisecond
+	// DefaultMaxBatchBytes caps an asynchronous batch (bytes).
+	DefaultMaxBatchBytes = 256 << 10
+	// DefaultBufferBytes caps the bytes of asynchronous messages not yet acknowledged.
+	DefaultBufferBytes = 32 << 20
+	// DefaultMaxInFlightPerBroker caps the asynchronous batches in flight to one broker group.
+	DefaultMaxInFlightPerBroker = 16
+	// DefaultRetries is how many times a failed send is retried (RocketMQ's
+	// retryTimesWhenSendFailed).
+	DefaultRetries = 2
+	// DefaultFaultBackoff is how long a broker group is avoided after a failed send; it doubles
+	// with each further failure up to DefaultMaxFaultBackoff, and a success resets it.
+	DefaultFaultBackoff    = time.Second
+	DefaultMaxFaultBackoff = 30 * time.Second
+
+	// DefaultPollTimeout is how long the broker holds a pull that finds nothing (RocketMQ's
+	// brokerSuspendMaxTimeMillis).
+	DefaultPollTimeout = 15 * time.Second
+	// DefaultPullMaxMessages and DefaultPullMaxBytes cap one pull response.
+	DefaultPullMaxMessages = 1024
+	DefaultPullMaxBytes    = 4 << 20
+	// DefaultCommitInterval is how often consumed offsets are committed (RocketMQ's
+	// persistConsumerOffsetInterval is 5 s; we commit more often).
+	DefaultCommitInterval = time.Second
+	// DefaultRetryDelay is the wait before a failed handler call is retried, and the longest
+	// wait between failed pulls.
+	DefaultRetryDelay = time.Second
+)
+
+// frameOverhead is room left in a frame for the prefix and an empty header (bytes).
+const frameOverhead = 1 << 10
+
+// ClientOption configures a Client (see New).
+type ClientOption func(*clientConfig)
+
+type clientConfig struct {
+	nameServers         []string
+	routeRefresh        time.Duration
+	requestTimeout      time.Duration
+	dialTimeout         time.Duration
+	reconnectBackoff    time.Duration
+	maxReconnectBackoff time.Duration
+	maxFrameSize        int
+	maxInFlight         int
+	logger              *slog.Logger
+}
+
+func defaultClientConfig() clientConfig {
+	return clientConfig{
+		routeRefresh:        DefaultRouteRefreshInterval,
+		requestTimeout:      DefaultRequestTimeout,
+		dialTimeout:         DefaultDialTimeout,
+		reconnectBackoff:    DefaultReconnectBackoff,
+		maxReconnectBackoff: DefaultMaxReconnectBackoff,
+		maxFrameSize:        protocol.DefaultMaxFrameSize,
+		maxInFlight:         4096,
+		logger:              slog.Default(),
+	}
+}
+
+// WithNameServers sets the NameServer addresses, ';'-separated as RocketMQ's namesrvAddr
+// ("host1:9876;host2:9876"). Any of them answers; on failure the next is tried. Required.
+func WithNameServers(addrs string) ClientOption {
+	return func(c *clientConfig) {
+		c.nameServers = c.nameServers[:0]
+		for _, a := range strings.Split(addrs, ";") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.nameServers = append(c.nameServers, a)
+			}
+		}
+	}
+}
+
+// WithRouteRefreshInterval sets how often cached topic routes are refreshed from the NameServer
+// (default 30 s). Routes are also refreshed at once after send or pull errors.
+func WithRouteRefreshInterval(d time.Duration) ClientOption {
+	return func(c *clientConfig) {
+		if d > 0 {
+			c.routeRefresh = d
+		}
+	}
+}
+
+// WithRequestTimeout sets the timeout of requests whose context has no deadline (default 3 s):
+// NameServer queries, admin requests, offset commits.
+func WithRequestTimeout(d time.Duration) ClientOption {
+	return func(c *clientConfig) {
+		if d > 0 {
+			c.requestTimeout = d
+		}
+	}
+}
+
+// WithDialTimeout bounds establishing a connection (default 3 s).
+func WithDialTimeout(d time.Duration) ClientOption {
+	return func(c *clientConfig) {
+		if d > 0 {
+			c.dialTimeout = d
+		}
+	}
+}
+
+// WithReconnectBackoff sets the wait before re-dialling an address whose dial failed (default
+// 100 ms), doubling per failure up to max (default 3 s). During the wait requests to that address
+// fail at once with ErrBrokerUnavailable, so producers move to another broker group.
+func WithReconnectBackoff(initial, max time.Duration) ClientOption {
+	return func(c *clientConfig) {
+		if initial > 0 {
+			c.reconnectBackoff = initial
+		}
+		if max >= c.reconnectBackoff {
+			c.maxReconnectBackoff = max
+		}
+	}
+}
+
+// WithMaxFrameSize bounds the frames the client sends and accepts (bytes, default 16 MiB).
+func WithMaxFrameSize(n int) ClientOption {
+	return func(c *clientConfig) {
+		if n > 0 {
+			c.maxFrameSize = n
+		}
+	}
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) ClientOption {
+	return func(c *clientConfig) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// ProducerOption configures a Producer (see NewProducer).
+type ProducerOption func(*producerConfig)
+
+type producerConfig struct {
+	linger               time.Duration
+	maxBatchBytes        int
+	bufferBytes          int
+	maxInFlightPerBroker int
+	retries              int
+	sendTimeout          time.Duration
+	faultBackoff         time.Duration
+	maxFaultBackoff      time.Duration
+	maxMessageSize       int
+}
+
+func defaultProducerConfig() producerConfig {
+	return producerConfig{
+		linger:               DefaultLinger,
+		maxBatchBytes:        DefaultMaxBatchBytes,
+		bufferBytes:          DefaultBufferBytes,
+		maxInFlightPerBroker: DefaultMaxInFlightPerBroker,
+		retries:              DefaultRetries,
+		sendTimeout:          DefaultRequestTimeout,
+		faultBackoff:         DefaultFaultBackoff,
+		maxFaultBackoff:      DefaultMaxFaultBackoff,
+		maxMessageSize:       protocol.DefaultMaxMessageSize,
+	}
+}
+
+// WithLinger sets how long an asynchronous batch waits for more messages before it is sent
+// (default 5 ms; 0 sends as soon as the queue's previous batch is answered).
+func WithLinger(d time.Duration) ProducerOption {
+	return func(c *producerConfig) {
+		if d >= 0 {
+			c.linger = d
+		}
+	}
+}
+
+// WithMaxBatchBytes caps an asynchronous batch (bytes, default 256 KiB; at most the frame size
+// less 1 KiB). A single message larger than the cap is sent alone.
+func WithMaxBatchBytes(n int) ProducerOption {
+	return func(c *producerConfig) {
+		if n > 0 {
+			c.maxBatchBytes = n
+		}
+	}
+}
+
+// WithBufferBytes caps the bytes of asynchronous messages accepted but not yet answered
+// (default 32 MiB). When the buffer is full, SendAsync blocks until space frees or its context
+// ends.
+func WithBufferBytes(n int) ProducerOption {
+	return func(c *producerConfig) {
+		if n > 0 {
+			c.bufferBytes = n
+		}
+	}
+}
+
+// WithMaxInFlightPerBroker caps the asynchronous batches waiting for an answer from one broker
+// group (default 16). Each queue has at most one batch in flight, which keeps per-queue order.
+func WithMaxInFlightPerBroker(n int) ProducerOption {
+	return func(c *producerConfig) {
+		if n > 0 {
+			c.maxInFlightPerBroker = n
+		}
+	}
+}
+
+// WithRetries sets how many times a send that failed definitely and retriably (network failure
+// before the request was written, or a retriable status) is retried, on another broker group
+// when there is one (default 2, so at most 3 attempts). Unknown outcomes are never retried.
+func WithRetries(n int) ProducerOption {
+	return func(c *producerConfig) {
+		if n >= 0 {
+			c.retries = n
+		}
+	}
+}
+
+// WithSendTimeout bounds a send (all its attempts) when the context has no deadline, and every
+// asynchronous batch (default 3 s).
+func WithSendTimeout(d time.Duration) ProducerOption {
+	return func(c *producerConfig) {
+		if d > 0 {
+			c.sendTimeout = d
+		}
+	}
+}
+
+// WithFaultBackoff sets how long a broker group is avoided after a failed send (default 1 s),
+// doubling per further failure up to max (default 30 s); a success resets it. It is RocketMQ's
+// sendLatencyFaultEnable, driven by failures.
+func WithFaultBackoff(initial, max time.Duration) ProducerOption {
+	return func(c *producerConfig) {
+		if initial >= 0 {
+			c.faultBackoff = initial
+		}
+		if max >= c.faultBackoff {
+			c.maxFaultBackoff = max
+		}
+	}
+}
+
+// WithMaxMessageSize sets the largest body accepted (bytes, default 4 MiB, the broker's default).
+func WithMaxMessageSize(n int) ProducerOption {
+	return func(c *producerConfig) {
+		if n > 0 {
+			c.maxMessageSize = n
+		}
+	}
+}
+
+// ConsumeFrom says where a consumer group starts on a queue it has no committed offset for.
+type ConsumeFrom uint8
+
+// Start positions.
+const (
+	// ConsumeFromFirst starts at the queue's min offset (the oldest stored message). Default.
+	ConsumeFromFirst ConsumeFrom = iota
+	// ConsumeFromLast starts at the queue's max offset: only messages stored from now on.
+	ConsumeFromLast
+)
+
+// ConsumerOption configures a Consumer (see NewConsumer).
+type ConsumerOption func(*consumerConfig)
+
+type consumerConfig struct {
+	consumeFrom    ConsumeFrom
+	pollTimeout    time.Duration
+	maxMessages    int32
+	maxBytes       int32
+	commitInterval time.Duration
+	retryDelay     time.Duration
+}
+
+func defaultConsumerConfig() consumerConfig {
+	return consumerConfig{
+		consumeFrom:    ConsumeFromFirst,
+		pollTimeout:    DefaultPollTimeout,
+		maxMessages:    DefaultPullMaxMessages,
+		maxBytes:       DefaultPullMaxBytes,
+		commitInterval: DefaultCommitInterval,
+		retryDelay:     DefaultRetryDelay,
+	}
+}
+
+// WithConsumeFrom sets where the group starts on a queue without a committed offset (default
+// ConsumeFromFirst).
+func WithConsumeFrom(f ConsumeFrom) ConsumerOption {
+	return func(c *consumerConfig) { c.consumeFrom = f }
+}
+
+// WithPollTimeout sets how long the broker holds a pull that finds nothing (default 15 s; 0
+// answers at once). The pull's own timeout is this plus the client's request timeout.
+func WithPollTimeout(d time.Duration) ConsumerOption {
+	return func(c *consumerConfig) {
+		if d >= 0 {
+			c.pollTimeout = d
+		}
+	}
+}
+
+// WithPullMaxMessages caps the messages of one pull (default 1024; whole batches are returned,
+// so the last one may exceed it).
+func WithPullMaxMessages(n int) ConsumerOption {
+	return func(c *consumerConfig) {
+		if n > 0 {
+			c.maxMessages = int32(min(n, 1<<30))
+		}
+	}
+}
+
+// WithPullMaxBytes caps the body of one pull (bytes, default 4 MiB; the first batch is returned
+// whole even if larger).
+func WithPullMaxBytes(n int) ConsumerOption {
+	return func(c *consumerConfig) {
+		if n > 0 {
+			c.maxBytes = int32(min(n, 1<<30))
+		}
+	}
+}
+
+// WithCommitInterval sets how often consumed offsets are committed to the brokers (default 1 s).
+// Offsets are also committed with pulls and when Run returns.
+func WithCommitInterval(d time.Duration) ConsumerOption {
+	return func(c *consumerConfig) {
+		if d > 0 {
+			c.commitInterval = d
+		}
+	}
+}
+
+// WithRetryDelay sets the wait before a handler call that returned an error is repeated with
+// the same messages (default 1 s). It also caps the wait between failed pulls, which starts at
+// 50 ms and doubles.
+func WithRetryDelay(d time.Duration) ConsumerOption {
+	return func(c *consumerConfig) {
+		if d > 0 {
+			c.retryDelay = d
+		}
+	}
+}

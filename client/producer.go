@@ -1,0 +1,532 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+	"github.com/valyala/bytebufferpool"
+)
+
+// Offsets of the batch header fields a producer rewrites when it sends a batch to a queue other
+// than the one it was built for (a retry on another broker group). They are part of the wire
+// format drawn in package protocol's doc; the CRC is recomputed afterwards.
+const (
+	batchOffQueueID      = 42
+	batchOffBaseSequence = 74
+)
+
+// batchPool holds the buffers batches are built in (sync sends and async accumulation).
+var batchPool bytebufferpool.Pool
+
+// propsPool holds scratch buffers for encoding properties.
+var propsPool bytebufferpool.Pool
+
+// Producer sends messages: synchronously (SendSync, SendBatchSync), asynchronously with
+// batching (SendAsync) or without waiting for an answer (SendOneway). All methods are safe for
+// concurrent use.
+//
+// Queue selection: an unkeyed message goes round-robin over the topic's write queues (every
+// broker group with a master and write permission), skipping groups whose sends failed recently
+// (fault backoff); SendAsync keeps appending to one queue until its batch is sealed, then moves
+// on (a sticky round-robin, so batches fill). A message with a ShardingKey goes to the queue its
+// key hashes to.
+//
+// Retries: a send that failed definitely and retriably (a network failure before the request
+// was written, or a status whose Retriable() is true) is retried up to WithRetries times, on
+// another group when there is one (keyed messages stay on their queue). A NOT_MASTER answer makes
+// the producer refresh the route and send to the master it names. A request written but not
+// answered is an unknown outcome (ErrUnknownOutcome) and is never retried.
+type Producer struct {
+	c     *Client
+	cfg   producerConfig
+	id    int64
+	fault *faultTracker
+
+	rrMu sync.RWMutex // guards rr
+	rr   map[string]*atomic.Uint32
+
+	seqMu sync.Mutex // guards seqs
+	seqs  map[MessageQueue]int32
+
+	// Asynchronous sends.
+	budget   *byteBudget
+	pending  pendingCounter
+	flushing atomic.Int32
+
+	mu     sync.RWMutex // guards closed; held for reading while a message is enqueued
+	closed bool
+
+	qMu    sync.Mutex // guards queues, sticky, slots
+	queues map[MessageQueue]*asyncQueue
+	sticky map[string]stickyChoice
+	slots  map[string]chan struct{}
+
+	ctx       context.Context // ends when Close gives up waiting: in-flight batches are abandoned
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // the queue goroutines
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// stickyChoice is the queue SendAsync appends unkeyed messages of a topic to, until the batch
+// open when it was chosen (gen) is sealed.
+type stickyChoice struct {
+	q     *asyncQueue
+	gen   uint64
+	route *topicRoute
+}
+
+// NewProducer returns a producer sending through c. It starts no goroutine until SendAsync is
+// used. Close it before closing c (closing c closes it too).
+func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
+	cfg := defaultProducerConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if limit := c.cfg.maxFrameSize - frameOverhead; cfg.maxBatchBytes > limit {
+		cfg.maxBatchBytes = limit
+	}
+	if cfg.maxMessageSize > c.cfg.maxFrameSize-frameOverhead {
+		return nil, fmt.Errorf("client: max message size %d does not fit a frame of %d bytes", cfg.maxMessageSize, c.cfg.maxFrameSize)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Producer{
+		c:      c,
+		cfg:    cfg,
+		id:     int64(rand.Uint64() &^ (1 << 63)),
+		fault:  newFaultTracker(cfg.faultBackoff, cfg.maxFaultBackoff),
+		rr:     make(map[string]*atomic.Uint32),
+		seqs:   make(map[MessageQueue]int32),
+		budget: newByteBudget(cfg.bufferBytes),
+		queues: make(map[MessageQueue]*asyncQueue),
+		sticky: make(map[string]stickyChoice),
+		slots:  make(map[string]chan struct{}),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	if p.id == 0 {
+		p.id = 1
+	}
+	if err := c.addUser(p); err != nil {
+		cancel()
+		return nil, err
+	}
+	return p, nil
+}
+
+// ID returns the producer id written into every batch (a random positive int64).
+func (p *Producer) ID() int64 { return p.id }
+
+// SendSync sends one message as a batch of one, at once (it never waits for a linger time), and
+// waits for the broker's answer. When ctx has no deadline the send, retries included, is
+// bounded by WithSendTimeout.
+//
+// Errors: a validation error (ErrMessageInvalid, ErrMessageTooLarge, ErrTopicInvalid); no
+// route or queue (ErrTopicNotExist, ErrNoQueue); ErrUnknownOutcome when the request was written
+// and no answer came (ctx ended, timeout, connection lost) or the broker stored it without
+// confirming the flush; otherwise a definite failure carrying the last status (errors.Is with
+// ErrSystemBusy...) or network error (ErrBrokerUnavailable). ErrProducerClosed after Close.
+func (p *Producer) SendSync(ctx context.Context, m *Message) (SendResult, error) {
+	if p.isClosed() {
+		return SendResult{}, ErrProducerClosed
+	}
+	if err := p.checkMessage(m); err != nil {
+		return SendResult{}, err
+	}
+	route, err := p.c.route(ctx, m.Topic)
+	if err != nil {
+		return SendResult{}, err
+	}
+	mq, pinned, err := p.pickQueue(route, m.ShardingKey, "")
+	if err != nil {
+		return SendResult{}, err
+	}
+	buf := batchPool.Get()
+	defer batchPool.Put(buf)
+	if buf.B, err = p.encodeOne(buf.B[:0], m, mq, time.Now().UnixMilli()); err != nil {
+		return SendResult{}, err
+	}
+	return p.send(ctx, p.deadline(ctx), &sendJob{topic: m.Topic, batch: buf.B, count: 1, mq: mq, pinned: pinned, key: m.ShardingKey, route: route})
+}
+
+// encodeOne appends a batch holding m alone, for queue mq, to dst. send stamps the sequence and
+// computes the CRC.
+func (p *Producer) encodeOne(dst []byte, m *Message, mq MessageQueue, now int64) ([]byte, error) {
+	dst = protocol.AppendBatchHeader(dst, m.Topic, mq.QueueID, p.id, 0)
+	return p.appendMessage(dst, m, now)
+}
+
+// SendBatchSync sends msgs as one batch to one queue and waits for the answer; the result's
+// QueueOffset is that of the first message and Count the number of messages. Every message's
+// Topic must be topic or empty. The queue is chosen as for SendSync, by the first message's
+// ShardingKey when it has one. The batch must fit in a frame (16 MiB by default). Errors as
+// SendSync.
+func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Message) (SendResult, error) {
+	if p.isClosed() {
+		return SendResult{}, ErrProducerClosed
+	}
+	if len(msgs) == 0 {
+		return SendResult{}, fmt.Errorf("%w: empty batch", ErrMessageInvalid)
+	}
+	for i := range msgs {
+		if msgs[i].Topic != "" && msgs[i].Topic != topic {
+			return SendResult{}, fmt.Errorf("%w: message %d has topic %q in a batch for %q", ErrMessageInvalid, i, msgs[i].Topic, topic)
+		}
+		if err := p.checkBody(&msgs[i]); err != nil {
+			return SendResult{}, fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	route, err := p.c.route(ctx, topic)
+	if err != nil {
+		return SendResult{}, err
+	}
+	mq, pinned, err := p.pickQueue(route, msgs[0].ShardingKey, "")
+	if err != nil {
+		return SendResult{}, err
+	}
+	buf := batchPool.Get()
+	defer batchPool.Put(buf)
+	buf.B = protocol.AppendBatchHeader(buf.B[:0], topic, mq.QueueID, p.id, 0)
+	now := time.Now().UnixMilli()
+	for i := range msgs {
+		if buf.B, err = p.appendMessage(buf.B, &msgs[i], now); err != nil {
+			return SendResult{}, fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	if limit := p.c.cfg.maxFrameSize - frameOverhead; len(buf.B) > limit {
+		return SendResult{}, fmt.Errorf("%w: batch of %d bytes, limit %d", ErrMessageTooLarge, len(buf.B), limit)
+	}
+	return p.send(ctx, p.deadline(ctx), &sendJob{topic: topic, batch: buf.B, count: int32(len(msgs)), mq: mq, pinned: pinned, key: msgs[0].ShardingKey, route: route})
+}
+
+// SendOneway sends one message without waiting for an answer, as RocketMQ's sendOneway: it
+// returns once the request is queued on a connection. It retries only failures to connect (on
+// another broker group). Nothing tells whether the message was stored.
+func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
+	if p.isClosed() {
+		return ErrProducerClosed
+	}
+	if err := p.checkMessage(m); err != nil {
+		return err
+	}
+	route, err := p.c.route(ctx, m.Topic)
+	if err != nil {
+		return err
+	}
+	buf := batchPool.Get()
+	defer batchPool.Put(buf)
+	avoid := ""
+	var lastErr error
+	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+		mq, _, err := p.pickQueue(route, m.ShardingKey, avoid)
+		if err != nil {
+			return err
+		}
+		addr := route.masterAddr(mq.BrokerName)
+		conn, err := p.c.pool.get(ctx, addr)
+		if err != nil {
+			lastErr = err
+			if errors.Is(err, ErrClientClosed) || ctx.Err() != nil {
+				return err
+			}
+			p.fault.failed(mq.BrokerName, time.Now())
+			if m.ShardingKey == "" {
+				avoid = mq.BrokerName
+			}
+			continue
+		}
+		buf.B = protocol.AppendBatchHeader(buf.B[:0], m.Topic, mq.QueueID, p.id, p.nextSeq(mq, 1))
+		if buf.B, err = p.appendMessage(buf.B, m, time.Now().UnixMilli()); err != nil {
+			return err
+		}
+		protocol.FinishBatch(buf.B, 0)
+		return conn.Oneway(protocol.CodeSendMessage, nil, buf.B)
+	}
+	return lastErr
+}
+
+func (p *Producer) isClosed() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.closed
+}
+
+func (p *Producer) deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(p.cfg.sendTimeout)
+}
+
+func (p *Producer) checkBody(m *Message) error {
+	if len(m.Body) == 0 {
+		return fmt.Errorf("%w: empty body", ErrMessageInvalid)
+	}
+	if len(m.Body) > p.cfg.maxMessageSize {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), p.cfg.maxMessageSize)
+	}
+	return nil
+}
+
+func (p *Producer) checkMessage(m *Message) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil message", ErrMessageInvalid)
+	}
+	return p.checkBody(m)
+}
+
+// appendMessage appends m (timestamp now, ms) to the batch that starts at dst[0].
+func (p *Producer) appendMessage(dst []byte, m *Message, now int64) ([]byte, error) {
+	pm := protocol.Message{
+		Keys:      unsafeBytes(m.Keys),
+		Tags:      unsafeBytes(m.Tags),
+		Body:      m.Body,
+		Timestamp: now,
+	}
+	var props *bytebufferpool.ByteBuffer
+	if len(m.Properties) > 0 {
+		props = propsPool.Get()
+		defer propsPool.Put(props)
+		var err error
+		if props.B, err = appendProperties(props.B[:0], m.Properties); err != nil {
+			return dst, err
+		}
+		pm.Properties = props.B
+	}
+	if err := protocol.CheckMessage(dst, 0, &pm); err != nil {
+		return dst, err
+	}
+	return protocol.AppendMessage(dst, 0, &pm), nil
+}
+
+// encodedSize returns the bytes m takes in a batch, properties excluded.
+func encodedSize(m *Message) int {
+	return protocol.MessageOverhead + len(m.Keys) + len(m.Tags) + len(m.Body)
+}
+
+// pickQueue selects the queue for a message: by sharding key, or round-robin avoiding the group
+// avoid and groups in fault backoff.
+func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQueue, pinned bool, err error) {
+	qs := route.writeQueues
+	if len(qs) == 0 {
+		return MessageQueue{}, false, fmt.Errorf("%w: topic %q has no writable queue", ErrNoQueue, route.topic)
+	}
+	if key != "" {
+		return qs[shardIndex(key, len(qs))], true, nil
+	}
+	start := p.counter(route.topic).Add(1)
+	var avail func(string) bool
+	if !p.fault.empty() {
+		now := time.Now()
+		avail = func(b string) bool { return p.fault.available(b, now) }
+	}
+	mq, _ = selectQueue(qs, start, avoid, avail)
+	return mq, false, nil
+}
+
+func (p *Producer) counter(topic string) *atomic.Uint32 {
+	p.rrMu.RLock()
+	c := p.rr[topic]
+	p.rrMu.RUnlock()
+	if c != nil {
+		return c
+	}
+	p.rrMu.Lock()
+	defer p.rrMu.Unlock()
+	if c = p.rr[topic]; c == nil {
+		c = new(atomic.Uint32)
+		c.Store(rand.Uint32()) // as RocketMQ, start at a random queue
+		p.rr[topic] = c
+	}
+	return c
+}
+
+// nextSeq reserves n producer sequence numbers on mq and returns the first.
+func (p *Producer) nextSeq(mq MessageQueue, n int32) int32 {
+	p.seqMu.Lock()
+	s := p.seqs[mq]
+	p.seqs[mq] = s + n
+	p.seqMu.Unlock()
+	return s
+}
+
+// sendJob is one batch being sent, with what retries need.
+type sendJob struct {
+	topic  string
+	batch  []byte // built for some queue; send rewrites its queue id and sequence
+	count  int32
+	mq     MessageQueue // the queue to try first
+	pinned bool         // a sharding key: stay on mq
+	key    string
+	route  *topicRoute
+	async  bool // take a per-broker in-flight slot for each attempt
+}
+
+// send sends job.batch, retrying as the Producer doc says, until deadline.
+func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (SendResult, error) {
+	route := job.route
+	mq := job.mq
+	seqQueue, seq := MessageQueue{}, int32(0)
+	avoid, override := "", ""
+	var lastErr error
+	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+		if attempt > 0 {
+			if err := ctx.Err(); err != nil {
+				return SendResult{}, fmt.Errorf("%w (last error: %w)", err, lastErr)
+			}
+			if !time.Now().Before(deadline) {
+				return SendResult{}, fmt.Errorf("send timeout after %d attempts: %w", attempt, lastErr)
+			}
+			if override == "" {
+				if job.pinned {
+					if qs := route.writeQueues; len(qs) > 0 {
+						mq = qs[shardIndex(job.key, len(qs))]
+					}
+				} else if avoid != "" {
+					var err error
+					if mq, _, err = p.pickQueue(route, "", avoid); err != nil {
+						return SendResult{}, err
+					}
+				}
+			}
+		}
+		addr := override
+		override = ""
+		if addr == "" {
+			addr = route.masterAddr(mq.BrokerName)
+		}
+		if addr == "" {
+			lastErr = fmt.Errorf("%w: broker group %s of topic %q has no master", ErrNoQueue, mq.BrokerName, job.topic)
+			route = p.c.refreshedRoute(ctx, job.topic, route)
+			avoid = mq.BrokerName
+			continue
+		}
+		if mq != seqQueue {
+			seqQueue, seq = mq, p.nextSeq(mq, job.count)
+			binary.BigEndian.PutUint32(job.batch[batchOffQueueID:], uint32(mq.QueueID))
+			binary.BigEndian.PutUint32(job.batch[batchOffBaseSequence:], uint32(seq))
+			protocol.FinishBatch(job.batch, 0)
+		}
+
+		res, state, err := p.attempt(ctx, deadline, addr, mq, job)
+		switch state {
+		case callOK:
+			p.fault.succeeded(mq.BrokerName)
+			return res, nil
+		case callUnknown:
+			return SendResult{}, fmt.Errorf("%w: send to %s (%s): %w", ErrUnknownOutcome, addr, mq, err)
+		case callNotSent:
+			lastErr = fmt.Errorf("cannot send to %s (%s): %w", addr, mq, err)
+			if errors.Is(err, ErrClientClosed) || errors.Is(err, ErrProducerClosed) || errors.Is(err, protocol.ErrFrameTooLarge) || ctx.Err() != nil {
+				return SendResult{}, lastErr
+			}
+			if !errors.Is(err, errNoSlot) && !errors.Is(err, rpc.ErrTooManyInFlight) { // local limits, not broker faults
+				p.fault.failed(mq.BrokerName, time.Now())
+				// The broker may have moved (restarted elsewhere, or left the route).
+				route = p.c.refreshedRoute(ctx, job.topic, route)
+			}
+			avoid = mq.BrokerName
+		case callRejected:
+			var pe *protocol.Error
+			errors.As(err, &pe)
+			lastErr = fmt.Errorf("send to %s (%s) refused: %w", addr, mq, err)
+			switch {
+			case storedButUnconfirmed(pe.Status):
+				return SendResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, lastErr)
+			case pe.Status == protocol.StatusNotMaster:
+				// Same group, new master: refresh the route and follow the broker's pointer
+				// when the route has not caught up yet.
+				route = p.c.refreshedRoute(ctx, job.topic, route)
+				if m := route.masterAddr(mq.BrokerName); m != "" && m != addr {
+					override = m
+				} else if pe.MasterAddr != "" && pe.MasterAddr != addr {
+					override = pe.MasterAddr
+				} else {
+					p.fault.failed(mq.BrokerName, time.Now())
+					avoid = mq.BrokerName
+				}
+			case !pe.Status.Retriable():
+				return SendResult{}, lastErr
+			default:
+				p.fault.failed(mq.BrokerName, time.Now())
+				avoid = mq.BrokerName
+				if pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusServiceNotAvailable || pe.Status == protocol.StatusShuttingDown {
+					route = p.c.refreshedRoute(ctx, job.topic, route)
+				}
+			}
+		}
+	}
+	return SendResult{}, lastErr
+}
+
+// errNoSlot is returned when an asynchronous batch found no free in-flight slot before its
+// deadline; it does not count as a fault of the broker.
+var errNoSlot = errors.New("client: no in-flight slot free for the broker group")
+
+// attempt sends the batch once to addr and decodes the answer.
+func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string, mq MessageQueue, job *sendJob) (SendResult, callState, error) {
+	if job.async {
+		release, err := p.acquireSlot(ctx, deadline, mq.BrokerName)
+		if err != nil {
+			return SendResult{}, callNotSent, err
+		}
+		defer release()
+	}
+	conn, err := p.c.pool.get(ctx, addr)
+	if err != nil {
+		return SendResult{}, callNotSent, err
+	}
+	resp, state, err := startCall(conn, protocol.CodeSendMessage, nil, job.batch).wait(ctx, deadline)
+	if state != callOK {
+		return SendResult{}, state, err
+	}
+	defer resp.Release()
+	var h protocol.SendResponseHeader
+	if err := h.ReadFrom(resp.Header); err != nil {
+		// The broker answered success: the batch is stored, but we cannot say where.
+		return SendResult{}, callUnknown, fmt.Errorf("cannot decode the send response: %w", err)
+	}
+	return SendResult{
+		BrokerName:     mq.BrokerName,
+		BrokerAddr:     addr,
+		QueueID:        h.QueueID,
+		QueueOffset:    h.QueueOffset,
+		Count:          h.Count,
+		PhysicalOffset: h.PhysicalOffset,
+		StoreTimestamp: h.StoreTimestamp,
+	}, callOK, nil
+}
+
+// acquireSlot takes one of the broker group's in-flight slots.
+func (p *Producer) acquireSlot(ctx context.Context, deadline time.Time, brokerName string) (func(), error) {
+	p.qMu.Lock()
+	ch := p.slots[brokerName]
+	if ch == nil {
+		ch = make(chan struct{}, p.cfg.maxInFlightPerBroker)
+		p.slots[brokerName] = ch
+	}
+	p.qMu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, errNoSlot
+	}
+}

@@ -1,0 +1,817 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// twoGroups starts a fake cluster with broker groups "a" and "b", each with topic T of n
+// queues.
+func twoGroups(t *testing.T, n int32) (*fakeCluster, *fakeBroker, *fakeBroker) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": n})
+	b := fc.addGroup("b", 0, map[string]int32{"T": n})
+	return fc, a[0], b[0]
+}
+
+func newTestProducer(t *testing.T, c *Client, opts ...ProducerOption) *Producer {
+	t.Helper()
+	p, err := NewProducer(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(testCtx(t, 10*time.Second)); err != nil {
+			t.Errorf("producer Close: %v", err)
+		}
+	})
+	return p
+}
+
+func TestSendSyncRoundRobin(t *testing.T) {
+	fc, a, b := twoGroups(t, 2)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	seen := map[MessageQueue]int64{}
+	for i := 0; i < 40; i++ {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Keys: "k" + strconv.Itoa(i), Tags: "tag", Properties: map[string]string{"i": strconv.Itoa(i)}, Body: []byte("hello " + strconv.Itoa(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mq := MessageQueue{Topic: "T", BrokerName: res.BrokerName, QueueID: res.QueueID}
+		if res.QueueOffset != seen[mq] || res.Count != 1 {
+			t.Fatalf("result %+v, want offset %d", res, seen[mq])
+		}
+		seen[mq]++
+		if (res.BrokerName == "a" && res.BrokerAddr != a.addr) || (res.BrokerName == "b" && res.BrokerAddr != b.addr) {
+			t.Fatalf("result %+v", res)
+		}
+	}
+	if len(seen) != 4 {
+		t.Fatalf("round-robin used %d queues: %v", len(seen), seen)
+	}
+	for mq, n := range seen {
+		if n != 10 {
+			t.Fatalf("queue %v got %d of 40", mq, n)
+		}
+	}
+	// The stored batches carry the producer id and increasing sequences per queue.
+	a.store.mu.Lock()
+	defer a.store.mu.Unlock()
+	for k, q := range a.store.queues {
+		for i, raw := range q.batches {
+			h, _, err := protocol.ValidateBatch(raw, protocol.BatchLimits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.ProducerID != p.ID() || h.BaseSequence != int32(i) || h.QueueID != k.id {
+				t.Fatalf("batch %d of %v: %+v", i, k, h)
+			}
+		}
+	}
+}
+
+func TestSendValidation(t *testing.T) {
+	fc, _, _ := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithMaxMessageSize(1000))
+	ctx := testCtx(t, 10*time.Second)
+	f := func(m *Message, want error) {
+		t.Helper()
+		if _, err := p.SendSync(ctx, m); !errors.Is(err, want) {
+			t.Fatalf("SendSync: %v, want %v", err, want)
+		}
+		if err := p.SendAsync(ctx, m, func(SendResult, error) { t.Error("callback of a refused message") }); !errors.Is(err, want) {
+			t.Fatalf("SendAsync: %v, want %v", err, want)
+		}
+		if err := p.SendOneway(ctx, m); !errors.Is(err, want) {
+			t.Fatalf("SendOneway: %v, want %v", err, want)
+		}
+	}
+	f(&Message{Topic: "bad topic", Body: []byte("x")}, ErrTopicInvalid)
+	f(&Message{Topic: "", Body: []byte("x")}, ErrTopicInvalid)
+	f(&Message{Topic: "T"}, ErrMessageInvalid)
+	f(&Message{Topic: "T", Body: make([]byte, 1001)}, ErrMessageTooLarge)
+	f(&Message{Topic: "T", Body: []byte("x"), Tags: string(make([]byte, 70000))}, ErrMessageInvalid)
+	f(&Message{Topic: "T", Body: []byte("x"), Properties: map[string]string{"a\x02": "b"}}, ErrMessageInvalid)
+	f(&Message{Topic: "Nope", Body: []byte("x")}, ErrTopicNotExist)
+	if _, err := p.SendBatchSync(ctx, "T", []Message{{Topic: "U", Body: []byte("x")}}); !errors.Is(err, ErrMessageInvalid) {
+		t.Fatal(err)
+	}
+	if _, err := p.SendBatchSync(ctx, "T", nil); !errors.Is(err, ErrMessageInvalid) {
+		t.Fatal(err)
+	}
+}
+
+func TestSendBatchSync(t *testing.T) {
+	fc, _, _ := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	msgs := make([]Message, 10)
+	for i := range msgs {
+		msgs[i] = Message{Body: []byte{byte(i)}}
+	}
+	res, err := p.SendBatchSync(ctx, "T", msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Count != 10 || res.QueueOffset != 0 {
+		t.Fatalf("%+v", res)
+	}
+	res2, err := p.SendBatchSync(ctx, "T", msgs[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Count != 3 || res2.BrokerName == res.BrokerName {
+		t.Fatalf("second batch %+v after %+v: want the other group", res2, res)
+	}
+	// Larger than a frame.
+	big := []Message{{Body: make([]byte, 3<<20)}, {Body: make([]byte, 3<<20)}}
+	p2 := newTestProducer(t, newTestClient(t, fc.addr, WithMaxFrameSize(5<<20)), WithMaxMessageSize(4<<20))
+	if _, err := p2.SendBatchSync(ctx, "T", big); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatal(err)
+	}
+}
+
+func TestSendShardingKey(t *testing.T) {
+	fc, _, _ := twoGroups(t, 4)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	where := map[string]MessageQueue{}
+	var mu sync.Mutex
+	for i := 0; i < 100; i++ {
+		key := "user-" + strconv.Itoa(i%7)
+		res, err := p.SendSync(ctx, &Message{Topic: "T", ShardingKey: key, Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mq := MessageQueue{Topic: "T", BrokerName: res.BrokerName, QueueID: res.QueueID}
+		mu.Lock()
+		if prev, ok := where[key]; ok && prev != mq {
+			t.Fatalf("key %s moved from %v to %v", key, prev, mq)
+		}
+		where[key] = mq
+		mu.Unlock()
+		// Async keyed messages land on the same queue as sync ones.
+		err = p.SendAsync(ctx, &Message{Topic: "T", ShardingKey: key, Body: []byte("y")}, func(r SendResult, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got := (MessageQueue{Topic: "T", BrokerName: r.BrokerName, QueueID: r.QueueID}); got != where[key] {
+				t.Errorf("async key %s on %v, sync on %v", key, got, where[key])
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSendAsyncBatchesAndOrder(t *testing.T) {
+	fc, a, b := twoGroups(t, 3)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithLinger(20*time.Millisecond), WithMaxBatchBytes(4<<10))
+	ctx := testCtx(t, 20*time.Second)
+	const n = 3000
+	var mu sync.Mutex
+	last := map[MessageQueue]int64{}
+	lastSeq := map[MessageQueue]int{}
+	var done atomic.Int64
+	for i := 0; i < n; i++ {
+		i := i
+		err := p.SendAsync(ctx, &Message{Topic: "T", Body: []byte(fmt.Sprintf("m%05d", i))}, func(r SendResult, err error) {
+			if err != nil {
+				t.Errorf("message %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			mq := MessageQueue{Topic: "T", BrokerName: r.BrokerName, QueueID: r.QueueID}
+			if prev, ok := last[mq]; ok && r.QueueOffset != prev+1 {
+				t.Errorf("queue %v: offset %d after %d", mq, r.QueueOffset, prev)
+			}
+			if prev, ok := lastSeq[mq]; ok && i <= prev {
+				t.Errorf("queue %v: callback of message %d after %d", mq, i, prev)
+			}
+			last[mq], lastSeq[mq] = r.QueueOffset, i
+			done.Add(1)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if done.Load() != n {
+		t.Fatalf("%d callbacks of %d", done.Load(), n)
+	}
+	sends := a.sends.Load() + b.sends.Load()
+	if sends >= n/10 {
+		t.Fatalf("%d send requests for %d messages: not batched", sends, n)
+	}
+	if len(last) < 4 {
+		t.Fatalf("only %d of 6 queues used", len(last))
+	}
+	if p.BufferedBytes() != 0 {
+		t.Fatalf("buffered %d after Flush", p.BufferedBytes())
+	}
+}
+
+func TestSendSyncDoesNotLinger(t *testing.T) {
+	fc, _, _ := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithLinger(time.Hour))
+	ctx := testCtx(t, 10*time.Second)
+	start := time.Now()
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	// An async message with an hour of linger is sent by Flush.
+	got := make(chan error, 1)
+	if err := p.SendAsync(ctx, &Message{Topic: "T", Body: []byte("y")}, func(_ SendResult, err error) { got <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+		t.Fatal("sent before the linger time")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func TestSendAsyncLinger(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithLinger(30*time.Millisecond))
+	ctx := testCtx(t, 10*time.Second)
+	got := make(chan time.Time, 3)
+	start := time.Now()
+	for i := 0; i < 3; i++ {
+		if err := p.SendAsync(ctx, &Message{Topic: "T", Body: []byte("x")}, func(_ SendResult, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			got <- time.Now()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if d := (<-got).Sub(start); d < 30*time.Millisecond {
+			t.Fatalf("callback after %v, before the linger time", d)
+		}
+	}
+	if s := a.sends.Load() + b.sends.Load(); s != 1 {
+		t.Fatalf("%d requests for 3 lingering messages", s)
+	}
+}
+
+func TestSendAsyncBufferFull(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	release := make(chan struct{})
+	hold := func(*rpc.Request) (rpc.Reply, bool) { <-release; return rpc.Reply{}, false }
+	a.setSendHook(hold)
+	b.setSendHook(hold)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithBufferBytes(1000), WithLinger(0), WithSendTimeout(10*time.Second))
+	ctx := testCtx(t, 10*time.Second)
+	body := make([]byte, 400-protocol.MessageOverhead)
+	var answered atomic.Int32
+	cb := func(_ SendResult, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		answered.Add(1)
+	}
+	for i := 0; i < 2; i++ {
+		if err := p.SendAsync(ctx, &Message{Topic: "T", Body: body}, cb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.BufferedBytes() != 800 {
+		t.Fatalf("buffered %d", p.BufferedBytes())
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := p.SendAsync(short, &Message{Topic: "T", Body: body}, cb); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("SendAsync on a full buffer: %v", err)
+	}
+	if time.Since(start) < 40*time.Millisecond {
+		t.Fatal("did not block")
+	}
+	// A blocked SendAsync proceeds once space frees.
+	errc := make(chan error, 1)
+	go func() { errc <- p.SendAsync(ctx, &Message{Topic: "T", Body: body}, cb) }()
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if answered.Load() != 3 {
+		t.Fatalf("%d answered", answered.Load())
+	}
+}
+
+func TestRetryOnAnotherGroup(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	busy := func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Errorf(protocol.StatusSystemBusy, "busy"), true
+	}
+	a.setSendHook(busy)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	for i := 0; i < 10; i++ {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.BrokerName != "b" {
+			t.Fatalf("%+v", res)
+		}
+	}
+	// After the first failure, "a" is avoided: one busy answer only.
+	if n := a.sends.Load(); n != 1 {
+		t.Fatalf("a got %d sends; the fault backoff should avoid it", n)
+	}
+	// Both busy: a definite failure carrying the status, after 1+2 attempts.
+	b.setSendHook(busy)
+	before := a.sends.Load() + b.sends.Load()
+	_, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+	if !errors.Is(err, ErrSystemBusy) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("%v", err)
+	}
+	if st, ok := StatusOf(err); !ok || st != protocol.StatusSystemBusy {
+		t.Fatal("StatusOf")
+	}
+	if n := a.sends.Load() + b.sends.Load() - before; n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+}
+
+func TestNoRetryOnIllegal(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	illegal := func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Errorf(protocol.StatusMessageIllegal, "no"), true
+	}
+	a.setSendHook(illegal)
+	b.setSendHook(illegal)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	_, err := p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")})
+	if !errors.Is(err, ErrMessageIllegal) {
+		t.Fatal(err)
+	}
+	if n := a.sends.Load() + b.sends.Load(); n != 1 {
+		t.Fatalf("%d attempts of a non-retriable failure", n)
+	}
+}
+
+func TestFollowNotMaster(t *testing.T) {
+	fc := newFakeCluster(t)
+	old := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	// The new master of group "a" shares the store; the route does not list it yet.
+	newer := startFakeBroker(t, "DefaultCluster", "a", 0, old.store)
+	old.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "demoted", MasterAddr: newer.addr}, true
+	})
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	res, err := p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.BrokerAddr != newer.addr || res.BrokerName != "a" {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestUnknownOutcome(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithRetries(5))
+	release := make(chan struct{})
+	defer close(release)
+	slow := func(*rpc.Request) (rpc.Reply, bool) { <-release; return rpc.Reply{}, false }
+	a.setSendHook(slow)
+	b.setSendHook(slow)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timeout after the request was written: %v", err)
+	}
+	if n := a.sends.Load() + b.sends.Load(); n != 1 {
+		t.Fatalf("an unknown outcome was retried: %d sends", n)
+	}
+
+	// Same through the producer's send timeout.
+	p2 := newTestProducer(t, c, WithSendTimeout(50*time.Millisecond))
+	if _, err := p2.SendSync(context.Background(), &Message{Topic: "T", Body: []byte("x")}); !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("send timeout: %v", err)
+	}
+	// And asynchronously.
+	errc := make(chan error, 1)
+	if err := p2.SendAsync(context.Background(), &Message{Topic: "T", Body: []byte("x")}, func(_ SendResult, err error) { errc <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("async send timeout: %v", err)
+	}
+}
+
+func TestUnknownOutcomeOnConnectionLoss(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	// The broker dies while holding the request.
+	kill := func(*rpc.Request) (rpc.Reply, bool) {
+		go a.stop()
+		go b.stop()
+		time.Sleep(time.Second)
+		return rpc.Reply{}, false
+	}
+	a.setSendHook(kill)
+	b.setSendHook(kill)
+	_, err := p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")})
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, rpc.ErrClosed) {
+		t.Fatalf("connection lost after the write: %v", err)
+	}
+	// Now both are down: the request cannot be written, a definite failure.
+	_, err = p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")})
+	if err == nil || errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, ErrBrokerUnavailable) {
+		t.Fatalf("broker down: %v", err)
+	}
+}
+
+func TestFlushTimeoutIsUnknown(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	flush := func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Errorf(protocol.StatusFlushDiskTimeout, "slow disk"), true
+	}
+	a.setSendHook(flush)
+	b.setSendHook(flush)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	_, err := p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")})
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, ErrFlushDiskTimeout) {
+		t.Fatal(err)
+	}
+	if n := a.sends.Load() + b.sends.Load(); n != 1 {
+		t.Fatalf("%d attempts: a stored batch must not be retried", n)
+	}
+}
+
+func TestSendOneway(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	for i := 0; i < 10; i++ {
+		if err := p.SendOneway(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "oneway messages stored", func() bool { return a.sends.Load()+b.sends.Load() == 10 })
+	b.stop()
+	// A group that cannot be reached is skipped (once the client noticed: a oneway message
+	// written to a connection the peer is closing is lost, by design).
+	eventually(t, "the connection to b closed", func() bool {
+		c.pool.mu.RLock()
+		pc := c.pool.conns[b.addr]
+		c.pool.mu.RUnlock()
+		return !isOpen(pc.conn.Load())
+	})
+	for i := 0; i < 4; i++ {
+		if err := p.SendOneway(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "oneway messages stored on a", func() bool { return a.sends.Load()+b.sends.Load() == 14 })
+}
+
+func TestProducerClose(t *testing.T) {
+	fc, a, b := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p, err := NewProducer(c, WithLinger(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 10*time.Second)
+	var ok atomic.Int32
+	for i := 0; i < 5; i++ {
+		if err := p.SendAsync(ctx, &Message{Topic: "T", Body: []byte("x")}, func(_ SendResult, err error) {
+			if err == nil {
+				ok.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Close flushes despite the linger time.
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok.Load() != 5 || a.sends.Load()+b.sends.Load() == 0 {
+		t.Fatalf("%d of 5 sent by Close", ok.Load())
+	}
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); !errors.Is(err, ErrProducerClosed) {
+		t.Fatal(err)
+	}
+	if err := p.SendAsync(ctx, &Message{Topic: "T", Body: []byte("x")}, nil); !errors.Is(err, ErrProducerClosed) {
+		t.Fatal(err)
+	}
+
+	// Close giving up: buffered batches get ErrProducerClosed, in-flight ones an unknown outcome.
+	release := make(chan struct{})
+	hold := func(*rpc.Request) (rpc.Reply, bool) { <-release; return rpc.Reply{}, false }
+	a.setSendHook(hold)
+	b.setSendHook(hold)
+	defer close(release)
+	p2, err := NewProducer(c, WithLinger(0), WithSendTimeout(time.Minute), WithMaxInFlightPerBroker(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknown, closed atomic.Int32
+	sendsBefore := a.sends.Load() + b.sends.Load()
+	for i := 0; i < 20; i++ {
+		if i == 1 { // the first message alone is in flight, the others buffered behind it
+			eventually(t, "the first batch in flight", func() bool { return a.sends.Load()+b.sends.Load() == sendsBefore+1 })
+		}
+		if err := p2.SendAsync(ctx, &Message{Topic: "T", Body: []byte("x"), ShardingKey: "k"}, func(_ SendResult, err error) {
+			switch {
+			case errors.Is(err, ErrUnknownOutcome):
+				unknown.Add(1)
+			case errors.Is(err, ErrProducerClosed):
+				closed.Add(1)
+			default:
+				t.Errorf("unexpected %v", err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := p2.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close: %v", err)
+	}
+	if unknown.Load() != 1 || closed.Load() != 19 {
+		t.Fatalf("unknown %d closed %d", unknown.Load(), closed.Load())
+	}
+}
+
+func TestBrokerRestartWhileProducing(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": 2})[0]
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithSendTimeout(time.Second))
+	ctx := testCtx(t, 20*time.Second)
+	var okBefore, okAfter, failed int
+	for i := 0; i < 50; i++ {
+		if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("before")}); err != nil {
+			t.Fatal(err)
+		}
+		okBefore++
+	}
+	a.restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for okAfter < 50 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery: %d ok, %d failed after the restart", okAfter, failed)
+		}
+		if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("after")}); err != nil {
+			failed++
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		okAfter++
+	}
+	a.store.mu.Lock()
+	defer a.store.mu.Unlock()
+	var stored int64
+	for _, q := range a.store.queues {
+		stored += q.next
+	}
+	if stored < int64(okBefore+okAfter) {
+		t.Fatalf("stored %d, acknowledged %d", stored, okBefore+okAfter)
+	}
+}
+
+func TestClientCloseStopsProducersAndConsumers(t *testing.T) {
+	fc, _, _ := twoGroups(t, 1)
+	c, err := New(context.Background(), WithNameServers(fc.addr), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProducer(c, WithLinger(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 10*time.Second)
+	got := make(chan error, 1)
+	if err := p.SendAsync(ctx, &Message{Topic: "T", Body: []byte("x")}, func(_ SendResult, err error) { got <- err }); err != nil {
+		t.Fatal(err)
+	}
+	co, err := NewConsumer(c, "G", "T", WithPollTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() {
+		runErr <- co.Run(context.Background(), func(context.Context, []MessageExt) error { return nil })
+	}()
+	eventually(t, "the consumer pulls", func() bool { return len(co.Progress()) > 0 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, ErrProducerClosed) {
+		t.Fatalf("buffered message: %v", err)
+	}
+	<-runErr
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); !errors.Is(err, ErrProducerClosed) {
+		t.Fatal(err)
+	}
+	if _, err := NewProducer(c); !errors.Is(err, ErrClientClosed) {
+		t.Fatal(err)
+	}
+}
+
+func TestNameServerFailover(t *testing.T) {
+	fc, _, _ := twoGroups(t, 1)
+	// The first NameServer address refuses connections.
+	dead := newFakeCluster(t)
+	deadAddr := dead.addr
+	_ = dead.srv.Close()
+	c := newTestClient(t, deadAddr+";"+fc.addr)
+	p := newTestProducer(t, c)
+	if _, err := p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if c.nsFirst.Load() != 1 {
+		t.Fatal("the answering NameServer is not remembered")
+	}
+	// None answers.
+	c2 := newTestClient(t, deadAddr)
+	if _, err := NewAdmin(c2).ClusterInfo(testCtx(t, 10*time.Second)); !errors.Is(err, ErrNameServerUnavailable) {
+		t.Fatal(err)
+	}
+	if _, err := New(context.Background()); err == nil {
+		t.Fatal("New without NameServers")
+	}
+}
+
+func TestRouteRefresh(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.addGroup("a", 0, map[string]int32{"T": 1})
+	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(20*time.Millisecond))
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	fc.addGroup("b", 0, map[string]int32{"T": 1})
+	eventually(t, "the new group in the route", func() bool {
+		r, err := c.route(ctx, "T")
+		return err == nil && len(r.writeQueues) == 2
+	})
+}
+
+func TestConnPoolBackoff(t *testing.T) {
+	pool := newConnPool(rpc.Options{DialTimeout: time.Second}, 50*time.Millisecond, 200*time.Millisecond)
+	defer pool.close()
+	// A closed port.
+	fc := newFakeCluster(t)
+	addr := fc.addr
+	_ = fc.srv.Close()
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := pool.get(ctx, addr); !errors.Is(err, ErrBrokerUnavailable) {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := pool.get(ctx, addr)
+	if !errors.Is(err, ErrBrokerUnavailable) || time.Since(start) > 20*time.Millisecond {
+		t.Fatalf("during the backoff: %v after %v", err, time.Since(start))
+	}
+	time.Sleep(60 * time.Millisecond)
+	if _, err := pool.get(ctx, addr); !errors.Is(err, ErrBrokerUnavailable) {
+		t.Fatal(err)
+	}
+	pool.mu.RLock()
+	pc := pool.conns[addr]
+	pool.mu.RUnlock()
+	pc.mu.Lock()
+	if pc.backoff != 200*time.Millisecond {
+		t.Fatalf("backoff %v after two failures", pc.backoff)
+	}
+	pc.mu.Unlock()
+	pool.close()
+	if _, err := pool.get(ctx, addr); !errors.Is(err, ErrClientClosed) {
+		t.Fatal(err)
+	}
+}
+
+func TestSendAsyncRetriesOnAnotherGroup(t *testing.T) {
+	fc, a, b := twoGroups(t, 2)
+	a.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "not now"), true
+	})
+	c := newTestClient(t, fc.addr)
+	// A long fault backoff: after the first failure every batch goes to b.
+	p := newTestProducer(t, c, WithLinger(time.Millisecond), WithFaultBackoff(time.Minute, time.Minute))
+	ctx := testCtx(t, 10*time.Second)
+	var mu sync.Mutex
+	byGroup := map[string]int{}
+	for i := 0; i < 200; i++ {
+		if err := p.SendAsync(ctx, &Message{Topic: "T", Body: []byte("x")}, func(r SendResult, err error) {
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			byGroup[r.BrokerName]++
+			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 9 { // seal batches often so the round-robin reaches group a
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if byGroup["b"] != 200 || a.sends.Load() == 0 {
+		t.Fatalf("stored %v; a refused %d", byGroup, a.sends.Load())
+	}
+	// The retargeted batches carry b's queue ids and sequences, with valid CRCs (the fake
+	// validates every batch).
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	for k, q := range b.store.queues {
+		var seq int32
+		for _, raw := range q.batches {
+			h, _, err := protocol.ValidateBatch(raw, protocol.BatchLimits{})
+			if err != nil || h.QueueID != k.id || h.BaseSequence != seq {
+				t.Fatalf("queue %v: %+v %v (want sequence %d)", k, h, err, seq)
+			}
+			seq += h.Count
+		}
+	}
+}
+
+func TestBrokerMovesAddress(t *testing.T) {
+	fc := newFakeCluster(t)
+	old := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	// The group's master comes back on another port with the same data.
+	old.stop()
+	moved := startFakeBroker(t, "DefaultCluster", "a", 0, old.store)
+	fc.mu.Lock()
+	fc.brokers = append(fc.brokers, moved)
+	fc.mu.Unlock()
+	eventually(t, "a send to the moved broker", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("y")})
+		return err == nil && res.BrokerAddr == moved.addr
+	})
+	// Consumers follow too.
+	col := newCollector(t)
+	stop := runConsumer(t, newTestConsumer(t, c, "G", "T"), col.handle)
+	eventually(t, "consumed from the moved broker", func() bool { return col.count() >= 2 })
+	_ = stop()
+}

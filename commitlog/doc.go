@@ -1,0 +1,125 @@
+// Package commitlog is Petrel's storage engine: one commit log per broker, in the style of
+// Apache RocketMQ, plus a consume queue per (topic, queueId) that indexes it.
+//
+// Every topic's message batches are appended in arrival order to fixed-size segment files that
+// are preallocated (fallocate) and memory-mapped. A batch's physical offset is its byte position
+// in the log. Each batch also gets one fixed-size entry in its queue's consume queue, so a pull
+// for a queue offset finds its batch with a binary search. Reads return slices of the mapping
+// (zero copy) guarded by per-file reference counts.
+//
+// The package never looks inside a batch: it copies the caller's bytes, lets the caller stamp
+// the broker-assigned fields (StampFunc) and, during recovery, asks the caller's Parser to
+// validate and describe what it finds on disk. It imports nothing of Petrel's but internal/.
+//
+// # Batch contract
+//
+// What the caller (the broker) guarantees about every batch passed to Store.Append:
+//
+//   - A batch is opaque bytes of known length, at least 8 bytes long, at most Config.SegmentSize.
+//   - A batch never begins with 4 zero bytes. (In Petrel's wire format the first 4 bytes are the
+//     big-endian u32 total size, but this package does not rely on that.) Four zero bytes at a
+//     batch boundary therefore mean "end of the log" or, followed by SegmentEndMagic, a
+//     segment-end marker.
+//   - Config.Parser validates the batch at the start of b (b may extend past it): it checks the
+//     batch CRC and that the physical offset stored in the batch equals physicalOffset, and
+//     returns the batch's BatchInfo. It returns an error wrapping ErrIncomplete when b is shorter
+//     than the batch, and any other error for corrupt data. Recovery stops at the first error,
+//     so a batch whose CRC fails is never served after a restart.
+//   - The StampFunc passed to Append writes the broker-assigned fields (physical offset, base
+//     queue offset, store timestamp) into the stored copy; those fields are outside the CRC.
+//
+// # On-disk layout
+//
+//	<Dir>/
+//	  LOCK                                   flock(2)ed while a Store has the directory open
+//	  checkpoint                             40 bytes, see below (written as checkpoint.tmp, renamed)
+//	  commitlog/
+//	    00000000000000000000                 segment: physical offsets [0, SegmentSize)
+//	    00000000001073741824                 next segment: [SegmentSize, 2*SegmentSize)
+//	  consumequeue/
+//	    <escaped topic>/<queueId>/
+//	      00000000000000000000               entries with index [0, QueueFileEntries)
+//	      00000000000000300000               entries with index [300000, 600000)
+//
+// File names are the 20-digit decimal start offset (segments) or first entry index (consume
+// queue files). Topic directory names escape every byte outside [A-Za-z0-9._-] (and a leading
+// '.') as %XX. Every file is preallocated to its full size with fallocate (never a sparse
+// ftruncate: writing through a mapping into a hole on a full disk raises SIGBUS) before it is
+// mapped, and is never truncated or removed while mapped.
+//
+// # Segment file
+//
+// Batches are laid out back to back from the segment's start. A batch never spans segments: when
+// the next batch does not fit in the rest of a segment, a segment-end marker is written at the
+// current position (when at least 8 bytes remain) and the batch goes to the start of the next
+// segment, whose base is this segment's base plus its size. Physical offsets jump at rolls.
+//
+//	base                                                                base+SegmentSize
+//	+---------+---------+-----+---------+--------+----------------------------------+
+//	| batch 0 | batch 1 | ... | batch n | marker | zeros (fallocated, never written) |
+//	+---------+---------+-----+---------+--------+----------------------------------+
+//
+// Segment-end marker (8 bytes, big-endian):
+//
+//	0               4               8
+//	+---------------+---------------+
+//	|  00 00 00 00  | 0xCBD43194    |   SegmentEndMagic
+//	+---------------+---------------+
+//
+// Four zero bytes not followed by SegmentEndMagic mean end of the log; so does a position with
+// fewer than 8 bytes left in the last segment. Recovery relies on this: once the bytes after the
+// recovered end are zero, no later (stale) segment can ever be reached again.
+//
+// # Consume-queue entry
+//
+// One 32-byte entry per batch, big-endian, entries back to back in each consume-queue file:
+//
+//	0                   8                   16        20        24        28        32
+//	+-------------------+-------------------+---------+---------+---------+---------+
+//	| physical offset   | base queue offset | size    | count   | tag hash| crc32c  |
+//	| i64               | i64               | u32     | u32     | u32     | u32     |
+//	+-------------------+-------------------+---------+---------+---------+---------+
+//
+// crc32c (Castagnoli) covers bytes [0, 28). An all-zero entry is unwritten. Base queue offsets
+// increase through a queue (entry i+1's base >= entry i's base + count), and so do physical
+// offsets, which is what the binary searches rely on.
+//
+// # Checkpoint file
+//
+//	0        4        8               16              24              32       36       40
+//	+--------+--------+---------------+---------------+---------------+--------+--------+
+//	| "PCKP" | ver=1  | log durable   | queues durable| written at ms | flags  | crc32c |
+//	| u32    | u32    | i64           | i64           | i64           | u32    | u32    |
+//	+--------+--------+---------------+---------------+---------------+--------+--------+
+//
+// "log durable" is a log offset up to which the commit log was msync'd; "queues durable" is a
+// log offset such that the consume-queue entries of every batch below it were msync'd. Flag bit 0
+// says the checkpoint was written by Close after a complete flush (a clean shutdown). The file is
+// replaced atomically (write tmp, fsync, rename, fsync dir) on every queue-flush tick and on
+// Close. crc32c covers bytes [0, 36). A missing or bad checkpoint only costs a longer recovery.
+//
+// # Recovery
+//
+// Open scans the log from the start of the segment holding the checkpoint's durable offset (the
+// first segment without a usable checkpoint), calling Parser on each batch, and stops at zeros,
+// at a parser error or at a batch running past its segment; a marker continues at the next
+// segment. It then zeroes the rest of that segment and msyncs it, and only then deletes later
+// segment files (newest first), so a crash at any point of recovery leads to the same result.
+// Consume queues are loaded and validated (each keeps its longest valid prefix) and every batch
+// from the checkpoint's queue-durable offset D (earlier where damage was found) is dispatched
+// again: every entry pointing at or after D must match the scanned batches one for one and in
+// order (the batch's stored base queue offset is authoritative), so entries that match are kept,
+// missing ones appended, and conflicting or dangling ones (past the recovered end) truncated.
+// After a crash each queue's file tail past its last entry is zeroed too, so stale entries can
+// never be revived later. The log and queues are msync'd and a fresh checkpoint is written
+// before Open returns.
+//
+// # Concurrency
+//
+// Append is serialised by one store mutex (Store.mu); it copies into the mapping, stamps, writes
+// the consume-queue entry and publishes the new end with atomic stores, so Read, ReadLog and the
+// offset accessors never take that mutex (they take a read lock on the queue map only). Open
+// starts four goroutines, all stopped by Close: the flusher (msync + group commit), the queue
+// flusher (consume queues + checkpoint), the segment pre-allocator and the retention/cleaner
+// goroutine. Lock order: Store.mu before Store.qmu and Store.amu; the other mutexes are leaves.
+package commitlog

@@ -1,0 +1,400 @@
+package commitlog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+)
+
+// Test batch format (big-endian):
+//
+//	0 size u32 | 4 crc32c u32 over [32, size) | 8 phys i64 | 16 base i64 | 24 storeTs i64 |
+//	32 topicLen u16 | 34 topic | queueID i32 | count i32 | tagHash u32 | payload
+const tbHeader = 34
+
+func makeBatch(topic string, qid int32, count int32, tag uint32, payload []byte) []byte {
+	size := tbHeader + len(topic) + 12 + len(payload)
+	b := make([]byte, size)
+	binary.BigEndian.PutUint32(b[0:], uint32(size))
+	binary.BigEndian.PutUint16(b[32:], uint16(len(topic)))
+	p := 34 + copy(b[34:], topic)
+	binary.BigEndian.PutUint32(b[p:], uint32(qid))
+	binary.BigEndian.PutUint32(b[p+4:], uint32(count))
+	binary.BigEndian.PutUint32(b[p+8:], tag)
+	copy(b[p+12:], payload)
+	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[32:], castagnoli))
+	return b
+}
+
+func testStamp(dst []byte, phys, base, ts int64) {
+	binary.BigEndian.PutUint64(dst[8:], uint64(phys))
+	binary.BigEndian.PutUint64(dst[16:], uint64(base))
+	binary.BigEndian.PutUint64(dst[24:], uint64(ts))
+}
+
+var errTestCorrupt = errors.New("test batch corrupt")
+
+func testParser(b []byte, phys int64) (BatchInfo, error) {
+	if len(b) < 8 {
+		return BatchInfo{}, fmt.Errorf("%d bytes: %w", len(b), ErrIncomplete)
+	}
+	size := int(binary.BigEndian.Uint32(b))
+	if size < tbHeader+12 {
+		return BatchInfo{}, fmt.Errorf("size %d: %w", size, errTestCorrupt)
+	}
+	if len(b) < size {
+		return BatchInfo{}, fmt.Errorf("%d of %d bytes: %w", len(b), size, ErrIncomplete)
+	}
+	b = b[:size]
+	if binary.BigEndian.Uint32(b[4:]) != crc32.Checksum(b[32:], castagnoli) {
+		return BatchInfo{}, fmt.Errorf("crc: %w", errTestCorrupt)
+	}
+	if got := int64(binary.BigEndian.Uint64(b[8:])); got != phys {
+		return BatchInfo{}, fmt.Errorf("stored offset %d != %d: %w", got, phys, errTestCorrupt)
+	}
+	tl := int(binary.BigEndian.Uint16(b[32:]))
+	if 34+tl+12 > size {
+		return BatchInfo{}, fmt.Errorf("topic length: %w", errTestCorrupt)
+	}
+	p := 34 + tl
+	return BatchInfo{
+		Size:            size,
+		Topic:           b[34:p],
+		QueueID:         int32(binary.BigEndian.Uint32(b[p:])),
+		BaseQueueOffset: int64(binary.BigEndian.Uint64(b[16:])),
+		Count:           int32(binary.BigEndian.Uint32(b[p+4:])),
+		TagHash:         binary.BigEndian.Uint32(b[p+8:]),
+		StoreTimestamp:  int64(binary.BigEndian.Uint64(b[24:])),
+	}, nil
+}
+
+// payloadOf returns the payload of a stored test batch.
+func payloadOf(b []byte) []byte {
+	tl := int(binary.BigEndian.Uint16(b[32:]))
+	return b[34+tl+12 : binary.BigEndian.Uint32(b)]
+}
+
+func quietLogger() *slog.Logger {
+	if flag.Parsed() && testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func testConfig(dir string) Config {
+	return Config{
+		Dir:                    dir,
+		SegmentSize:            64 << 10,
+		QueueFileEntries:       16,
+		FlushInterval:          20 * time.Millisecond,
+		QueueFlushInterval:     50 * time.Millisecond,
+		RetentionCheckInterval: time.Hour,
+		Parser:                 testParser,
+		Logger:                 quietLogger(),
+	}
+}
+
+func mustOpen(t tb, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+// abandon simulates kill -9: goroutines stop, nothing is flushed or checkpointed, the prepared
+// segment is left on disk, everything is unmapped (the page cache keeps what was written).
+func (s *Store) abandon() {
+	s.mu.Lock()
+	s.closed = true
+	s.closedFlag.Store(true)
+	s.mu.Unlock()
+	close(s.stop)
+	s.wg.Wait()
+	s.fmu.Lock()
+	s.flushDone = true
+	ws := s.waiters
+	s.waiters = nil
+	s.fmu.Unlock()
+	for _, w := range ws {
+		w.cb(ErrClosed)
+	}
+	s.amu.Lock()
+	if p := s.prepared; p != nil {
+		s.prepared = nil
+		p.release()
+	}
+	s.amu.Unlock()
+	s.gcMu.Lock()
+	s.gcInline = true
+	s.gcMu.Unlock()
+	s.drainGarbage()
+	s.releaseAll()
+	_ = s.lock.Close()
+}
+
+// rec is the model of one appended batch.
+type rec struct {
+	topic   string
+	qid     int32
+	base    int64
+	count   int32
+	tag     uint32
+	phys    int64
+	size    int
+	payload []byte
+}
+
+type qkey struct {
+	topic string
+	qid   int32
+}
+
+// model is what the store should contain.
+type model struct {
+	queues map[qkey][]rec
+	all    []rec // in log order
+}
+
+func newModel() *model { return &model{queues: map[qkey][]rec{}} }
+
+func (m *model) maxOffset(k qkey) int64 {
+	rs := m.queues[k]
+	if len(rs) == 0 {
+		return 0
+	}
+	return rs[len(rs)-1].base + int64(rs[len(rs)-1].count)
+}
+
+func (m *model) add(r rec) {
+	k := qkey{r.topic, r.qid}
+	m.queues[k] = append(m.queues[k], r)
+	m.all = append(m.all, r)
+}
+
+// truncate keeps the batches below physical offset end.
+func (m *model) truncate(end int64) {
+	n := sort.Search(len(m.all), func(i int) bool { return m.all[i].phys >= end })
+	m.all = m.all[:n]
+	for k, rs := range m.queues {
+		j := sort.Search(len(rs), func(i int) bool { return rs[i].phys >= end })
+		if j == 0 {
+			delete(m.queues, k)
+		} else {
+			m.queues[k] = rs[:j]
+		}
+	}
+}
+
+func (m *model) keys() []qkey {
+	var ks []qkey
+	for k := range m.queues {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		if ks[i].topic != ks[j].topic {
+			return ks[i].topic < ks[j].topic
+		}
+		return ks[i].qid < ks[j].qid
+	})
+	return ks
+}
+
+func appendRec(t tb, s *Store, m *model, topic string, qid int32, count int32, payload []byte) rec {
+	t.Helper()
+	tag := uint32(len(payload)) * 7
+	res, err := s.Append([]byte(topic), qid, makeBatch(topic, qid, count, tag, payload), count, tag, testStamp)
+	if err != nil {
+		t.Fatalf("Append(%s/%d): %v", topic, qid, err)
+	}
+	k := qkey{topic, qid}
+	if want := m.maxOffset(k); res.BaseQueueOffset != want {
+		t.Fatalf("Append(%s/%d): base %d, want %d", topic, qid, res.BaseQueueOffset, want)
+	}
+	r := rec{topic: topic, qid: qid, base: res.BaseQueueOffset, count: count, tag: tag, phys: res.PhysicalOffset, size: res.Size, payload: payload}
+	m.add(r)
+	return r
+}
+
+func randPayload(r *rand.Rand, lo, hi int) []byte {
+	p := make([]byte, lo+r.IntN(hi-lo+1))
+	for i := range p {
+		p[i] = byte(r.Uint32())
+	}
+	return p
+}
+
+// splitBatches splits concatenated stored batches.
+func splitBatches(t tb, b []byte) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for len(b) > 0 {
+		if len(b) < 8 {
+			t.Fatalf("trailing %d bytes", len(b))
+		}
+		n := int(binary.BigEndian.Uint32(b))
+		if n > len(b) || n < 8 {
+			t.Fatalf("bad batch size %d of %d", n, len(b))
+		}
+		out = append(out, b[:n])
+		b = b[n:]
+	}
+	return out
+}
+
+// checkBatch checks a stored batch against its model record.
+func checkBatch(t tb, b []byte, r rec) {
+	t.Helper()
+	info, err := testParser(b, r.phys)
+	if err != nil {
+		t.Fatalf("batch %s/%d@%d: %v", r.topic, r.qid, r.base, err)
+	}
+	if info.Size != len(b) || string(info.Topic) != r.topic || info.QueueID != r.qid || info.BaseQueueOffset != r.base ||
+		info.Count != r.count || info.TagHash != r.tag || !bytes.Equal(payloadOf(b), r.payload) {
+		t.Fatalf("batch %s/%d@%d mismatch: %+v", r.topic, r.qid, r.base, info)
+	}
+}
+
+// verifyQueue reads the whole queue in steps and compares it with the model.
+func verifyQueue(t tb, s *Store, m *model, k qkey, maxMsgs int32, maxBytes int) {
+	t.Helper()
+	rs := m.queues[k]
+	var rr ReadResult
+	defer rr.Release()
+	if s.MaxOffset([]byte(k.topic), k.qid) != m.maxOffset(k) {
+		t.Fatalf("%v: MaxOffset %d, want %d", k, s.MaxOffset([]byte(k.topic), k.qid), m.maxOffset(k))
+	}
+	off := int64(0)
+	if len(rs) > 0 {
+		off = rs[0].base
+	}
+	i := 0
+	for i < len(rs) {
+		if err := s.Read([]byte(k.topic), k.qid, off, maxMsgs, maxBytes, &rr); err != nil {
+			t.Fatalf("%v: Read(%d): %v", k, off, err)
+		}
+		if rr.Status != Found {
+			t.Fatalf("%v: Read(%d): status %v (min %d max %d)", k, off, rr.Status, rr.MinOffset, rr.MaxOffset)
+		}
+		var got [][]byte
+		for _, sl := range rr.Slices {
+			got = append(got, splitBatches(t, sl.B)...)
+		}
+		if len(got) == 0 {
+			t.Fatalf("%v: Read(%d) returned nothing", k, off)
+		}
+		for _, b := range got {
+			checkBatch(t, b, rs[i])
+			i++
+		}
+		if rr.NextQueueOffset != rs[i-1].base+int64(rs[i-1].count) {
+			t.Fatalf("%v: next %d", k, rr.NextQueueOffset)
+		}
+		off = rr.NextQueueOffset
+		rr.Release()
+	}
+	if err := s.Read([]byte(k.topic), k.qid, off, maxMsgs, maxBytes, &rr); err != nil || rr.Status != NoNewMessage && len(rs) > 0 {
+		t.Fatalf("%v: Read at end %d: %v %v", k, off, rr.Status, err)
+	}
+}
+
+// verifyAll checks every queue of the model and that the store has no other queue.
+func verifyAll(t tb, s *Store, m *model) {
+	t.Helper()
+	var want []QueueID
+	for _, k := range m.keys() {
+		want = append(want, QueueID{k.topic, k.qid})
+		verifyQueue(t, s, m, k, 7, 1<<20)
+	}
+	got := s.Queues()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Queues() = %v, want %v", got, want)
+	}
+}
+
+// checkEnd checks LogEndOffset against the model's last batch.
+func checkEnd(t tb, s *Store, m *model) {
+	t.Helper()
+	var end int64
+	if len(m.all) > 0 {
+		last := m.all[len(m.all)-1]
+		end = last.phys + int64(last.size)
+	}
+	if s.LogEndOffset() != end {
+		t.Fatalf("LogEndOffset %d, want %d", s.LogEndOffset(), end)
+	}
+}
+
+func segmentFiles(t tb, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "commitlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, filepath.Join(dir, "commitlog", e.Name()))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func segPath(dir string, base int64) string {
+	return filepath.Join(dir, "commitlog", fileName(base))
+}
+
+func writeAt(t tb, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readAt(t tb, path string, off int64, n int) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func waitFor(t tb, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// tb is the part of testing.TB the helpers need; *rapid.T has it too.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}

@@ -1,0 +1,183 @@
+package commitlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+)
+
+// createSegment creates, preallocates, fsyncs and maps the segment starting at base, and fsyncs
+// the log directory. Errors wrap ErrDiskFull when the disk is full.
+func (s *Store) createSegment(base int64) (*mappedFile, error) {
+	path := filepath.Join(s.logDir, fileName(base))
+	m, err := createMapped(path, s.cfg.SegmentSize, s.cfg.Preallocate, true)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create segment at offset %d: %w", base, err)
+	}
+	if err := fsyncDir(s.logDir); err != nil {
+		_ = m.Unmap()
+		return nil, err
+	}
+	f := s.newMappedFile(path, base, m)
+	return f, nil
+}
+
+// rollLocked seals the active segment with a marker and makes the next segment active. The next
+// segment is obtained first, so a failure (disk full) changes nothing. Caller holds mu.
+func (s *Store) rollLocked() error {
+	old := s.active
+	next, err := s.takeSegmentLocked(old.end())
+	if err != nil {
+		return err
+	}
+	if rel := s.writePos - old.base; old.size-rel >= markerSize {
+		binary.BigEndian.PutUint32(old.data[rel:], 0)
+		binary.BigEndian.PutUint32(old.data[rel+4:], SegmentEndMagic)
+	}
+	cur := *s.segs.Load()
+	list := make([]*mappedFile, len(cur), len(cur)+1)
+	copy(list, cur)
+	list = append(list, next)
+	s.segs.Store(&list)
+	s.active = next
+	s.writePos = next.base
+	kick(s.allocKick)
+	return nil
+}
+
+// takeSegmentLocked returns the segment starting at base: the pre-allocated one if it is ready,
+// otherwise it creates it inline (waiting for a pre-allocation in progress first).
+func (s *Store) takeSegmentLocked(base int64) (*mappedFile, error) {
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	if p := s.prepared; p != nil {
+		s.prepared = nil
+		if p.base == base {
+			s.nextBase.Store(p.end())
+			return p, nil
+		}
+		p.remove.Store(true)
+		p.release()
+	}
+	f, err := s.createSegment(base)
+	if err != nil {
+		return nil, err
+	}
+	s.nextBase.Store(f.end())
+	return f, nil
+}
+
+// allocLoop is the segment pre-allocator goroutine (RocketMQ AllocateMappedFileService): after
+// each roll it creates the segment after the active one, so the next roll does not wait for
+// fallocate and fsync.
+func (s *Store) allocLoop(active *mappedFile, from int64) {
+	defer s.wg.Done()
+	s.prefaultActive(active, from)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.allocKick:
+		}
+		s.prepareNext()
+	}
+}
+
+func (s *Store) prepareNext() {
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	want := s.nextBase.Load() // written under amu, so it cannot move under us
+	if p := s.prepared; p != nil {
+		if p.base == want {
+			return
+		}
+		s.prepared = nil
+		p.remove.Store(true)
+		p.release()
+	}
+	f, err := s.createSegment(want)
+	if err != nil {
+		if s.allocErr == nil || errors.Is(err, ErrDiskFull) != errors.Is(s.allocErr, ErrDiskFull) {
+			s.logger.Warn("commitlog: cannot pre-allocate next segment; the next roll retries inline", "offset", want, "err", err)
+		}
+		s.allocErr = err
+		return
+	}
+	s.allocErr = nil
+	if !s.cfg.DisablePrefault {
+		if err := prefault(f.data); err != nil {
+			s.logger.Warn("commitlog: cannot prefault segment", "path", f.path(), "err", err)
+		}
+	}
+	s.prepared = f
+}
+
+// prefaultActive populates the unwritten rest of the active segment after Open. Allocator
+// goroutine; appends may write into the range meanwhile, which is harmless.
+func (s *Store) prefaultActive(seg *mappedFile, from int64) {
+	if s.cfg.DisablePrefault || !seg.tryAcquire() {
+		return
+	}
+	defer seg.release()
+	lo := (from - seg.base) &^ (pageSize - 1)
+	if err := prefault(seg.data[lo:]); err != nil {
+		s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
+	}
+}
+
+// findSegment returns the segment of segs containing physical offset off, or nil.
+func findSegment(segs []*mappedFile, off int64) *mappedFile {
+	lo, hi := 0, len(segs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if segs[m].base <= off {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 {
+		return nil
+	}
+	if f := segs[lo-1]; off < f.end() {
+		return f
+	}
+	return nil
+}
+
+// ReadLog returns raw log bytes starting at physicalOffset (a batch boundary), at most maxBytes
+// of them (maxBytes <= 0: no limit), never crossing the end of the segment or of the log. At a
+// segment's tail the bytes are the segment-end marker and zeros: the log continues at the next
+// segment's base. It returns an empty Slice at LogEndOffset, and errors wrapping
+// ErrOffsetOutOfRange outside [LogMinOffset, LogEndOffset] or ErrClosed. The Slice must be
+// released (see Slice). Any goroutine.
+func (s *Store) ReadLog(physicalOffset int64, maxBytes int) (Slice, error) {
+	for range maxReadAttempts {
+		if s.closedFlag.Load() {
+			return Slice{}, ErrClosed
+		}
+		end := s.end.Load()
+		lo := s.minOffset.Load()
+		if physicalOffset < lo || physicalOffset > end {
+			return Slice{}, fmt.Errorf("cannot read log at offset %d (log is [%d, %d)): %w", physicalOffset, lo, end, ErrOffsetOutOfRange)
+		}
+		if physicalOffset == end {
+			return Slice{}, nil
+		}
+		seg := findSegment(*s.segs.Load(), physicalOffset)
+		if seg == nil || !seg.tryAcquire() {
+			continue // removed by retention meanwhile: minOffset has moved
+		}
+		hi := seg.end()
+		if end < hi {
+			hi = end
+		}
+		if maxBytes > 0 && physicalOffset+int64(maxBytes) < hi {
+			hi = physicalOffset + int64(maxBytes)
+		}
+		a, b := physicalOffset-seg.base, hi-seg.base
+		return Slice{B: seg.data[a:b:b], f: seg}, nil
+	}
+	return Slice{}, fmt.Errorf("cannot read log at offset %d: %w", physicalOffset, errRetry)
+}

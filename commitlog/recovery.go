@@ -1,0 +1,656 @@
+package commitlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// recover loads and repairs the store; see the package documentation. Open only: no other
+// goroutine runs yet, and files are freed inline.
+func (s *Store) recover() error {
+	start := time.Now()
+	_ = os.Remove(filepath.Join(s.cfg.Dir, checkpointName+".tmp"))
+
+	segs, err := s.loadSegments()
+	if err != nil {
+		return err
+	}
+	s.segs.Store(&segs)
+	ck, ckErr := readCheckpoint(s.cfg.Dir)
+	ckOK := ckErr == nil
+	if ckErr != nil && !errors.Is(ckErr, os.ErrNotExist) {
+		s.logger.Warn("commitlog: ignoring bad checkpoint; scanning the whole log", "err", ckErr)
+	}
+	if len(segs) == 0 {
+		seg, err := s.createSegment(0)
+		if err != nil {
+			return fmt.Errorf("cannot create the first segment: %w", err)
+		}
+		segs = []*mappedFile{seg}
+		s.segs.Store(&segs)
+	}
+	logMin := segs[0].base
+	lastEnd := segs[len(segs)-1].end()
+	scanFrom, dispatchFrom := logMin, logMin
+	if ckOK {
+		if ck.logDurable >= logMin && ck.logDurable <= lastEnd {
+			scanFrom = ck.logDurable
+			dispatchFrom = min(max(ck.queueDurable, logMin), lastEnd)
+		} else {
+			s.logger.Warn("commitlog: checkpoint is outside the log; scanning the whole log",
+				"checkpoint", ck.logDurable, "logMin", logMin, "logEnd", lastEnd)
+		}
+	}
+
+	damage, err := s.loadQueues()
+	if err != nil {
+		return err
+	}
+	dispatchFrom = min(dispatchFrom, max(damage, logMin))
+	crashed := !ckOK || !ck.clean
+
+	// Scan (and re-dispatch) from the start of the segment holding the earlier of the two.
+	k := segIndex(segs, min(scanFrom, dispatchFrom))
+	scanStart := segs[k].base
+	pos := scanStart
+	segs[k].newestTS.Store(0)
+	var (
+		reason              string
+		batches, dispatched int
+	)
+	for {
+		seg := segs[k]
+		rel := pos - seg.base
+		rem := seg.size - rel
+		if rem < markerSize || binary.BigEndian.Uint32(seg.data[rel:]) == 0 &&
+			binary.BigEndian.Uint32(seg.data[rel+4:]) == SegmentEndMagic {
+			if k+1 < len(segs) {
+				k++
+				pos = segs[k].base
+				segs[k].newestTS.Store(0)
+				continue
+			}
+			if rem < markerSize {
+				reason = "end of the last segment"
+			} else {
+				reason = "segment-end marker without a next segment"
+			}
+			break
+		}
+		b := seg.data[rel:]
+		if binary.BigEndian.Uint32(b) == 0 {
+			reason = "end of log"
+			break
+		}
+		info, err := s.cfg.Parser(b, pos)
+		if err != nil {
+			reason = "batch rejected by parser: " + err.Error()
+			break
+		}
+		if info.Size < minBatchSize || int64(info.Size) > rem {
+			reason = fmt.Sprintf("batch size %d outside [%d, %d]", info.Size, minBatchSize, rem)
+			break
+		}
+		if info.Count <= 0 || info.QueueID < 0 || len(info.Topic) == 0 || len(info.Topic) > maxTopicLen || info.BaseQueueOffset < 0 {
+			reason = fmt.Sprintf("batch with count %d, queue %q/%d, base offset %d", info.Count, info.Topic, info.QueueID, info.BaseQueueOffset)
+			break
+		}
+		if info.StoreTimestamp > seg.newestTS.Load() {
+			seg.newestTS.Store(info.StoreTimestamp)
+		}
+		if pos >= dispatchFrom {
+			did, err := s.redispatch(pos, &info, dispatchFrom)
+			if err != nil {
+				return err
+			}
+			if did {
+				dispatched++
+			}
+		}
+		pos += int64(info.Size)
+		batches++
+	}
+	end := pos
+	endSeg := segs[k]
+
+	// Consume queues first: entries at or after dispatchFrom that no scanned batch confirmed
+	// (dangling past the end, or junk) go, and after a crash each queue's file tail is zeroed.
+	// Then the log's tail: zero the rest of the end segment, and only then delete later segments.
+	for _, q := range s.allQueues() {
+		if err := q.finishTail(dispatchFrom, crashed); err != nil {
+			return err
+		}
+	}
+	var zeroed int64
+	if crashed || end != ck.logDurable { // after a clean Close the tail is known to be zero
+		if err := zeroTail(endSeg.path(), endSeg.data, end-endSeg.base); err != nil {
+			return fmt.Errorf("cannot truncate the log at offset %d: %w", end, err)
+		}
+		zeroed = endSeg.end() - end
+	}
+	removed := len(segs) - (k + 1)
+	for j := len(segs) - 1; j > k; j-- {
+		segs[j].remove.Store(true)
+		segs[j].release()
+	}
+	segs = slices.Clone(segs[:k+1])
+	s.segs.Store(&segs)
+	if removed > 0 {
+		if err := fsyncDir(s.logDir); err != nil {
+			return err
+		}
+	}
+
+	s.active = endSeg
+	s.writePos = end
+	s.end.Store(end)
+	s.minOffset.Store(logMin)
+	s.nextBase.Store(endSeg.end())
+	if err := s.syncLog(scanStart, end); err != nil {
+		return err
+	}
+	s.flushed.Store(end)
+
+	queues, err := s.finishQueues(logMin)
+	if err != nil {
+		return err
+	}
+	ck = checkpoint{logDurable: end, queueDurable: end}
+	if err := writeCheckpoint(s.cfg.Dir, ck, s.cfg.Now()); err != nil {
+		return err
+	}
+	s.lastCkpt = ck
+	s.logger.Info("commitlog: recovered",
+		"dir", s.cfg.Dir,
+		"logMin", logMin,
+		"endOffset", end,
+		"scanFrom", scanStart,
+		"dispatchFrom", dispatchFrom,
+		"batchesScanned", batches,
+		"entriesRebuilt", dispatched,
+		"stop", reason,
+		"crashed", crashed,
+		"tailZeroedBytes", zeroed,
+		"segmentsRemoved", removed,
+		"queues", queues,
+		"took", time.Since(start))
+	return nil
+}
+
+// segIndex returns the index of the segment containing off (the last one for the log end).
+func segIndex(segs []*mappedFile, off int64) int {
+	for i, f := range segs {
+		if off < f.end() {
+			return i
+		}
+	}
+	return len(segs) - 1
+}
+
+// loadSegments maps every segment file, checking that they are contiguous. A trailing empty
+// file (a pre-allocation cut short) is removed.
+func (s *Store) loadSegments() ([]*mappedFile, error) {
+	ents, err := os.ReadDir(s.logDir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot list %q: %w", s.logDir, err)
+	}
+	var bases []int64
+	for _, e := range ents {
+		b, ok := parseFileName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			s.logger.Warn("commitlog: ignoring unexpected file in the log directory", "name", e.Name())
+			continue
+		}
+		bases = append(bases, b)
+	}
+	slices.Sort(bases)
+	var segs []*mappedFile
+	fail := func(err error) ([]*mappedFile, error) {
+		for _, f := range segs {
+			f.release()
+		}
+		return nil, err
+	}
+	for i, b := range bases {
+		path := filepath.Join(s.logDir, fileName(b))
+		m, size, fi, err := mapExisting(path)
+		if err != nil {
+			return fail(err)
+		}
+		if size == 0 {
+			if i == len(bases)-1 {
+				s.logger.Warn("commitlog: removing empty segment file", "path", path)
+				if err := os.Remove(path); err != nil {
+					return fail(fmt.Errorf("cannot remove %q: %w", path, err))
+				}
+				continue
+			}
+			return fail(fmt.Errorf("cannot load segment %q: empty file in the middle of the log: %w", path, ErrCorrupt))
+		}
+		f := s.newMappedFile(path, b, m)
+		f.newestTS.Store(fi.ModTime().UnixMilli())
+		if len(segs) > 0 && segs[len(segs)-1].end() != b {
+			prev := segs[len(segs)-1]
+			f.release()
+			return fail(fmt.Errorf("cannot load segment %q: it does not start where %q (%d bytes) ends: %w", path, prev.path(), prev.size, ErrCorrupt))
+		}
+		segs = append(segs, f)
+	}
+	return segs, nil
+}
+
+func parseFileName(name string) (int64, bool) {
+	if len(name) != nameDigits {
+		return 0, false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < '0' || name[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(name, 10, 64)
+	return n, err == nil
+}
+
+// loadQueues loads every consume queue. It returns the lowest physical offset from which a
+// damaged queue must be rebuilt (math.MaxInt64 when none is damaged).
+func (s *Store) loadQueues() (int64, error) {
+	damage := int64(math.MaxInt64)
+	tds, err := os.ReadDir(s.cqDir)
+	if err != nil {
+		return 0, fmt.Errorf("cannot list %q: %w", s.cqDir, err)
+	}
+	for _, td := range tds {
+		name := td.Name()
+		dir := filepath.Join(s.cqDir, name)
+		if strings.HasPrefix(name, ".trash-") {
+			if err := os.RemoveAll(dir); err != nil {
+				return 0, fmt.Errorf("cannot remove deleted queues %q: %w", dir, err)
+			}
+			s.markDirDirty(s.cqDir)
+			continue
+		}
+		topic, err := unescapeTopic(name)
+		if !td.IsDir() || err != nil || topic == "" || len(topic) > maxTopicLen {
+			s.logger.Warn("commitlog: ignoring unexpected entry in the consume-queue directory", "name", name)
+			continue
+		}
+		qds, err := os.ReadDir(dir)
+		if err != nil {
+			return 0, fmt.Errorf("cannot list %q: %w", dir, err)
+		}
+		for _, qd := range qds {
+			id, err := strconv.ParseInt(qd.Name(), 10, 32)
+			if !qd.IsDir() || err != nil || id < 0 || s.topics[topic] != nil && s.topics[topic].queues[int32(id)] != nil {
+				s.logger.Warn("commitlog: ignoring unexpected entry in a topic directory", "dir", dir, "name", qd.Name())
+				continue
+			}
+			d, err := s.loadQueue(topic, name, int32(id), filepath.Join(dir, qd.Name()))
+			if err != nil {
+				return 0, err
+			}
+			damage = min(damage, d)
+		}
+	}
+	return damage, nil
+}
+
+// queueCheckFiles is how many of a queue's newest files recovery checks entry by entry; older
+// files get their first and last entries checked.
+const queueCheckFiles = 3
+
+// loadQueue maps one queue's files, keeps the longest valid prefix of entries and zeroes the
+// rest. It returns the physical offset to rebuild the queue from if it was damaged.
+func (s *Store) loadQueue(topic, dirName string, id int32, dir string) (int64, error) {
+	damage := int64(math.MaxInt64)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("cannot list %q: %w", dir, err)
+	}
+	var bases []int64
+	for _, e := range ents {
+		if b, ok := parseFileName(e.Name()); ok && e.Type().IsRegular() {
+			bases = append(bases, b)
+		}
+	}
+	slices.Sort(bases)
+	q := s.newQueue(topic, dirName, id)
+	q.dir = dir
+	var files []*mappedFile
+	damaged := false
+	for i, b := range bases {
+		path := filepath.Join(dir, fileName(b))
+		if damaged {
+			if err := os.Remove(path); err != nil {
+				return 0, fmt.Errorf("cannot remove %q: %w", path, err)
+			}
+			s.markDirDirty(dir)
+			continue
+		}
+		m, size, _, err := mapExisting(path)
+		if err != nil {
+			for _, f := range files {
+				f.release()
+			}
+			return 0, err
+		}
+		var f *mappedFile
+		if size >= entrySize {
+			f = s.newMappedFile(path, b, m)
+		} else if m != nil {
+			_ = m.Unmap()
+		}
+		if f == nil || len(files) > 0 && files[len(files)-1].base+files[len(files)-1].entries() != b {
+			// A short file or a gap: everything from here on goes; it is only damage if
+			// anything follows (a trailing short file is a creation cut short by a crash).
+			damaged = i < len(bases)-1 || f != nil
+			if f != nil {
+				f.remove.Store(true)
+				f.release()
+			} else if err := os.Remove(path); err != nil {
+				return 0, fmt.Errorf("cannot remove %q: %w", path, err)
+			}
+			s.markDirDirty(dir)
+			s.logger.Warn("commitlog: dropping consume-queue files", "from", path)
+			continue
+		}
+		files = append(files, f)
+	}
+	q.files.Store(&files)
+	if len(files) == 0 {
+		return damage, nil // finishQueues removes it
+	}
+
+	// Quick check of the older files, then entry by entry from the newest ones.
+	first := max(0, len(files)-queueCheckFiles)
+	var prev entry
+	hasPrev := false
+	for i := 0; i < first; i++ {
+		f := files[i]
+		e0, ok0 := decodeEntry(f.data[:entrySize])
+		en, okn := decodeEntry(f.data[(f.entries()-1)*entrySize : f.entries()*entrySize])
+		if !ok0 || !okn || hasPrev && !e0.follows(prev) || f.entries() > 1 && !en.follows(e0) {
+			first, hasPrev = 0, false
+			s.logger.Warn("commitlog: consume-queue file fails the quick check; checking every entry", "path", f.path())
+			break
+		}
+		f.firstBase.Store(e0.base)
+		prev, hasPrev = en, true
+	}
+	idx := files[first].base
+	bad := false
+scan:
+	for _, f := range files[first:] {
+		for j := int64(0); j < f.entries(); j++ {
+			b := f.data[j*entrySize : (j+1)*entrySize]
+			if allZero(b) {
+				break scan
+			}
+			e, ok := decodeEntry(b)
+			if !ok || hasPrev && !e.follows(prev) {
+				bad = true
+				break scan
+			}
+			if j == 0 {
+				f.firstBase.Store(e.base)
+			}
+			prev, hasPrev = e, true
+			idx++
+		}
+	}
+	// Anything non-zero after the valid prefix was written once: a hole or a torn entry in
+	// front of it means entries may be missing, so rebuild from the last valid one. Only the
+	// rest of the page holding the prefix's end is looked at (faulting in more zero pages costs
+	// too much with many queues); after a crash finishTail zeroes the whole tail anyway.
+	if f := fileFor(files, idx); !bad && f != nil {
+		lo := (idx - f.base) * entrySize
+		hi := min((lo/pageSize+1)*pageSize, f.size)
+		bad = !allZero(f.data[lo:hi])
+	}
+	// So does a newest file shorter than its predecessor (or than configured).
+	if lf := files[len(files)-1]; len(files) > 1 && lf.size < files[len(files)-2].size ||
+		len(files) == 1 && lf.size < int64(s.cfg.QueueFileEntries)*entrySize && lf.base+lf.entries() == idx {
+		bad = true
+	}
+	q.truncateRecovery(idx)
+	q.needZero = bad || damaged
+	if bad || damaged {
+		damage = 0
+		if hasPrev {
+			damage = prev.end()
+		}
+		s.logger.Warn("commitlog: consume queue damaged; rebuilding it from the log",
+			"topic", topic, "queue", id, "validEntries", idx-files[0].base, "rebuildFrom", damage)
+	}
+	return damage, nil
+}
+
+// rawEntry decodes entry i. Recovery only (no references taken).
+func (q *consumeQueue) rawEntry(i int64) (entry, bool) {
+	f := fileFor(*q.files.Load(), i)
+	if f == nil {
+		return entry{}, false
+	}
+	rel := (i - f.base) * entrySize
+	return decodeEntry(f.data[rel : rel+entrySize])
+}
+
+// searchRaw returns the first index in [lo, hi) whose entry satisfies pred (monotone).
+func (q *consumeQueue) searchRaw(lo, hi int64, pred func(entry) bool) int64 {
+	for lo < hi {
+		m := lo + (hi-lo)/2
+		e, _ := q.rawEntry(m)
+		if pred(e) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}
+
+// truncateRecovery keeps the entries below n (logically: finishTail deletes and zeroes what is
+// after the last entry). Recovery only.
+func (q *consumeQueue) truncateRecovery(n int64) {
+	files := *q.files.Load()
+	first := files[0].base
+	n = max(n, first)
+	if n < q.cnt {
+		q.needZero = true
+	}
+	q.cnt = n
+	q.next = 0
+	if n > first {
+		e, _ := q.rawEntry(n - 1)
+		q.next = e.nextOff()
+	}
+	q.last = fileFor(files, max(n-1, first))
+	q.count.Store(q.cnt)
+	q.maxOffset.Store(q.next)
+}
+
+// finishTail truncates the entries at or after physical offset from that no re-dispatched
+// batch confirmed, deletes the files after the last entry (the first file always stays) and,
+// after a crash or a truncation, zeroes the rest of the last file durably. Recovery only.
+func (q *consumeQueue) finishTail(from int64, crashed bool) error {
+	files := *q.files.Load()
+	if len(files) == 0 {
+		return nil
+	}
+	first := files[0].base
+	if q.confirm < 0 {
+		q.confirm = q.searchRaw(first, q.cnt, func(e entry) bool { return e.phys >= from })
+	}
+	if q.confirm < q.cnt {
+		q.truncateRecovery(q.confirm)
+	}
+	keep := len(files)
+	for keep > 1 && files[keep-1].base >= q.cnt {
+		keep--
+	}
+	for j := len(files) - 1; j >= keep; j-- {
+		files[j].remove.Store(true)
+		files[j].release()
+		q.s.markDirDirty(q.dir)
+	}
+	files = slices.Clone(files[:keep])
+	q.files.Store(&files)
+	last := files[keep-1]
+	q.last = last
+	if crashed || q.needZero {
+		if err := zeroTail(last.path(), last.data, (q.cnt-last.base)*entrySize); err != nil {
+			return fmt.Errorf("cannot truncate consume queue %s/%d at entry %d: %w", q.topic, q.queueID, q.cnt, err)
+		}
+	}
+	q.needZero = false
+	return nil
+}
+
+// redispatch indexes the batch at pos (>= from) during recovery. Entries pointing at or after
+// from must match the scanned batches one for one, in order: a matching entry is kept, anything
+// else from there on is truncated and the batch's entry appended. The batch's stored base queue
+// offset is authoritative.
+func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, error) {
+	q := s.queueLocked(info.Topic, info.QueueID)
+	if q == nil {
+		var err error
+		if q, err = s.createQueueLocked(string(info.Topic), info.QueueID); err != nil {
+			return false, err
+		}
+	}
+	base, size, count := info.BaseQueueOffset, int64(info.Size), int64(info.Count)
+	q.lastTS.Store(info.StoreTimestamp)
+	if files := *q.files.Load(); len(files) > 0 {
+		first := files[0].base
+		if q.confirm < 0 {
+			q.confirm = q.searchRaw(first, q.cnt, func(e entry) bool { return e.phys >= from })
+		}
+		if q.confirm < q.cnt {
+			if e, ok := q.rawEntry(q.confirm); ok && e.phys == pos && e.base == base && e.size == size &&
+				e.count == count && e.tag == info.TagHash {
+				q.confirm++
+				return false, nil
+			}
+			q.truncateRecovery(q.confirm)
+		}
+		if q.cnt > first {
+			// An older entry overlapping this batch (in queue offsets) goes too.
+			if last, _ := q.rawEntry(q.cnt - 1); last.nextOff() > base || last.end() > pos {
+				q.truncateRecovery(q.searchRaw(first, q.cnt, func(e entry) bool { return e.nextOff() > base || e.end() > pos }))
+			}
+		}
+	}
+	if err := q.ensureRoomLocked(); err != nil {
+		return false, err
+	}
+	q.writeEntryLocked(pos, info.Size, base, info.Count, info.TagHash, info.StoreTimestamp)
+	q.last.dirty = true
+	q.confirm = q.cnt
+	return true, nil
+}
+
+func (s *Store) allQueues() []*consumeQueue {
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	var qs []*consumeQueue
+	for _, t := range s.topics {
+		for _, q := range t.queues {
+			qs = append(qs, q)
+		}
+	}
+	return qs
+}
+
+// finishQueues removes queues left without entries, msyncs what recovery changed, and sets each
+// queue's published state. It returns the number of queues.
+func (s *Store) finishQueues(logMin int64) (int, error) {
+	n := 0
+	for _, q := range s.allQueues() {
+		files := *q.files.Load()
+		if len(files) == 0 || q.cnt == files[0].base {
+			if len(files) > 0 && files[0].base > 0 {
+				s.logger.Warn("commitlog: consume queue has lost all its entries; its offsets restart at 0",
+					"topic", q.topic, "queue", q.queueID)
+			}
+			s.dropQueueRecovery(q)
+			continue
+		}
+		n++
+		for _, f := range files {
+			if f.dirty {
+				if err := msyncRange(f.data, 0, f.size); err != nil {
+					return 0, fmt.Errorf("cannot msync consume-queue file %q: %w", f.path(), err)
+				}
+				f.dirty = false
+			}
+		}
+		first := files[0].base
+		q.minIdx.Store(q.searchRaw(first, q.cnt, func(e entry) bool { return e.phys >= logMin }))
+		q.flushedIdx.Store(q.cnt)
+		q.count.Store(q.cnt)
+		q.maxOffset.Store(q.next)
+		q.hint.Store(0)
+		if q.lastTS.Load() == 0 {
+			q.lastTS.Store(s.parseStoreTS(q))
+		}
+	}
+	s.dirMu.Lock()
+	dirs := s.dirtyDirs
+	s.dirtyDirs = make(map[string]struct{})
+	s.dirMu.Unlock()
+	for d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			continue // removed meanwhile
+		}
+		if err := fsyncDir(d); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// parseStoreTS returns the store timestamp of the queue's last batch, 0 if it is not in the log.
+func (s *Store) parseStoreTS(q *consumeQueue) int64 {
+	e, ok := q.rawEntry(q.cnt - 1)
+	if !ok {
+		return 0
+	}
+	seg := findSegment(*s.segs.Load(), e.phys)
+	if seg == nil || e.end() > seg.end() {
+		return 0
+	}
+	info, err := s.cfg.Parser(seg.data[e.phys-seg.base:e.end()-seg.base], e.phys)
+	if err != nil {
+		return 0
+	}
+	return info.StoreTimestamp
+}
+
+// dropQueueRecovery removes an empty queue and its directory. Recovery only.
+func (s *Store) dropQueueRecovery(q *consumeQueue) {
+	for _, f := range *q.files.Load() {
+		f.remove.Store(true)
+		f.release()
+	}
+	q.files.Store(&[]*mappedFile{})
+	_ = os.Remove(q.dir)
+	topicDir := filepath.Dir(q.dir)
+	s.qmu.Lock()
+	t := s.topics[q.topic]
+	delete(t.queues, q.queueID)
+	if len(t.queues) == 0 {
+		delete(s.topics, q.topic)
+	}
+	s.qmu.Unlock()
+	_ = os.Remove(topicDir) // fails while other queues remain
+	s.markDirDirty(topicDir)
+	s.markDirDirty(s.cqDir)
+}

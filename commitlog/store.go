@@ -1,0 +1,430 @@
+package commitlog
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Store is a broker's commit log and consume queues.
+//
+// Append and DeleteQueues serialise on the store mutex; Read, ReadLog, WaitFlushed and the
+// accessors may be called from any goroutine concurrently with them and with each other and do
+// not take it. Close may be called once from any goroutine; every method returns ErrClosed (or a
+// zero value) after it.
+type Store struct {
+	cfg    Config
+	logger *slog.Logger
+	logDir string
+	cqDir  string
+	lock   *os.File
+
+	// mu is the store mutex. It guards the fields marked (mu), serialises appends, rolls and
+	// every change of the segment list or of a queue's file list. It is never held across an
+	// msync; it is held across file creation only on the slow paths (a roll the pre-allocator
+	// has not prepared for, a new queue or consume-queue file).
+	mu       sync.Mutex
+	closed   bool        // (mu)
+	active   *mappedFile // (mu) segment appends go to
+	writePos int64       // (mu) physical offset of the next append (== end)
+
+	closedFlag atomic.Bool
+	segs       atomic.Pointer[[]*mappedFile] // copy-on-write, written under mu
+	end        atomic.Int64                  // log end offset, published after each append
+	minOffset  atomic.Int64                  // log min offset
+	nextBase   atomic.Int64                  // base of the segment after the active one
+
+	// qmu guards topics for readers; writers hold mu and qmu.
+	qmu    sync.RWMutex
+	topics map[string]*topicQueues
+
+	// Flusher state (flush.go).
+	flushed   atomic.Int64
+	flushKick chan struct{}
+	fmu       sync.Mutex
+	waiters   []flushWaiter // (fmu)
+	flushErr  error         // (fmu) sticky
+	flushDone bool          // (fmu) the flusher has stopped; complete waiters inline
+	syncCount atomic.Int64  // msync calls of the log, for tests and metrics
+	ready     []flushWaiter // flusher goroutine only
+
+	// Pre-allocator state (log.go).
+	amu       sync.Mutex
+	prepared  *mappedFile // (amu)
+	allocErr  error       // (amu) last background failure, logged once
+	allocKick chan struct{}
+
+	// Cleaner state (segment.go, retention.go).
+	gcMu      sync.Mutex
+	gcInline  bool          // (gcMu)
+	garbage   []*mappedFile // (gcMu)
+	trashDirs []string      // (gcMu)
+	gcKick    chan struct{}
+	liveFiles atomic.Int64
+
+	// Queue flusher state (flush.go).
+	qflushKick chan struct{}
+	dirMu      sync.Mutex
+	dirtyDirs  map[string]struct{} // (dirMu) directories with unsynced creations
+	lastCkpt   checkpoint          // queue flusher goroutine only
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// AppendResult describes a stored batch.
+type AppendResult struct {
+	// PhysicalOffset is the batch's position in the log, in bytes.
+	PhysicalOffset int64
+	// BaseQueueOffset is the queue offset of the batch's first message.
+	BaseQueueOffset int64
+	// Size is the batch's length in bytes.
+	Size int
+	// StoreTimestamp is the store time stamped into the batch, in Unix milliseconds.
+	StoreTimestamp int64
+	// EndOffset is the log end offset after this batch: pass it to WaitFlushed.
+	EndOffset int64
+}
+
+// QueueID names a consume queue.
+type QueueID struct {
+	Topic   string
+	QueueID int32
+}
+
+// Open opens (creating if needed) the store in cfg.Dir, recovers it (see the package
+// documentation) and starts its goroutines: the flusher, the queue flusher, the segment
+// pre-allocator and the retention goroutine. It returns an error wrapping ErrInvalidConfig,
+// ErrLocked (another Store has the directory), ErrCorrupt (a segment is missing in the middle of
+// the log), ErrDiskFull, or an I/O error. Any goroutine.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:        cfg,
+		logger:     cfg.Logger,
+		logDir:     filepath.Join(cfg.Dir, "commitlog"),
+		cqDir:      filepath.Join(cfg.Dir, "consumequeue"),
+		topics:     make(map[string]*topicQueues),
+		flushKick:  make(chan struct{}, 1),
+		allocKick:  make(chan struct{}, 1),
+		gcKick:     make(chan struct{}, 1),
+		qflushKick: make(chan struct{}, 1),
+		dirtyDirs:  make(map[string]struct{}),
+		stop:       make(chan struct{}),
+		gcInline:   true,
+	}
+	for _, d := range []string{cfg.Dir, s.logDir, s.cqDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("cannot create directory %q: %w", d, err)
+		}
+	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	if err := s.recover(); err != nil {
+		s.releaseAll()
+		_ = s.lock.Close()
+		return nil, err
+	}
+	s.gcMu.Lock()
+	s.gcInline = false
+	s.gcMu.Unlock()
+	s.wg.Add(4)
+	go s.flushLoop()
+	go s.queueFlushLoop()
+	go s.allocLoop(s.active, s.writePos)
+	go s.retentionLoop()
+	kick(s.allocKick)
+	return s, nil
+}
+
+// Append stores batch as the next batch of queue (topic, queueID) and returns where it went.
+// The batch must follow the batch contract (package documentation); count is its number of
+// messages (>= 1) and tagHash goes into the consume-queue entry. stamp (may be nil) is called
+// with the stored copy to write the assigned fields. The batch is visible to Read when Append
+// returns; it is durable once WaitFlushed(result.EndOffset) completes.
+//
+// Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrClosed, ErrDiskFull (no space for the next
+// segment or consume-queue file: nothing was written and a later Append retries) or an I/O
+// error. Any goroutine (typically event loops); appends are serialised by the store mutex and
+// make no syscall and no allocation except when a segment, queue or queue file is created.
+func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, tagHash uint32, stamp StampFunc) (AppendResult, error) {
+	size := len(batch)
+	if size < minBatchSize || int64(size) > s.cfg.SegmentSize || binary.BigEndian.Uint32(batch) == 0 || count <= 0 {
+		return AppendResult{}, fmt.Errorf("cannot append batch of %d bytes (%d messages, segment size %d): %w", size, count, s.cfg.SegmentSize, ErrInvalidBatch)
+	}
+	if len(topic) == 0 || len(topic) > maxTopicLen || queueID < 0 {
+		return AppendResult{}, fmt.Errorf("cannot append to queue %q/%d: %w", string(topic), queueID, ErrInvalidTopic)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return AppendResult{}, ErrClosed
+	}
+	q := s.queueLocked(topic, queueID)
+	if q == nil {
+		var err error
+		if q, err = s.createQueueLocked(string(topic), queueID); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	if err := q.ensureRoomLocked(); err != nil {
+		return AppendResult{}, err
+	}
+	seg := s.active
+	if s.writePos+int64(size) > seg.end() {
+		if err := s.rollLocked(); err != nil {
+			return AppendResult{}, err
+		}
+		seg = s.active
+	}
+	pos := s.writePos
+	rel := pos - seg.base
+	dst := seg.data[rel : rel+int64(size) : rel+int64(size)]
+	copy(dst, batch)
+	ts := s.cfg.Now().UnixMilli()
+	base := q.next
+	if stamp != nil {
+		stamp(dst, pos, base, ts)
+	}
+	q.writeEntryLocked(pos, size, base, count, tagHash, ts)
+	seg.newestTS.Store(ts)
+	end := pos + int64(size)
+	s.writePos = end
+	s.end.Store(end)
+	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
+		kick(s.flushKick)
+	}
+	return AppendResult{PhysicalOffset: pos, BaseQueueOffset: base, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
+}
+
+// LogMinOffset returns the physical offset of the oldest byte still in the log. Any goroutine.
+func (s *Store) LogMinOffset() int64 { return s.minOffset.Load() }
+
+// LogEndOffset returns the physical offset just past the newest batch. Any goroutine.
+func (s *Store) LogEndOffset() int64 { return s.end.Load() }
+
+// FlushedOffset returns the physical offset up to which the log is known durable. Any goroutine.
+func (s *Store) FlushedOffset() int64 { return s.flushed.Load() }
+
+// MaxOffset returns the queue's next queue offset (last batch's base + count), 0 for an unknown
+// queue. Any goroutine.
+func (s *Store) MaxOffset(topic []byte, queueID int32) int64 {
+	q := s.lookupQueue(topic, queueID)
+	if q == nil {
+		return 0
+	}
+	return q.maxOffset.Load()
+}
+
+// MinOffset returns the queue offset of the oldest batch of the queue that is still in the log
+// (the first entry whose physical offset is >= LogMinOffset), or MaxOffset when retention has
+// removed all of them; 0 for an unknown queue or after Close. Any goroutine.
+func (s *Store) MinOffset(topic []byte, queueID int32) int64 {
+	for range maxReadAttempts {
+		if s.closedFlag.Load() {
+			return 0
+		}
+		q := s.lookupQueue(topic, queueID)
+		if q == nil {
+			return 0
+		}
+		var c cqCursor
+		b, err := q.bounds(&c)
+		c.close()
+		if err == nil {
+			return b.minOff
+		}
+	}
+	return 0
+}
+
+// LastStoreTimestamp returns the store timestamp (Unix ms) of the queue's newest batch, 0 for an
+// unknown queue. After a restart it comes from parsing that batch (or 0 if retention removed
+// it). Any goroutine.
+func (s *Store) LastStoreTimestamp(topic []byte, queueID int32) int64 {
+	q := s.lookupQueue(topic, queueID)
+	if q == nil {
+		return 0
+	}
+	return q.lastTS.Load()
+}
+
+// Queues returns every consume queue, sorted by topic then queue id. Any goroutine.
+func (s *Store) Queues() []QueueID {
+	s.qmu.RLock()
+	var out []QueueID
+	for _, t := range s.topics {
+		for id, q := range t.queues {
+			if q.count.Load() > 0 { // a queue whose first append failed has no entry
+				out = append(out, QueueID{Topic: t.name, QueueID: id})
+			}
+		}
+	}
+	s.qmu.RUnlock()
+	slices.SortFunc(out, func(a, b QueueID) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.QueueID) - int(b.QueueID)
+	})
+	return out
+}
+
+// DeleteQueues deletes every consume queue of topic (its files go once no reader holds them).
+// The batches stay in the log until retention. NB: batches of the topic appended after the last
+// checkpoint are indexed again if the broker crashes before the next queue-flush tick. Any
+// goroutine; takes the store mutex.
+func (s *Store) DeleteQueues(topic []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	t := s.topics[string(topic)]
+	if t == nil {
+		return
+	}
+	s.qmu.Lock()
+	delete(s.topics, t.name)
+	s.qmu.Unlock()
+	dir := filepath.Join(s.cqDir, t.dirName)
+	trash := filepath.Join(s.cqDir, fmt.Sprintf(".trash-%d-%s", time.Now().UnixNano(), t.dirName))
+	renamed := os.Rename(dir, trash) == nil
+	if !renamed {
+		s.logger.Warn("commitlog: cannot move deleted queues aside; files are kept", "dir", dir)
+	} else {
+		s.markDirDirty(s.cqDir)
+		s.gcMu.Lock()
+		s.trashDirs = append(s.trashDirs, trash)
+		s.gcMu.Unlock()
+	}
+	for _, q := range t.queues {
+		q.deleted.Store(true)
+		for _, f := range *q.files.Load() {
+			if renamed {
+				p := filepath.Join(trash, filepath.Base(q.dir), filepath.Base(f.path()))
+				f.pathp.Store(&p)
+				f.remove.Store(true)
+			}
+			f.release()
+		}
+	}
+	kick(s.qflushKick)
+	s.logger.Info("commitlog: deleted consume queues", "topic", t.name, "queues", len(t.queues))
+}
+
+// Close stops the goroutines, flushes the log and the consume queues, writes the checkpoint,
+// completes pending WaitFlushed callbacks (with ErrClosed when not durable) and unmaps every
+// file, waiting up to Config.CloseTimeout for readers to release their Slices; mappings still
+// held after that are unmapped on their last release. It returns the first flush error, or
+// ErrClosed when called again. Any goroutine, once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	s.closedFlag.Store(true)
+	s.mu.Unlock()
+
+	close(s.stop)
+	s.wg.Wait()
+
+	var firstErr error
+	s.flushOnce()
+	s.finishWaiters()
+	s.fmu.Lock()
+	if s.flushErr != nil {
+		firstErr = s.flushErr
+	}
+	s.fmu.Unlock()
+	if err := s.flushQueuesAndCheckpoint(firstErr == nil); err != nil && firstErr == nil {
+		firstErr = err
+	}
+
+	s.amu.Lock()
+	if p := s.prepared; p != nil {
+		s.prepared = nil
+		p.remove.Store(true)
+		p.release()
+	}
+	s.amu.Unlock()
+	s.gcMu.Lock()
+	s.gcInline = true
+	trash := s.trashDirs
+	s.trashDirs = nil
+	s.gcMu.Unlock()
+	s.drainGarbage()
+	s.releaseAll()
+	removeTrash(trash) // the rest goes at the next Open
+
+	deadline := time.Now().Add(s.cfg.CloseTimeout)
+	for s.liveFiles.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := s.liveFiles.Load(); n > 0 {
+		s.logger.Warn("commitlog: closing with mappings still held by readers; they are unmapped on release",
+			"files", n, "waited", s.cfg.CloseTimeout)
+	}
+	if err := s.lock.Close(); err != nil && firstErr == nil {
+		firstErr = fmt.Errorf("cannot release lock file: %w", err)
+	}
+	return firstErr
+}
+
+// releaseAll drops the owner references of every segment and consume-queue file.
+func (s *Store) releaseAll() {
+	if p := s.segs.Load(); p != nil {
+		for _, f := range *p {
+			f.release()
+		}
+		s.segs.Store(&[]*mappedFile{})
+	}
+	s.qmu.Lock()
+	for _, t := range s.topics {
+		for _, q := range t.queues {
+			if p := q.files.Load(); p != nil {
+				for _, f := range *p {
+					f.release()
+				}
+			}
+			q.files.Store(&[]*mappedFile{})
+		}
+	}
+	s.qmu.Unlock()
+}
+
+// removeTrash removes the directories of deleted queues whose files are all gone and returns
+// the ones still holding files (mapped by a reader; removed on release).
+func removeTrash(dirs []string) []string {
+	var left []string
+	for _, d := range dirs {
+		subs, _ := os.ReadDir(d)
+		for _, sub := range subs {
+			_ = os.Remove(filepath.Join(d, sub.Name()))
+		}
+		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+			left = append(left, d)
+		}
+	}
+	return left
+}
+
+func (s *Store) markDirDirty(dir string) {
+	s.dirMu.Lock()
+	s.dirtyDirs[dir] = struct{}{}
+	s.dirMu.Unlock()
+}
