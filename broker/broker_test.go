@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"testing"
@@ -412,4 +413,8 @@ func TestSyncFlushSend(t *testing.T) {
 	if f, e := b.store.FlushedOffset(), b.store.LogEndOffset(); f < e {
 		t.Fatalf("acknowledged before flush: flushed %d, end %d", f, e)
 	}
+}
+
+func slogTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
