@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/petrel-mq/petrel/commitlog"
+
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -111,7 +113,7 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 			q := &queues[i]
 			q.BrokerOffset = b.store.MaxOffset([]byte(q.Topic), q.QueueID)
 			if q.ConsumerOffset > 0 {
-				q.LastTimestamp = b.store.LastStoreTimestamp([]byte(q.Topic), q.QueueID)
+				q.LastTimestamp = b.storeTimestampAt([]byte(q.Topic), q.QueueID, q.ConsumerOffset-1)
 			}
 		}
 		st := protocol.ConsumeStats{Queues: queues}
@@ -122,6 +124,20 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 		return rpc.Reply{Body: t.AppendTo(nil)}
 	}
 	return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "request code %s is not supported by the broker", code)
+}
+
+// storeTimestampAt returns the store time of the batch holding queue offset off (ms), or 0.
+func (b *Broker) storeTimestampAt(topic []byte, qid int32, off int64) int64 {
+	var rr commitlog.ReadResult
+	defer rr.Release()
+	if err := b.store.Read(topic, qid, off, 1, 1, &rr); err != nil || rr.Status != commitlog.Found || len(rr.Slices) == 0 {
+		return 0
+	}
+	h, err := protocol.ReadBatchHeader(rr.Slices[0].B)
+	if err != nil {
+		return 0
+	}
+	return h.StoreTimestamp
 }
 
 // diskRatio returns the used fraction of the file system holding dir, or "" if unknown.

@@ -1,0 +1,225 @@
+// Command petrelctl is Petrel's admin CLI, modelled on RocketMQ's mqadmin: the same verbs and
+// short flags, and the same output.
+//
+//	petrelctl updateTopic -n NAMESRV (-c CLUSTER | -b BROKERADDR) -t TOPIC [-r 8] [-w 8] [-p 6]
+//	petrelctl topicRoute -n NAMESRV -t TOPIC
+//	petrelctl topicList -n NAMESRV [-c CLUSTER]
+//	petrelctl topicStatus -n NAMESRV -t TOPIC
+//	petrelctl clusterList -n NAMESRV [-c CLUSTER]
+//	petrelctl brokerStatus -n NAMESRV (-b BROKERADDR | -c CLUSTER)
+//	petrelctl consumerProgress -n NAMESRV -g GROUP [-t TOPIC]
+//
+// -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; --timeout bounds
+// each request (default 5s). Errors go to stderr as "petrelctl: VERB: reason" and exit with 1.
+// The commands live in package tools.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/tools"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one petrelctl command line and returns the exit code: 0, or 1 after printing the
+// error to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	root := newRootCommand(stdout, stderr, getenv)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	prefix := "petrelctl: "
+	if cmd != nil && cmd != root {
+		prefix += cmd.Name() + ": "
+	}
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "%s%s\n", prefix, line)
+	}
+	return 1
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	nameServers string
+	timeout     time.Duration
+	getenv      func(string) string
+	stderr      io.Writer
+}
+
+// withAdmin returns a RunE that connects to the NameServers and runs fn with the command's
+// context and stdout.
+func (g *globals) withAdmin(fn func(ctx context.Context, w io.Writer, a *client.Admin) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		addrs, err := tools.NameServers(g.nameServers, g.getenv)
+		if err != nil {
+			return err
+		}
+		c, a, err := tools.NewAdmin(cmd.Context(), addrs, g.timeout, g.stderr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(cmd.Context(), cmd.OutOrStdout(), a)
+	}
+}
+
+func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+	g := &globals{getenv: getenv, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "petrelctl",
+		Short:         "Petrel admin CLI (RocketMQ mqadmin verbs)",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// No Args: cobra's default for the root reports an unknown verb as an error.
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	pf := root.PersistentFlags()
+	pf.StringVarP(&g.nameServers, "namesrvAddr", "n", "", "NameServer addresses, ';'-separated host:port (default $"+tools.EnvNameServer+")")
+	pf.DurationVar(&g.timeout, "timeout", tools.DefaultTimeout, "timeout of each request")
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		updateTopicCommand(g),
+		topicRouteCommand(g),
+		topicListCommand(g),
+		topicStatusCommand(g),
+		clusterListCommand(g),
+		brokerStatusCommand(g),
+		consumerProgressCommand(g),
+	)
+	return root
+}
+
+func updateTopicCommand(g *globals) *cobra.Command {
+	var o tools.UpdateTopicOptions
+	cmd := &cobra.Command{
+		Use:   "updateTopic",
+		Short: "Create a topic or update its queue counts and permission",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.UpdateTopic(ctx, w, a, o)
+	})
+	f := cmd.Flags()
+	f.StringVarP(&o.Topic, "topic", "t", "", "topic name")
+	f.StringVarP(&o.BrokerAddr, "brokerAddr", "b", "", "create the topic on this broker (host:port)")
+	f.StringVarP(&o.Cluster, "clusterName", "c", "", "create the topic on every master of this cluster")
+	f.Int32VarP(&o.ReadQueueNums, "readQueueNums", "r", tools.DefaultQueueNums, "read queue count")
+	f.Int32VarP(&o.WriteQueueNums, "writeQueueNums", "w", tools.DefaultQueueNums, "write queue count")
+	f.Int32VarP(&o.Perm, "perm", "p", tools.DefaultPerm, "permission: 2 (W), 4 (R) or 6 (RW)")
+	_ = cmd.MarkFlagRequired("topic")
+	cmd.MarkFlagsOneRequired("brokerAddr", "clusterName")
+	cmd.MarkFlagsMutuallyExclusive("brokerAddr", "clusterName")
+	return cmd
+}
+
+func topicRouteCommand(g *globals) *cobra.Command {
+	var topic string
+	cmd := &cobra.Command{
+		Use:   "topicRoute",
+		Short: "Print a topic's route (JSON)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.TopicRoute(ctx, w, a, topic)
+	})
+	cmd.Flags().StringVarP(&topic, "topic", "t", "", "topic name")
+	_ = cmd.MarkFlagRequired("topic")
+	return cmd
+}
+
+func topicListCommand(g *globals) *cobra.Command {
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "topicList",
+		Short: "List the topics stored on the masters",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.TopicList(ctx, w, a, cluster)
+	})
+	cmd.Flags().StringVarP(&cluster, "clusterName", "c", "", "only the masters of this cluster")
+	return cmd
+}
+
+func topicStatusCommand(g *globals) *cobra.Command {
+	var topic string
+	cmd := &cobra.Command{
+		Use:   "topicStatus",
+		Short: "Print min/max offset and last update of every queue of a topic",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.TopicStatus(ctx, w, a, topic)
+	})
+	cmd.Flags().StringVarP(&topic, "topic", "t", "", "topic name")
+	_ = cmd.MarkFlagRequired("topic")
+	return cmd
+}
+
+func clusterListCommand(g *globals) *cobra.Command {
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "clusterList",
+		Short: "List the brokers of the cluster table with version and rates",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.ClusterList(ctx, w, a, cluster)
+	})
+	cmd.Flags().StringVarP(&cluster, "clusterName", "c", "", "only this cluster")
+	return cmd
+}
+
+func brokerStatusCommand(g *globals) *cobra.Command {
+	var brokerAddr, cluster string
+	cmd := &cobra.Command{
+		Use:   "brokerStatus",
+		Short: "Print a broker's runtime statistics",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.BrokerStatus(ctx, w, a, brokerAddr, cluster)
+	})
+	f := cmd.Flags()
+	f.StringVarP(&brokerAddr, "brokerAddr", "b", "", "broker address (host:port)")
+	f.StringVarP(&cluster, "clusterName", "c", "", "every broker of this cluster")
+	cmd.MarkFlagsOneRequired("brokerAddr", "clusterName")
+	cmd.MarkFlagsMutuallyExclusive("brokerAddr", "clusterName")
+	return cmd
+}
+
+func consumerProgressCommand(g *globals) *cobra.Command {
+	var group, topic string
+	cmd := &cobra.Command{
+		Use:   "consumerProgress",
+		Short: "Print a consumer group's offsets against the queues' max offsets",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.ConsumerProgress(ctx, w, a, group, topic)
+	})
+	f := cmd.Flags()
+	f.StringVarP(&group, "groupName", "g", "", "consumer group")
+	f.StringVarP(&topic, "topicName", "t", "", "only this topic")
+	_ = cmd.MarkFlagRequired("groupName")
+	return cmd
+}

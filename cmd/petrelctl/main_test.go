@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/namesrv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
+
+// petrelctl runs one command line in-process with the given NAMESRV_ADDR.
+func petrelctl(env string, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	getenv := func(k string) string {
+		if k == "NAMESRV_ADDR" {
+			return env
+		}
+		return ""
+	}
+	code = run(context.Background(), args, &out, &errOut, getenv)
+	return code, out.String(), errOut.String()
+}
+
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	dead := deadAddr(t)
+	cases := []struct {
+		name   string
+		env    string
+		args   []string
+		stderr string // a prefix of stderr
+	}{
+		{"no NameServer", "", []string{"topicRoute", "-t", "T"},
+			"petrelctl: topicRoute: no NameServer address: use -n host:port[;host:port...] or set NAMESRV_ADDR\n"},
+		{"unreachable NameServer from -n", "", []string{"clusterList", "-n", dead, "--timeout", "1s"},
+			"petrelctl: clusterList: cannot get the cluster info: client: no NameServer answered: "},
+		{"unreachable NameServer from NAMESRV_ADDR", dead, []string{"topicStatus", "-t", "T"},
+			`petrelctl: topicStatus: cannot get the route of topic "T": client: no NameServer answered: `},
+		{"missing flag", dead, []string{"topicRoute"},
+			"petrelctl: topicRoute: required flag(s) \"topic\" not set\n"},
+		{"no target", dead, []string{"updateTopic", "-t", "T"},
+			"petrelctl: updateTopic: at least one of the flags in the group [brokerAddr clusterName] is required\n"},
+		{"two targets", dead, []string{"brokerStatus", "-b", dead, "-c", "C"},
+			"petrelctl: brokerStatus: if any flags in the group [brokerAddr clusterName] are set none of the others can be; [brokerAddr clusterName] were all set\n"},
+		{"bad perm", dead, []string{"updateTopic", "-b", dead, "-t", "T", "-p", "5"},
+			"petrelctl: updateTopic: -p 5: the permission must be 2 (W), 4 (R) or 6 (RW)\n"},
+		{"unknown flag", dead, []string{"topicRoute", "-x"},
+			"petrelctl: topicRoute: unknown shorthand flag: 'x' in -x\n"},
+		{"unknown command", dead, []string{"deleteTopic"},
+			"petrelctl: unknown command \"deleteTopic\" for \"petrelctl\"\n"},
+	}
+	for _, c := range cases {
+		code, stdout, stderr := petrelctl(c.env, c.args...)
+		if code != 1 || stdout != "" || !strings.HasPrefix(stderr, c.stderr) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1, no stdout, stderr starting %q", c.name, code, stdout, stderr, c.stderr)
+		}
+		if strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%s: stderr is not one line: %q", c.name, stderr)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := petrelctl("", "-h")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, verb := range []string{"updateTopic", "topicRoute", "topicList", "topicStatus", "clusterList", "brokerStatus", "consumerProgress"} {
+		if !strings.Contains(stdout, verb) {
+			t.Errorf("help lists no %s:\n%s", verb, stdout)
+		}
+	}
+}
+
+// TestCommands runs every verb through the command line against a real NameServer and broker.
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logger := slog.New(slog.DiscardHandler)
+	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: logger})
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Close() })
+	cfg := broker.DefaultConfig()
+	cfg.ListenPort = 0
+	cfg.BindAddress = "127.0.0.1"
+	cfg.NamesrvAddr = ns.Addr()
+	cfg.StorePathRootDir = dir
+	cfg.MappedFileSizeCommitLog = 1 << 20
+	cfg.MaxFrameSize = 512 << 10
+	cfg.MaxMessageSize = 256 << 10
+	cfg.ConsumeQueueFileEntries = 1024
+	cfg.RegisterNameServerPeriod = 200 * time.Millisecond
+	cfg.ShutdownGracePeriod = 2 * time.Second
+	cfg.NumEventLoop = 2
+	b, err := broker.New(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	addr, nsAddr := b.Addr(), ns.Addr()
+
+	mustRun := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := petrelctl("", append(args, "-n", nsAddr)...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", strings.Join(args, " "), code, stderr)
+		}
+		return stdout
+	}
+	// The broker registers at start; wait until the NameServer lists it.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(mustRun("clusterList"), addr) {
+		if time.Now().After(deadline) {
+			t.Fatal("the broker never registered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	out := mustRun("updateTopic", "-b", addr, "-t", "CliTopic", "-r", "2", "-w", "2")
+	want := "create topic to " + addr + " success.\nTopicConfig [topicName=CliTopic, readQueueNums=2, writeQueueNums=2, perm=RW-]\n"
+	if out != want {
+		t.Fatalf("updateTopic printed %q, want %q", out, want)
+	}
+	// The broker announces the topic at its next registration.
+	for {
+		code, stdout, _ := petrelctl(nsAddr, "topicRoute", "-t", "CliTopic")
+		if code == 0 {
+			var route struct {
+				QueueDatas []struct{ BrokerName string } `json:"queueDatas"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &route); err != nil || len(route.QueueDatas) != 1 {
+				t.Fatalf("topicRoute printed %q (%v)", stdout, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the topic never got a route")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out := mustRun("topicStatus", "-t", "CliTopic"); !strings.HasPrefix(out, "#Broker Name") || strings.Count(out, "\n") != 3 {
+		t.Errorf("topicStatus printed %q", out)
+	}
+	if out := mustRun("topicList"); !strings.Contains(out, "CliTopic\n") {
+		t.Errorf("topicList printed %q", out)
+	}
+	if out := mustRun("brokerStatus", "-b", addr); !strings.Contains(out, "brokerAddr                      : "+addr+"\n") {
+		t.Errorf("brokerStatus printed %q", out)
+	}
+	if out := mustRun("brokerStatus", "-c", "DefaultCluster"); !strings.HasPrefix(out, addr) {
+		t.Errorf("brokerStatus -c printed %q", out)
+	}
+
+	code, stdout, stderr := petrelctl(nsAddr, "topicRoute", "-t", "NoSuchTopic")
+	if wantErr := "petrelctl: topicRoute: cannot get the route of topic \"NoSuchTopic\": TOPIC_NOT_EXIST: "; code != 1 || stdout != "" || !strings.HasPrefix(stderr, wantErr) {
+		t.Errorf("unknown topic: exit %d, stdout %q, stderr %q; want stderr starting %q", code, stdout, stderr, wantErr)
+	}
+	code, stdout, stderr = petrelctl(nsAddr, "consumerProgress", "-g", "NoSuchGroup")
+	if wantErr := "petrelctl: consumerProgress: no consume stats: the group has committed no offset: group \"NoSuchGroup\"\n"; code != 1 || stdout != "" || stderr != wantErr {
+		t.Errorf("unknown group: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, wantErr)
+	}
+}

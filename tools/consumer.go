@@ -1,0 +1,68 @@
+package tools
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// notAvailable fills cells Petrel cannot know: brokers keep no registry of consumer clients
+// (#Client IP) and no consume rate per group (Consume TPS).
+const notAvailable = "N/A"
+
+// ErrNoConsumeStats is returned by ConsumerProgress when no broker has an offset of the group.
+var ErrNoConsumeStats = errors.New("no consume stats: the group has committed no offset")
+
+// ConsumerProgress prints a consumer group's progress on every queue it has committed an offset
+// for, on the groups serving topic (or on every master when topic is ""), as mqadmin
+// consumerProgress -g: broker offset (the queue's max offset), consumer offset, their difference
+// and the store time of the queue's last message, then the totals. #Client IP and Consume TPS
+// are "N/A": brokers keep no consumer registry and no per-group rate. Brokers that fail are
+// left out and their errors returned after the table.
+func ConsumerProgress(ctx context.Context, w io.Writer, a *client.Admin, group, topic string) error {
+	stats, err := a.ConsumeStats(ctx, group, topic)
+	type row struct {
+		brokerName string
+		q          protocol.ConsumeQueueStats
+	}
+	var rows []row
+	for _, bs := range stats {
+		for _, q := range bs.Stats.Queues {
+			rows = append(rows, row{brokerName: bs.BrokerName, q: q})
+		}
+	}
+	if len(rows) == 0 {
+		if err != nil {
+			return err
+		}
+		if topic != "" {
+			return fmt.Errorf("%w: group %q on topic %q", ErrNoConsumeStats, group, topic)
+		}
+		return fmt.Errorf("%w: group %q", ErrNoConsumeStats, group)
+	}
+	// mqadmin sorts by MessageQueue: topic, broker name, queue id.
+	slices.SortFunc(rows, func(x, y row) int {
+		return cmp.Or(strings.Compare(x.q.Topic, y.q.Topic), strings.Compare(x.brokerName, y.brokerName), cmp.Compare(x.q.QueueID, y.q.QueueID))
+	})
+	tw := newTable(w)
+	fmt.Fprintln(tw, "#Topic\t#Broker Name\t#QID\t#Broker Offset\t#Consumer Offset\t#Client IP\t#Diff\t#LastTime")
+	var diffTotal int64
+	for _, r := range rows {
+		diff := r.q.BrokerOffset - r.q.ConsumerOffset
+		diffTotal += diff
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\n", r.q.Topic, r.brokerName, r.q.QueueID,
+			r.q.BrokerOffset, r.q.ConsumerOffset, notAvailable, diff, formatMillis(r.q.LastTimestamp, layoutSeconds, notAvailable))
+	}
+	if ferr := tw.Flush(); ferr != nil {
+		return ferr
+	}
+	fmt.Fprintf(w, "\nConsume TPS: %s\nDiff Total: %d\n", notAvailable, diffTotal)
+	return err
+}

@@ -1,0 +1,17 @@
+// Package tools implements petrelctl, Petrel's admin CLI modelled on RocketMQ's mqadmin: one
+// function per verb, writing what mqadmin prints to an io.Writer, on top of client.Admin.
+// cmd/petrelctl only parses flags and calls these, so tests run every command in-process
+// against real servers.
+//
+//	updateTopic      create or update a topic on a broker (-b) or every master of a cluster (-c)
+//	topicRoute       a topic's route from the NameServer, as JSON
+//	topicList        the topics stored on the masters
+//	topicStatus      min/max offset and last store time of every queue of a topic
+//	clusterList      every broker of the cluster table with its version and rates
+//	brokerStatus     a broker's runtime statistics, one key per line
+//	consumerProgress a consumer group's committed offsets against the queues' max offsets
+//
+// Every command returns an error instead of printing one; a command that asks several brokers
+// prints what the others answered and returns the failures joined. Commands are safe to run
+// concurrently with each other on one Admin.
+package tools

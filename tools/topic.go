@@ -1,0 +1,184 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// Defaults of updateTopic's flags, as mqadmin's.
+const (
+	DefaultQueueNums int32 = 8
+	DefaultPerm            = protocol.PermReadWrite
+)
+
+// UpdateTopicOptions are updateTopic's flags. Exactly one of BrokerAddr and Cluster is set.
+type UpdateTopicOptions struct {
+	Topic string
+	// BrokerAddr (-b) creates the topic on that broker only (host:port).
+	BrokerAddr string
+	// Cluster (-c) creates the topic on the master of every broker group of the cluster.
+	Cluster string
+	// ReadQueueNums (-r) and WriteQueueNums (-w) are the queue counts (mqadmin's default is
+	// DefaultQueueNums).
+	ReadQueueNums  int32
+	WriteQueueNums int32
+	// Perm (-p) is 2 (write), 4 (read) or 6 (read and write; mqadmin's default, DefaultPerm).
+	Perm int32
+}
+
+// UpdateTopic creates a topic or updates its queue counts and permission (mqadmin updateTopic).
+// It prints "create topic to ADDR success." for every broker that took it and then the
+// TopicConfig line; on a cluster where some masters failed it prints the successes and returns
+// the failures. Brokers announce the topic to the NameServers asynchronously, so topicRoute may
+// need a moment to show it.
+func UpdateTopic(ctx context.Context, w io.Writer, a *client.Admin, o UpdateTopicOptions) error {
+	if err := protocol.ValidateTopic([]byte(o.Topic)); err != nil {
+		return err
+	}
+	if o.ReadQueueNums <= 0 || o.WriteQueueNums <= 0 {
+		return fmt.Errorf("queue counts must be positive: -r %d, -w %d", o.ReadQueueNums, o.WriteQueueNums)
+	}
+	switch o.Perm {
+	case protocol.PermWrite, protocol.PermRead, protocol.PermReadWrite:
+	default:
+		return fmt.Errorf("-p %d: the permission must be 2 (W), 4 (R) or 6 (RW)", o.Perm)
+	}
+	var target string
+	switch {
+	case o.BrokerAddr != "" && o.Cluster != "":
+		return errors.New("give -b BROKERADDR or -c CLUSTER, not both")
+	case o.BrokerAddr != "":
+		if _, _, err := net.SplitHostPort(o.BrokerAddr); err != nil {
+			return fmt.Errorf("-b %q: want host:port", o.BrokerAddr)
+		}
+		target = o.BrokerAddr
+	case o.Cluster != "":
+		if strings.Contains(o.Cluster, ":") {
+			return fmt.Errorf("-c %q: a cluster name has no ':' (use -b for a broker address)", o.Cluster)
+		}
+		target = o.Cluster
+	default:
+		return errors.New("give -b BROKERADDR or -c CLUSTER")
+	}
+	cfg := protocol.TopicConfig{Topic: o.Topic, ReadQueueNums: o.ReadQueueNums, WriteQueueNums: o.WriteQueueNums, Perm: o.Perm}
+	done, err := a.CreateTopic(ctx, target, cfg)
+	for _, t := range done {
+		fmt.Fprintf(w, "create topic to %s success.\n", t.Addr)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "TopicConfig [topicName=%s, readQueueNums=%d, writeQueueNums=%d, perm=%s]\n",
+		cfg.Topic, cfg.ReadQueueNums, cfg.WriteQueueNums, permString(cfg.Perm))
+	return err
+}
+
+// routeJSON is TopicRouteData as mqadmin prints it (fastjson: fields in alphabetical order,
+// brokerAddrs keyed by brokerId). encoding/json quotes the brokerId keys, which fastjson does
+// not, so the output is valid JSON.
+type routeJSON struct {
+	BrokerDatas []brokerDataJSON `json:"brokerDatas"`
+	QueueDatas  []queueDataJSON  `json:"queueDatas"`
+}
+
+type brokerDataJSON struct {
+	BrokerAddrs map[int64]string `json:"brokerAddrs"`
+	BrokerName  string           `json:"brokerName"`
+	Cluster     string           `json:"cluster"`
+}
+
+type queueDataJSON struct {
+	BrokerName     string `json:"brokerName"`
+	Perm           int32  `json:"perm"`
+	ReadQueueNums  int32  `json:"readQueueNums"`
+	WriteQueueNums int32  `json:"writeQueueNums"`
+}
+
+// TopicRoute prints the topic's route from a NameServer as JSON (mqadmin topicRoute), broker
+// groups sorted by name. errors.Is(err, client.ErrTopicNotExist) when no broker serves it.
+func TopicRoute(ctx context.Context, w io.Writer, a *client.Admin, topic string) error {
+	data, err := a.TopicRoute(ctx, topic)
+	if err != nil {
+		return err
+	}
+	out := routeJSON{BrokerDatas: []brokerDataJSON{}, QueueDatas: []queueDataJSON{}}
+	for _, bd := range data.BrokerDatas {
+		addrs := make(map[int64]string, len(bd.Addrs))
+		for _, ba := range bd.Addrs {
+			addrs[ba.BrokerID] = ba.Addr
+		}
+		out.BrokerDatas = append(out.BrokerDatas, brokerDataJSON{BrokerAddrs: addrs, BrokerName: bd.BrokerName, Cluster: bd.Cluster})
+	}
+	for _, qd := range data.QueueDatas {
+		out.QueueDatas = append(out.QueueDatas, queueDataJSON{BrokerName: qd.BrokerName, Perm: qd.Perm, ReadQueueNums: qd.ReadQueueNums, WriteQueueNums: qd.WriteQueueNums})
+	}
+	slices.SortFunc(out.BrokerDatas, func(x, y brokerDataJSON) int { return strings.Compare(x.BrokerName, y.BrokerName) })
+	slices.SortFunc(out.QueueDatas, func(x, y queueDataJSON) int { return strings.Compare(x.BrokerName, y.BrokerName) })
+	b, err := json.MarshalIndent(out, "", "\t")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// TopicStatus prints min and max offset and the store time of the newest message of every
+// queue of the topic on every broker group of its route (mqadmin topicStatus). The time is
+// empty for a queue that holds nothing. Groups that fail are left out and their errors
+// returned after the table.
+func TopicStatus(ctx context.Context, w io.Writer, a *client.Admin, topic string) error {
+	stats, err := a.TopicStats(ctx, topic)
+	if len(stats) == 0 && err != nil {
+		return err
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "#Broker Name\t#QID\t#Min Offset\t#Max Offset\t#Last Updated")
+	for _, bs := range stats {
+		for _, q := range bs.Stats.Queues {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", bs.BrokerName, q.QueueID, q.MinOffset, q.MaxOffset,
+				formatMillis(q.LastUpdateTimestamp, layoutMillis, ""))
+		}
+	}
+	return errors.Join(tw.Flush(), err)
+}
+
+// TopicList prints the names of the topics stored on the masters of cluster ("" for every
+// cluster), sorted, one per line (mqadmin topicList). Masters that fail are left out and their
+// errors returned after the list.
+func TopicList(ctx context.Context, w io.Writer, a *client.Admin, cluster string) error {
+	masters, err := a.ClusterMasters(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	lists := make([]*protocol.TopicConfigList, len(masters))
+	errs := fanOut(len(masters), func(i int) error {
+		var err error
+		lists[i], err = a.AllTopicConfig(ctx, masters[i].Addr)
+		return err
+	})
+	var names []string
+	for _, l := range lists {
+		if l == nil {
+			continue
+		}
+		for _, tc := range l.Topics {
+			names = append(names, tc.Topic)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range slices.Compact(names) {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return err
+		}
+	}
+	return errs
+}
