@@ -144,4 +144,3 @@ func BenchmarkRecovery(b *testing.B) {
 		})
 	}
 }
-

@@ -51,9 +51,8 @@ type BatchInfo struct {
 
 // Parser validates the batch at the start of b (b may extend past it): the batch CRC, and that
 // the physical offset stored in the batch equals physicalOffset. It returns an error wrapping
-// ErrIncomplete when b is shorter than the batch and any other error for corrupt data. It is
-// called by Open (recovery) and by LastStoreTimestamp's fallback, never concurrently with
-// itself by this package; it must not retain b.
+// ErrIncomplete when b is shorter than the batch and any other error for corrupt data. Only
+// Open calls it (recovery), on the goroutine calling Open; it must not retain b.
 type Parser func(b []byte, physicalOffset int64) (BatchInfo, error)
 
 // StampFunc writes the broker-assigned fields into the stored copy of a batch. Append calls it

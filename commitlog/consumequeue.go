@@ -105,6 +105,7 @@ type consumeQueue struct {
 	// Recovery only.
 	confirm  int64 // next entry that must match a re-dispatched batch (-1: not located yet)
 	needZero bool  // the file tail after the last entry may hold stale entries
+	hwm      int64 // one past the highest entry index loaded or written
 }
 
 // queueLocked returns the queue or nil. Caller holds mu (or qmu). Does not allocate.
@@ -132,11 +133,11 @@ func (s *Store) newQueue(topic, dirName string, queueID int32) *consumeQueue {
 		t = &topicQueues{name: topic, dirName: dirName, queues: make(map[int32]*consumeQueue)}
 	}
 	q := &consumeQueue{
-		s:         s,
-		topic:     topic,
-		queueID:   queueID,
-		dir:       filepath.Join(s.cqDir, t.dirName, strconv.Itoa(int(queueID))),
-		confirm:   -1,
+		s:       s,
+		topic:   topic,
+		queueID: queueID,
+		dir:     filepath.Join(s.cqDir, t.dirName, strconv.Itoa(int(queueID))),
+		confirm: -1,
 	}
 	q.files.Store(&[]*mappedFile{})
 	s.qmu.Lock()

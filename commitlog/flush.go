@@ -15,8 +15,7 @@ type flushWaiter struct {
 // WaitFlushed calls cb once the log is durable up to physical offset offset (normally an
 // AppendResult.EndOffset), with nil, or with an error: the sticky error of a failed msync (every
 // later call gets it too) or ErrClosed. It never blocks: cb runs later on the flusher goroutine
-// (or on the goroutine calling Close), and must be short and must not call WaitFlushed or
-// Close. In SyncFlush mode it wakes the flusher at once (group commit: one msync acknowledges
+// (or on the goroutine calling Close), and must be short and must not call Close. In SyncFlush mode it wakes the flusher at once (group commit: one msync acknowledges
 // every waiter it covers); in AsyncFlush mode cb waits for the next periodic flush. After Close,
 // cb runs on the calling goroutine with ErrClosed. Any goroutine.
 func (s *Store) WaitFlushed(offset int64, cb func(error)) {

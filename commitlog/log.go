@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+
+	"github.com/petrel-mq/petrel/internal/failpoint"
 )
 
 // createSegment creates, preallocates, fsyncs and maps the segment starting at base, and fsyncs
@@ -31,10 +33,12 @@ func (s *Store) rollLocked() error {
 	if err != nil {
 		return err
 	}
+	failpoint.Inject("commitlog-roll") // crash tests: killed before the marker
 	if rel := s.writePos - old.base; old.size-rel >= markerSize {
 		binary.BigEndian.PutUint32(old.data[rel:], 0)
 		binary.BigEndian.PutUint32(old.data[rel+4:], SegmentEndMagic)
 	}
+	failpoint.Inject("commitlog-roll-marker") // crash tests: killed after the marker
 	cur := *s.segs.Load()
 	list := make([]*mappedFile, len(cur), len(cur)+1)
 	copy(list, cur)
@@ -85,12 +89,28 @@ func (s *Store) allocLoop(active *mappedFile, from int64) {
 }
 
 func (s *Store) prepareNext() {
+	f := s.createNext()
+	if f == nil || s.cfg.DisablePrefault {
+		return
+	}
+	// Outside amu: a roll may take the segment meanwhile and write into it, which is harmless.
+	if f.tryAcquire() {
+		if err := prefault(f.data); err != nil {
+			s.logger.Warn("commitlog: cannot prefault segment", "path", f.path(), "err", err)
+		}
+		f.release()
+	}
+}
+
+// createNext creates the segment after the active one unless it is ready, and returns it (nil
+// if there was nothing to do or it failed).
+func (s *Store) createNext() *mappedFile {
 	s.amu.Lock()
 	defer s.amu.Unlock()
 	want := s.nextBase.Load() // written under amu, so it cannot move under us
 	if p := s.prepared; p != nil {
 		if p.base == want {
-			return
+			return nil
 		}
 		s.prepared = nil
 		p.remove.Store(true)
@@ -102,15 +122,11 @@ func (s *Store) prepareNext() {
 			s.logger.Warn("commitlog: cannot pre-allocate next segment; the next roll retries inline", "offset", want, "err", err)
 		}
 		s.allocErr = err
-		return
+		return nil
 	}
 	s.allocErr = nil
-	if !s.cfg.DisablePrefault {
-		if err := prefault(f.data); err != nil {
-			s.logger.Warn("commitlog: cannot prefault segment", "path", f.path(), "err", err)
-		}
-	}
 	s.prepared = f
+	return f
 }
 
 // prefaultActive populates the unwritten rest of the active segment after Open. Allocator

@@ -131,12 +131,22 @@ func fsyncDir(dir string) error {
 	return nil
 }
 
-// zeroTail makes bytes [off, len(m)) of the mapped file path zero and durable. It uses
-// fallocate(FALLOC_FL_ZERO_RANGE|FALLOC_FL_KEEP_SIZE) (metadata only: the blocks stay allocated,
-// so later writes through the mapping cannot fail) and fsync; where that is unsupported it clears
-// the non-zero chunks through the mapping and msyncs them.
-func zeroTail(path string, m []byte, off int64) error {
-	n := int64(len(m)) - off
+// zeroTail makes bytes [off, len(m)) of the mapped file path zero and, with doSync, durable. It
+// uses fallocate(FALLOC_FL_ZERO_RANGE|FALLOC_FL_KEEP_SIZE) (metadata only: the blocks stay
+// allocated, so later writes through the mapping cannot fail) and fsync; where that is
+// unsupported it clears the non-zero chunks through the mapping and msyncs them. Without doSync
+// the caller makes the change durable (syncfs).
+func zeroTail(path string, m []byte, off int64, doSync bool) error {
+	return zeroBytes(path, m, off, int64(len(m)), doSync)
+}
+
+// zeroRange is zeroTail for bytes [off, hi) without the fsync.
+func zeroRange(path string, m []byte, off, hi int64) error {
+	return zeroBytes(path, m, off, hi, false)
+}
+
+func zeroBytes(path string, m []byte, off, hi int64, doSync bool) error {
+	n := hi - off
 	if n <= 0 {
 		return nil
 	}
@@ -147,7 +157,9 @@ func zeroTail(path string, m []byte, off int64) error {
 		}
 		err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 		if err == nil {
-			err = f.Sync()
+			if doSync {
+				err = f.Sync()
+			}
 			_ = f.Close()
 			if err != nil {
 				return fmt.Errorf("cannot fsync %q: %w", path, err)
@@ -159,7 +171,7 @@ func zeroTail(path string, m []byte, off int64) error {
 			return fmt.Errorf("cannot zero %q from offset %d (%d bytes): %w", path, off, n, err)
 		}
 	}
-	lo, hi, err := clearNonZero(m, off)
+	lo, hi, err := clearNonZero(m[:hi], off)
 	if err != nil {
 		return err
 	}
@@ -213,6 +225,19 @@ func prefault(m []byte) error {
 	}
 	if err := unix.Madvise(m, unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
 		return err
+	}
+	return nil
+}
+
+// syncFS commits everything written to the file system holding path (syncfs(2)).
+func syncFS(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("cannot open %q: %w", path, err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("cannot syncfs %q: %w", path, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -345,6 +346,33 @@ func TestRecoveryCrashMidTruncation(t *testing.T) {
 	checkEnd(t, s, m)
 }
 
+// TestRecoveryQueuesAheadOfLog: the checkpoint says the consume queues are durable further than
+// the log turns out to be (the log lost its tail); entries pointing past the new end go.
+func TestRecoveryQueuesAheadOfLog(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	s := mustOpen(t, cfg)
+	m := newModel()
+	fill(t, s, m, rand.New(rand.NewPCG(23, 23)), 400, 2000)
+	end := s.LogEndOffset()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The log is only durable from the start of its last segment; a batch there is torn.
+	lastSeg := (end - 1) / cfg.SegmentSize * cfg.SegmentSize
+	i := sort.Search(len(m.all), func(i int) bool { return m.all[i].phys > lastSeg })
+	torn := m.all[i+(len(m.all)-i)/2]
+	writeAt(t, segPath(dir, lastSeg), torn.phys-lastSeg+8, []byte{0xFF, 0xFF})
+	if err := writeCheckpoint(dir, checkpoint{logDurable: lastSeg, queueDurable: end}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	m.truncate(torn.phys)
+	s = mustOpen(t, cfg)
+	defer s.Close()
+	verifyAll(t, s, m)
+	checkEnd(t, s, m)
+}
+
 // TestRecoveryFallbackZeroing truncates a torn tail without FALLOC_FL_ZERO_RANGE.
 func TestRecoveryFallbackZeroing(t *testing.T) {
 	zeroRangeUnsupported = true
@@ -426,9 +454,15 @@ func TestKill9(t *testing.T) {
 	dir := t.TempDir()
 	acked := map[int32]int64{}
 	r := rand.New(rand.NewPCG(21, 21))
-	for round := range 5 {
+	// Random kills, and kills inside a segment roll (before and after the marker) through the
+	// failpoints the roll passes.
+	failpoints := []string{"", "commitlog-roll=3", "", "commitlog-roll-marker=2", "", "commitlog-roll=1", "commitlog-roll-marker=4"}
+	for round, fp := range failpoints {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+dir)
+		if fp != "" {
+			cmd.Env = append(cmd.Env, "PETREL_FAILPOINTS="+fp)
+		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -450,6 +484,9 @@ func TestKill9(t *testing.T) {
 		n := 0
 		deadline := time.After(20 * time.Second)
 		want := 200 + r.IntN(800)
+		if fp != "" {
+			want = math.MaxInt // until the failpoint kills it
+		}
 	wait:
 		for n < want {
 			select {
@@ -481,7 +518,10 @@ func TestKill9(t *testing.T) {
 			}
 		}
 		_ = cmd.Wait()
-		if n < want {
+		if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("round %d (%q): child ended with %v; stderr: %s", round, fp, cmd.ProcessState, stderr.String())
+		}
+		if fp == "" && n < want {
 			t.Fatalf("round %d: child acknowledged only %d batches; stderr: %s", round, n, stderr.String())
 		}
 		s := mustOpen(t, childConfig(dir))
@@ -509,7 +549,7 @@ func TestKill9(t *testing.T) {
 				rr.Release()
 			}
 		}
-		t.Logf("round %d: killed after %d acks; log end %d, %d segments", round, n, s.LogEndOffset(), len(*s.segs.Load()))
+		t.Logf("round %d (%q): killed after %d acks; log end %d, %d segments", round, fp, n, s.LogEndOffset(), len(*s.segs.Load()))
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -95,7 +95,9 @@ type AppendResult struct {
 
 // QueueID names a consume queue.
 type QueueID struct {
-	Topic   string
+	// Topic is the topic name.
+	Topic string
+	// QueueID is the queue's number within the topic (>= 0).
 	QueueID int32
 }
 
