@@ -418,3 +418,24 @@ func TestSyncFlushSend(t *testing.T) {
 func slogTo(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
+
+func TestAutoCreateTopic(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.AutoCreateTopicEnable = true
+	cfg.DefaultTopicQueueNums = 3
+	b := startBroker(t, cfg)
+	defer b.Close()
+	c := dial(t, b.Addr())
+	r := send(t, c, "Fresh", 2, "first")
+	if r.QueueOffset != 0 || r.QueueID != 2 {
+		t.Fatalf("first send: %+v", r)
+	}
+	send(t, c, "Fresh", 2, "second")
+	p := pull(t, c, "Fresh", 2, 0, 0)
+	if fmt.Sprint(p.bodies) != "[first second]" {
+		t.Fatalf("pulled %v", p.bodies)
+	}
+	if _, err := c.Call(ctx5s(t), protocol.CodeSendMessage, nil, buildBatch("Fresh", 3, "x")); !errors.Is(err, protocol.StatusQueueNotExist) {
+		t.Fatalf("queue 3 of an auto-created 3-queue topic: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/petrel-mq/petrel/commitlog"
 	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
 // handleSend stores one batch (CodeSendMessage) on the event loop: validate, append (a copy
@@ -34,11 +35,13 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 	}
 	tp := b.topics.get(h.Topic)
 	if tp == nil {
-		if tp = b.autoCreateTopic(h.Topic); tp == nil {
-			b.stats.putErrors.Add(1)
-			b.replyError(cs, f, protocol.StatusTopicNotExist, "topic "+string(h.Topic)+" does not exist on broker "+b.cfg.BrokerName, "")
+		if b.cfg.AutoCreateTopicEnable {
+			b.autoCreateThenSend(cs, f, string(h.Topic))
 			return
 		}
+		b.stats.putErrors.Add(1)
+		b.replyError(cs, f, protocol.StatusTopicNotExist, "topic "+string(h.Topic)+" does not exist on broker "+b.cfg.BrokerName, "")
+		return
 	}
 	if tp.cfg.Perm&protocol.PermWrite == 0 {
 		b.stats.putErrors.Add(1)
@@ -116,21 +119,33 @@ func appendError(dst []byte, id uint32, st protocol.Status, remark string) []byt
 	return protocol.AppendFrame(dst, uint16(st), protocol.FlagResponse, id, &eh, nil)
 }
 
-// autoCreateTopic creates an unknown topic when autoCreateTopicEnable is set. It runs on the
-// event loop and persists the topic table, which is rare (once per topic).
-func (b *Broker) autoCreateTopic(name []byte) *topic {
-	if !b.cfg.AutoCreateTopicEnable {
-		return nil
-	}
-	cfg := protocol.TopicConfig{Topic: string(name), ReadQueueNums: b.cfg.DefaultTopicQueueNums, WriteQueueNums: b.cfg.DefaultTopicQueueNums, Perm: protocol.PermReadWrite}
-	changed, err := b.topics.upsert(cfg)
-	if err != nil {
-		b.log.Error("cannot auto-create topic", "topic", cfg.Topic, "err", err)
-		return nil
-	}
-	if changed {
-		b.log.Info("topic auto-created", "topic", cfg.Topic, "queues", cfg.WriteQueueNums)
-		b.registrar.kick()
-	}
-	return b.topics.get(name)
+// autoCreateThenSend creates an unknown topic (autoCreateTopicEnable) on a worker goroutine,
+// since persisting the topic table fsyncs, then serves the send again on the connection's
+// loop. Sends that arrive on the connection meanwhile may be stored before this one.
+func (b *Broker) autoCreateThenSend(cs *connState, f *protocol.Frame, name string) {
+	req := &protocol.Frame{FrameHeader: f.FrameHeader, Header: append([]byte(nil), f.Header...), Body: append([]byte(nil), f.Body...)}
+	cs.inflight.Add(1)
+	b.workers.Add(1)
+	go func() {
+		defer b.workers.Done()
+		cfg := protocol.TopicConfig{Topic: name, ReadQueueNums: b.cfg.DefaultTopicQueueNums, WriteQueueNums: b.cfg.DefaultTopicQueueNums, Perm: protocol.PermReadWrite}
+		changed, err := b.topics.upsert(cfg)
+		if err != nil {
+			b.log.Error("cannot auto-create topic", "topic", name, "err", err)
+			b.asyncReply(cs, req.RequestID, &rpc.Reply{Status: protocol.StatusSystemError, Remark: "cannot auto-create topic: " + err.Error()})
+			return
+		}
+		if changed {
+			b.log.Info("topic auto-created", "topic", name, "queues", cfg.WriteQueueNums)
+			b.registrar.kick()
+		}
+		if !onLoop(cs, func() {
+			cs.inflight.Add(-1)
+			if !cs.closed.Load() {
+				b.handleSend(cs, req)
+			}
+		}) {
+			cs.inflight.Add(-1)
+		}
+	}()
 }
