@@ -75,31 +75,71 @@ func (s *Store) takeSegmentLocked(base int64) (*mappedFile, error) {
 // allocLoop is the segment pre-allocator goroutine (RocketMQ AllocateMappedFileService): after
 // each roll it creates the segment after the active one, so the next roll does not wait for
 // fallocate and fsync.
-func (s *Store) allocLoop(active *mappedFile, from int64) {
+func (s *Store) allocLoop() {
 	defer s.wg.Done()
-	s.prefaultActive(active, from)
+	s.prefaultAhead()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.allocKick:
 		}
-		s.prepareNext()
+		s.createNext()
+		s.prefaultAhead()
 	}
 }
 
-func (s *Store) prepareNext() {
-	f := s.createNext()
-	if f == nil || s.cfg.DisablePrefault {
+// prefaultWindow is how far ahead of the log end the pre-allocator populates page tables
+// (bytes). A window rather than the whole segment: populating writes zero pages, which the
+// kernel would otherwise write back to disk ahead of the data, and a 1 GiB segment would cost
+// 1 GiB of page cache at once.
+const prefaultWindow = 8 << 20
+
+// prefaultAhead populates the page tables of [end, end+prefaultWindow) in the active segment
+// and, past its end, in the pre-allocated next segment, so appends do not take page faults.
+// Pre-allocator goroutine; appends may write into the range meanwhile, which is harmless.
+func (s *Store) prefaultAhead() {
+	if s.cfg.DisablePrefault {
 		return
 	}
-	// Outside amu: a roll may take the segment meanwhile and write into it, which is harmless.
-	if f.tryAcquire() {
-		if err := prefault(f.data); err != nil {
-			s.logger.Warn("commitlog: cannot prefault segment", "path", f.path(), "err", err)
-		}
-		f.release()
+	end := s.end.Load()
+	to := end + prefaultWindow
+	from := max(s.prefaultedTo.Load(), end) &^ (pageSize - 1)
+	if from >= to {
+		return
 	}
+	segs := *s.segs.Load()
+	if len(segs) > 0 {
+		if seg := segs[len(segs)-1]; from >= seg.base && from < seg.end() && seg.tryAcquire() {
+			hi := min(to, seg.end())
+			if err := prefault(seg.data[from-seg.base : hi-seg.base]); err != nil {
+				s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
+			}
+			seg.release()
+			from = hi
+		}
+	}
+	if from < to {
+		s.amu.Lock()
+		p := s.prepared
+		if p != nil && !p.tryAcquire() {
+			p = nil
+		}
+		s.amu.Unlock()
+		if p != nil {
+			if from < p.base {
+				from = p.base
+			}
+			if from < p.end() && from < to {
+				hi := min(to, p.end())
+				if err := prefault(p.data[from-p.base : hi-p.base]); err != nil {
+					s.logger.Warn("commitlog: cannot prefault segment", "path", p.path(), "err", err)
+				}
+			}
+			p.release()
+		}
+	}
+	s.prefaultedTo.Store(to)
 }
 
 // createNext creates the segment after the active one unless it is ready, and returns it (nil
@@ -127,19 +167,6 @@ func (s *Store) createNext() *mappedFile {
 	s.allocErr = nil
 	s.prepared = f
 	return f
-}
-
-// prefaultActive populates the unwritten rest of the active segment after Open. Allocator
-// goroutine; appends may write into the range meanwhile, which is harmless.
-func (s *Store) prefaultActive(seg *mappedFile, from int64) {
-	if s.cfg.DisablePrefault || !seg.tryAcquire() {
-		return
-	}
-	defer seg.release()
-	lo := (from - seg.base) &^ (pageSize - 1)
-	if err := prefault(seg.data[lo:]); err != nil {
-		s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
-	}
 }
 
 // findSegment returns the segment of segs containing physical offset off, or nil.

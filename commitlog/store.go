@@ -40,6 +40,8 @@ type Store struct {
 	end        atomic.Int64                  // log end offset, published after each append
 	minOffset  atomic.Int64                  // log min offset
 	nextBase   atomic.Int64                  // base of the segment after the active one
+	// prefaultedTo is the physical offset up to which the pre-allocator populated page tables.
+	prefaultedTo atomic.Int64
 
 	// qmu guards topics for readers; writers hold mu and qmu.
 	qmu    sync.RWMutex
@@ -145,7 +147,7 @@ func Open(cfg Config) (*Store, error) {
 	s.wg.Add(4)
 	go s.flushLoop()
 	go s.queueFlushLoop()
-	go s.allocLoop(s.active, s.writePos)
+	go s.allocLoop()
 	go s.retentionLoop()
 	kick(s.allocKick)
 	return s, nil
@@ -207,6 +209,9 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	s.end.Store(end)
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
+	}
+	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault {
+		kick(s.allocKick)
 	}
 	return AppendResult{PhysicalOffset: pos, BaseQueueOffset: base, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
 }

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultProgressInterval = 5 * time.Second
+	DefaultDrainTimeout     = 30 * time.Second
+	DefaultTopicPrefix      = "petrel-bench"
+	DefaultFlushDiskType    = "ASYNC_FLUSH"
+	// DefaultEmbeddedSegmentSize is the embedded broker's commit-log segment size: smaller than
+	// the broker's 1 GiB, whose preparation would dominate a short run's time and memory.
+	DefaultEmbeddedSegmentSize = 128 << 20
+	// ReplayQueues is the queue count of the topic of a replay (--payload-dir without a
+	// workload), RocketMQ's default topic queue count.
+	ReplayQueues = 8
+	// DriverName is the driver reported in results.
+	DriverName = "Petrel"
+)
+
+// Config configures a run. Zero values take the defaults noted.
+type Config struct {
+	// WorkloadFile is an OMB workload file. Without it, PayloadDir is replayed: one topic of
+	// ReplayQueues queues, one producer, one subscription, as fast as possible, every line once.
+	WorkloadFile string
+	// PayloadDir holds files whose lines are message bodies (see LoadPayloadDir). With a
+	// workload the bodies are cycled; without one they are replayed once.
+	PayloadDir string
+	// Duration overrides the test length (testDurationMinutes); for a replay it is an upper
+	// bound (0: until every line is sent).
+	Duration time.Duration
+	// Warmup overrides the warm-up (warmupDurationMinutes, OMB default 1 minute; capped at a
+	// quarter of Duration when Duration is set; none for a replay). Negative means unset.
+	Warmup time.Duration
+	// Verify checks every message end to end (see Verifier).
+	Verify bool
+	// ProgressInterval is the period of progress lines and of the result's time series
+	// (default 5 s).
+	ProgressInterval time.Duration
+	// JSONFile, when set, receives the Result as JSON.
+	JSONFile string
+	// NameServers targets a running cluster (';'-separated); empty starts an embedded one.
+	NameServers string
+	// Cluster is where topics are created on a running cluster: a cluster name, a broker
+	// address, or "" for every master the NameServer knows.
+	Cluster string
+	// NoCreateTopic uses existing topics (name them with TopicID).
+	NoCreateTopic bool
+	// TopicPrefix starts topic names: <prefix>-<id>-<i> (default "petrel-bench").
+	TopicPrefix string
+	// TopicID is the <id> of topic names (default: random per run).
+	TopicID string
+	// KeepData keeps the embedded cluster's data directory.
+	KeepData bool
+	// FlushDiskType is the embedded broker's flush mode, ASYNC_FLUSH (default) or SYNC_FLUSH.
+	FlushDiskType string
+	// SegmentSize is the embedded broker's commit-log segment size (default
+	// DefaultEmbeddedSegmentSize).
+	SegmentSize int64
+	// DrainTimeout bounds the wait, after the last send, for everything acknowledged to be
+	// consumed (default 30 s).
+	DrainTimeout time.Duration
+	// RetryUnknown resends a message up to this many times after an unknown outcome (default
+	// 0). A copy consumed per attempt is counted as duplicatedAfterRetry.
+	RetryUnknown int
+	// Seed makes payloads and keys reproducible (0: random).
+	Seed uint64
+	// Out receives progress lines and the summary (default io.Discard).
+	Out io.Writer
+	// Logger receives the logs of the bench, the client and the embedded servers (default
+	// slog.Default()).
+	Logger *slog.Logger
+
+	// newCluster replaces the Petrel client in tests.
+	newCluster func(ctx context.Context) (cluster, error)
+	// gigabyte is the unit of consumerBacklogSizeGB (tests shrink it; default 1 GiB).
+	gigabyte int64
+}
+
+func (c *Config) setDefaults() error {
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.TopicPrefix == "" {
+		c.TopicPrefix = DefaultTopicPrefix
+	}
+	if c.FlushDiskType == "" {
+		c.FlushDiskType = DefaultFlushDiskType
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if c.SegmentSize <= 0 {
+		c.SegmentSize = DefaultEmbeddedSegmentSize
+	}
+	if c.gigabyte == 0 {
+		c.gigabyte = 1 << 30
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.FlushDiskType != "ASYNC_FLUSH" && c.FlushDiskType != "SYNC_FLUSH":
+		return fmt.Errorf("flush type %q: want ASYNC_FLUSH or SYNC_FLUSH", c.FlushDiskType)
+	case c.RetryUnknown < 0 || c.RetryUnknown >= maxAttempts:
+		return fmt.Errorf("retry-unknown %d: want 0..%d", c.RetryUnknown, maxAttempts-1)
+	case c.Duration < 0:
+		return fmt.Errorf("duration %v: must not be negative", c.Duration)
+	case c.NoCreateTopic && c.TopicID == "":
+		return errors.New("no-create-topic needs a topic id naming the existing topics")
+	case c.NoCreateTopic && c.NameServers == "":
+		return errors.New("no-create-topic needs a running cluster (name servers)")
+	}
+	return nil
+}
+
+// plan is what a run does, resolved from the config.
+type plan struct {
+	w        *Workload
+	payloads *Payloads
+	mode     string // "replay" or "workload"
+	duration time.Duration
+	warmup   time.Duration
+	// consumersPerSub is the consumers run per subscription.
+	consumersPerSub int
+}
+
+func makePlan(cfg *Config, seed uint64) (*plan, error) {
+	p := &plan{}
+	if cfg.WorkloadFile != "" {
+		w, err := LoadWorkload(cfg.WorkloadFile)
+		if err != nil {
+			return nil, err
+		}
+		p.w = w
+	}
+	if cfg.PayloadDir != "" {
+		pl, err := LoadPayloadDir(cfg.PayloadDir)
+		if err != nil {
+			return nil, err
+		}
+		p.payloads = pl
+	}
+	switch {
+	case p.w == nil && p.payloads == nil:
+		return nil, errors.New("nothing to run: give a workload file, a payload directory or both")
+	case p.w == nil:
+		p.mode = "replay"
+		p.w = &Workload{
+			Name:                    fmt.Sprintf("replay of %s (%d lines)", cfg.PayloadDir, len(p.payloads.Bodies)),
+			Topics:                  1,
+			PartitionsPerTopic:      ReplayQueues,
+			KeyDistributor:          NoKey,
+			MessageSize:             p.payloads.avgSize(),
+			SubscriptionsPerTopic:   1,
+			ConsumerPerSubscription: 1,
+			ProducersPerTopic:       1,
+			BacklogDrainRatio:       1,
+		}
+		p.duration = cfg.Duration
+		p.warmup = max(cfg.Warmup, 0)
+	default:
+		p.mode = "workload"
+		if p.payloads == nil {
+			pl, err := WorkloadPayloads(p.w, seed)
+			if err != nil {
+				return nil, err
+			}
+			p.payloads = pl
+		} else {
+			p.payloads.Replay = false // the workload's duration rules; the lines are cycled
+		}
+		p.duration = time.Duration(p.w.TestDurationMinutes) * time.Minute
+		if cfg.Duration > 0 {
+			p.duration = cfg.Duration
+		}
+		if p.duration <= 0 {
+			return nil, errors.New("the workload has no testDurationMinutes: give a duration")
+		}
+		p.warmup = time.Duration(p.w.WarmupDurationMinutes) * time.Minute
+		if cfg.Duration > 0 {
+			p.warmup = min(p.warmup, cfg.Duration/4)
+		}
+		if cfg.Warmup >= 0 {
+			p.warmup = cfg.Warmup
+		}
+	}
+	if cfg.Verify && p.w.SubscriptionsPerTopic < 1 {
+		return nil, errors.New("verify needs at least one subscription per topic")
+	}
+	// NB: the client's Consumer pulls every queue of its topic (no rebalancing within a group),
+	// so two consumers of one subscription would each get every message. One per
+	// subscription consumes them all.
+	p.consumersPerSub = min(p.w.ConsumerPerSubscription, 1)
+	return p, nil
+}

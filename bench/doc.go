@@ -1,0 +1,71 @@
+// Package bench is Petrel's load generator and end-to-end checker, the library behind
+// petrel-bench. It runs OpenMessaging Benchmark (OMB) workload files unchanged against a
+// running cluster or an embedded one, replays real log lines as message bodies, measures
+// latencies with HDR histograms and writes OMB-compatible results.
+//
+// # Inputs
+//
+//   - An OMB workload file (LoadWorkload): topics, partitions (queues), producers and
+//     subscriptions per topic, producer rate, message size and payload, backlog, test and
+//     warm-up durations. Unknown fields are errors. payloadFile is relative to the OMB root,
+//     the parent of the workload file's directory.
+//   - A payload directory (LoadPayloadDir): every line of every file is one message body. Alone
+//     it is replayed: one topic of ReplayQueues queues, one producer, one subscription, every
+//     line sent once in file order as fast as possible, then drained. With a workload, the
+//     workload shapes the run and the lines are cycled as bodies.
+//
+// # A run
+//
+// Run resolves the plan, starts an embedded NameServer and broker on loopback unless name
+// servers are given (embedded.go), creates the topics through the admin API and waits for their
+// routes, starts one consumer per subscription and topic (consumer groups sub-<i>-<run>), then
+// starts the producers. At a fixed producerRate the sends follow a shared schedule (rate.go,
+// OMB's UniformRateLimiter): the n-th send is due at start+n/rate, and how late each send
+// started is the publish delay, so a stalled producer shows up instead of being hidden
+// (coordinated omission). Publish latency runs from the send to its acknowledgement;
+// end-to-end latency from the send time carried in the message to its consumption.
+//
+// Phases: warm-up (measured but discarded), test (time series, one entry per progress
+// interval, and aggregated histograms), drain (producers stopped and flushed; the run waits
+// until every acknowledged message has been consumed by every subscription, or DrainTimeout;
+// latencies still count towards the aggregates). A cancelled context ends the test phase early;
+// the run still drains and reports.
+//
+// # Verification
+//
+// Every message carries an Identity property: run id, producer id, sequence number, send
+// attempt, CRC32C of the body and send time. With Verify, producers register every message's
+// CRC and size with the Verifier before sending it and report its outcome (acknowledged with
+// its queue and offset, failed definitely, or unknown: client.ErrUnknownOutcome); consumers
+// report what they receive. The Verifier keeps about 24 bytes plus one byte per subscription
+// per message, never a body. At the end it counts, per subscription:
+//
+//	lost                 acknowledged, never consumed
+//	duplicated           the same send attempt consumed twice
+//	reordered            a queue offset not above the previous one, or a producer's sequence
+//	                     going backwards within a queue
+//	corrupted            body CRC or size mismatch, no or unknown identity, consumed at another
+//	                     queue position than acknowledged, or a batch the consumer rejected
+//	phantom              consumed although its send failed definitely
+//	unknownDelivered     consumed after an unknown outcome (fine)
+//	duplicatedAfterRetry consumed once per attempt after a resend (RetryUnknown; fine)
+//
+// Result.OK is false when any of the first five is non-zero; petrel-bench then exits 1.
+// Sends that fail (definitely or with an unknown outcome) are counted and the run goes on, so a
+// run survives a broker restart.
+//
+// # Output
+//
+// A progress line per interval (publish and consume rates, backlog, publish latency p50/p99/max,
+// end-to-end p50/p99), a human-readable summary whose last line is
+// "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean verified run, and
+// optionally the Result as JSON: OMB's TestResult fields (latencies in ms, publish delay in µs)
+// followed by Petrel's counts.
+//
+// # Concurrency
+//
+// Producer goroutines (one per producer) own their sequence numbers; the client runs send
+// callbacks and consumer handlers on its own goroutines; counters are atomics; latency
+// Recorders and the Verifier have a mutex each. The goroutine of Run owns the phases, the
+// progress ticks and the Result.
+package bench

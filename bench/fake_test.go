@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// This file holds an in-memory cluster for testing the run loop: queues in memory, producers
+// that answer through a goroutine each (callbacks in send order), a consumer that delivers
+// every queue of its topic, and a fault hook deciding the fate of every send.
+
+// fault is what happens to one send.
+type fault int
+
+const (
+	faultNone           fault = iota
+	faultFail                 // not stored; a definite error
+	faultPhantom              // stored, but a definite error
+	faultUnknownStored        // stored; ErrUnknownOutcome
+	faultUnknownDropped       // not stored; ErrUnknownOutcome
+	faultLose                 // acknowledged, never stored
+	faultDuplicate            // stored twice
+	faultCorrupt              // stored with a damaged body
+	faultRefuse               // SendAsync itself returns an error
+)
+
+type fakeCluster struct {
+	mu      sync.Mutex
+	queues  map[string][][]client.MessageExt // topic -> queue id -> messages
+	changed chan struct{}                    // closed and replaced on every store
+	sends   int
+	fault   func(n int, attempt uint8) fault // fate of the n-th send (from 0); nil: none
+	rr      map[string]int
+	// swapOnce makes a consumer deliver the first two messages of one batch swapped.
+	swapOnce bool
+}
+
+func newFakeCluster(f func(n int, attempt uint8) fault) *fakeCluster {
+	return &fakeCluster{queues: map[string][][]client.MessageExt{}, changed: make(chan struct{}), fault: f, rr: map[string]int{}}
+}
+
+func (c *fakeCluster) createTopic(_ context.Context, topic string, queues int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.queues[topic]; !ok {
+		c.queues[topic] = make([][]client.MessageExt, queues)
+	}
+	return nil
+}
+
+func (c *fakeCluster) newProducer() (producer, error) {
+	p := &fakeProducer{c: c, cbs: make(chan func(), 1<<16), done: make(chan struct{})}
+	go p.run()
+	return p, nil
+}
+
+func (c *fakeCluster) newConsumer(group, topic string) (consumer, error) {
+	return &fakeConsumer{c: c, topic: topic}, nil
+}
+
+func (c *fakeCluster) corruptBatches() int64 { return 0 }
+func (c *fakeCluster) close() error          { return nil }
+
+// store decides a send's fate and stores it. It returns the result for the callback, and
+// refused when SendAsync must fail.
+func (c *fakeCluster) store(m *client.Message) (res client.SendResult, err error, refused bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.sends
+	c.sends++
+	var props []byte
+	for _, k := range slices.Sorted(maps.Keys(m.Properties)) {
+		props = protocol.AppendProperty(props, k, m.Properties[k])
+	}
+	f := faultNone
+	if c.fault != nil {
+		id, _ := ParseIdentity(props)
+		f = c.fault(n, id.Attempt)
+	}
+	if f == faultRefuse {
+		return res, fmt.Errorf("%w: refused by the fake", client.ErrNoQueue), true
+	}
+	qs := c.queues[m.Topic]
+	if qs == nil {
+		return res, client.ErrTopicNotExist, true
+	}
+	var qid int
+	if m.ShardingKey != "" {
+		h := fnv.New32a()
+		h.Write([]byte(m.ShardingKey))
+		qid = int(h.Sum32() % uint32(len(qs)))
+	} else {
+		qid = c.rr[m.Topic] % len(qs)
+		c.rr[m.Topic]++
+	}
+	ext := client.MessageExt{Topic: m.Topic, BrokerName: "fake", QueueID: int32(qid), Properties: props, Body: bytes.Clone(m.Body)}
+	q := &qs[qid]
+	add := func(e client.MessageExt) int64 {
+		e.QueueOffset = int64(len(*q))
+		*q = append(*q, e)
+		return e.QueueOffset
+	}
+	res = client.SendResult{BrokerName: "fake", QueueID: int32(qid)}
+	switch f {
+	case faultFail:
+		return res, client.ErrSystemBusy, false
+	case faultUnknownDropped:
+		return res, fmt.Errorf("%w: dropped by the fake", client.ErrUnknownOutcome), false
+	case faultLose:
+		res.QueueOffset = int64(len(*q)) // a position nobody will fill with this message
+		return res, nil, false
+	case faultCorrupt:
+		ext.Body[0] ^= 0xff
+	}
+	res.QueueOffset = add(ext)
+	if f == faultDuplicate {
+		add(ext)
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	switch f {
+	case faultPhantom:
+		return res, client.ErrSystemBusy, false
+	case faultUnknownStored:
+		return res, fmt.Errorf("%w: stored by the fake", client.ErrUnknownOutcome), false
+	}
+	return res, nil, false
+}
+
+type fakeProducer struct {
+	c       *fakeCluster
+	cbs     chan func()
+	done    chan struct{}
+	mu      sync.Mutex
+	pending int
+	closed  bool
+}
+
+func (p *fakeProducer) run() {
+	defer close(p.done)
+	for cb := range p.cbs {
+		cb()
+		p.mu.Lock()
+		p.pending--
+		p.mu.Unlock()
+	}
+}
+
+func (p *fakeProducer) SendAsync(ctx context.Context, m *client.Message, cb func(client.SendResult, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return client.ErrProducerClosed
+	}
+	res, err, refused := p.c.store(m)
+	if refused {
+		return err
+	}
+	p.pending++
+	p.cbs <- func() { cb(res, err) }
+	return nil
+}
+
+func (p *fakeProducer) Flush(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		n := p.pending
+		p.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		if !sleepCtx(ctx, time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (p *fakeProducer) Close(ctx context.Context) error {
+	err := p.Flush(ctx)
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.cbs)
+	}
+	p.mu.Unlock()
+	<-p.done
+	return err
+}
+
+type fakeConsumer struct {
+	c     *fakeCluster
+	topic string
+}
+
+// Run delivers the new messages of every queue in turn, in batches of up to 100.
+func (co *fakeConsumer) Run(ctx context.Context, h client.Handler) error {
+	var next []int
+	for {
+		co.c.mu.Lock()
+		qs := co.c.queues[co.topic]
+		changed := co.c.changed
+		var batches [][]client.MessageExt
+		for len(next) < len(qs) {
+			next = append(next, 0)
+		}
+		for i, q := range qs {
+			if next[i] < len(q) {
+				end := min(len(q), next[i]+100)
+				b := q[next[i]:end]
+				if co.c.swapOnce && len(b) >= 2 {
+					co.c.swapOnce = false
+					b = slices.Clone(b)
+					b[0], b[1] = b[1], b[0]
+				}
+				batches = append(batches, b)
+				next[i] = end
+			}
+		}
+		co.c.mu.Unlock()
+		for _, b := range batches {
+			if err := h(ctx, b); err != nil {
+				return nil
+			}
+		}
+		if len(batches) > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,393 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Result is the outcome of a run. Its JSON form is OMB's TestResult (same field names and
+// units: latencies in ms, publish delay in µs, time series with one entry per progress interval
+// of the test phase) followed by Petrel's own fields (message counts and verification).
+type Result struct {
+	Workload          string `json:"workload"`
+	Driver            string `json:"driver"`
+	MessageSize       int64  `json:"messageSize"`
+	Topics            int    `json:"topics"`
+	Partitions        int    `json:"partitions"`
+	ProducersPerTopic int    `json:"producersPerTopic"`
+	ConsumersPerTopic int    `json:"consumersPerTopic"`
+
+	PublishRate      []float64 `json:"publishRate"`
+	PublishErrorRate []float64 `json:"publishErrorRate"`
+	ConsumeRate      []float64 `json:"consumeRate"`
+	Backlog          []int64   `json:"backlog"`
+
+	PublishLatencyAvg     []float64 `json:"publishLatencyAvg"`
+	PublishLatency50pct   []float64 `json:"publishLatency50pct"`
+	PublishLatency75pct   []float64 `json:"publishLatency75pct"`
+	PublishLatency95pct   []float64 `json:"publishLatency95pct"`
+	PublishLatency99pct   []float64 `json:"publishLatency99pct"`
+	PublishLatency999pct  []float64 `json:"publishLatency999pct"`
+	PublishLatency9999pct []float64 `json:"publishLatency9999pct"`
+	PublishLatencyMax     []float64 `json:"publishLatencyMax"`
+
+	PublishDelayLatencyAvg     []float64 `json:"publishDelayLatencyAvg"`
+	PublishDelayLatency50pct   []int64   `json:"publishDelayLatency50pct"`
+	PublishDelayLatency75pct   []int64   `json:"publishDelayLatency75pct"`
+	PublishDelayLatency95pct   []int64   `json:"publishDelayLatency95pct"`
+	PublishDelayLatency99pct   []int64   `json:"publishDelayLatency99pct"`
+	PublishDelayLatency999pct  []int64   `json:"publishDelayLatency999pct"`
+	PublishDelayLatency9999pct []int64   `json:"publishDelayLatency9999pct"`
+	PublishDelayLatencyMax     []int64   `json:"publishDelayLatencyMax"`
+
+	AggregatedPublishLatencyAvg     float64 `json:"aggregatedPublishLatencyAvg"`
+	AggregatedPublishLatency50pct   float64 `json:"aggregatedPublishLatency50pct"`
+	AggregatedPublishLatency75pct   float64 `json:"aggregatedPublishLatency75pct"`
+	AggregatedPublishLatency95pct   float64 `json:"aggregatedPublishLatency95pct"`
+	AggregatedPublishLatency99pct   float64 `json:"aggregatedPublishLatency99pct"`
+	AggregatedPublishLatency999pct  float64 `json:"aggregatedPublishLatency999pct"`
+	AggregatedPublishLatency9999pct float64 `json:"aggregatedPublishLatency9999pct"`
+	AggregatedPublishLatencyMax     float64 `json:"aggregatedPublishLatencyMax"`
+
+	AggregatedPublishDelayLatencyAvg     float64 `json:"aggregatedPublishDelayLatencyAvg"`
+	AggregatedPublishDelayLatency50pct   int64   `json:"aggregatedPublishDelayLatency50pct"`
+	AggregatedPublishDelayLatency75pct   int64   `json:"aggregatedPublishDelayLatency75pct"`
+	AggregatedPublishDelayLatency95pct   int64   `json:"aggregatedPublishDelayLatency95pct"`
+	AggregatedPublishDelayLatency99pct   int64   `json:"aggregatedPublishDelayLatency99pct"`
+	AggregatedPublishDelayLatency999pct  int64   `json:"aggregatedPublishDelayLatency999pct"`
+	AggregatedPublishDelayLatency9999pct int64   `json:"aggregatedPublishDelayLatency9999pct"`
+	AggregatedPublishDelayLatencyMax     int64   `json:"aggregatedPublishDelayLatencyMax"`
+
+	AggregatedPublishLatencyQuantiles      Quantiles `json:"aggregatedPublishLatencyQuantiles"`
+	AggregatedPublishDelayLatencyQuantiles Quantiles `json:"aggregatedPublishDelayLatencyQuantiles"`
+
+	EndToEndLatencyAvg     []float64 `json:"endToEndLatencyAvg"`
+	EndToEndLatency50pct   []float64 `json:"endToEndLatency50pct"`
+	EndToEndLatency75pct   []float64 `json:"endToEndLatency75pct"`
+	EndToEndLatency95pct   []float64 `json:"endToEndLatency95pct"`
+	EndToEndLatency99pct   []float64 `json:"endToEndLatency99pct"`
+	EndToEndLatency999pct  []float64 `json:"endToEndLatency999pct"`
+	EndToEndLatency9999pct []float64 `json:"endToEndLatency9999pct"`
+	EndToEndLatencyMax     []float64 `json:"endToEndLatencyMax"`
+
+	AggregatedEndToEndLatencyQuantiles Quantiles `json:"aggregatedEndToEndLatencyQuantiles"`
+
+	AggregatedEndToEndLatencyAvg     float64 `json:"aggregatedEndToEndLatencyAvg"`
+	AggregatedEndToEndLatency50pct   float64 `json:"aggregatedEndToEndLatency50pct"`
+	AggregatedEndToEndLatency75pct   float64 `json:"aggregatedEndToEndLatency75pct"`
+	AggregatedEndToEndLatency95pct   float64 `json:"aggregatedEndToEndLatency95pct"`
+	AggregatedEndToEndLatency99pct   float64 `json:"aggregatedEndToEndLatency99pct"`
+	AggregatedEndToEndLatency999pct  float64 `json:"aggregatedEndToEndLatency999pct"`
+	AggregatedEndToEndLatency9999pct float64 `json:"aggregatedEndToEndLatency9999pct"`
+	AggregatedEndToEndLatencyMax     float64 `json:"aggregatedEndToEndLatencyMax"`
+
+	// Petrel's fields. Message counts cover the whole run, warm-up included.
+
+	// MessagesSent counts distinct messages handed to the client (resends not included).
+	MessagesSent     int64 `json:"messagesSent"`
+	MessagesAcked    int64 `json:"messagesAcked"`
+	MessagesConsumed int64 `json:"messagesConsumed"`
+	BytesSent        int64 `json:"bytesSent"`
+	BytesConsumed    int64 `json:"bytesConsumed"`
+	// Failed counts messages whose send failed definitely, Unknown those whose outcome is not
+	// known (timeout, connection lost after the write).
+	Failed  int64 `json:"failed"`
+	Unknown int64 `json:"unknown"`
+	// The verification counts are (message, subscription) pairs; zero unless Verified.
+	Lost                 int64 `json:"lost"`
+	Duplicated           int64 `json:"duplicated"`
+	DuplicatedAfterRetry int64 `json:"duplicatedAfterRetry"`
+	Reordered            int64 `json:"reordered"`
+	Corrupted            int64 `json:"corrupted"`
+	Phantom              int64 `json:"phantom"`
+	UnknownDelivered     int64 `json:"unknownDelivered"`
+	Resent               int64 `json:"resent"`
+	Foreign              int64 `json:"foreign"`
+	// Verified says the run checked every message (--verify); Passed that the verification
+	// found no error (always true without --verify).
+	Verified bool     `json:"verified"`
+	Passed   bool     `json:"passed"`
+	Problems []string `json:"problems,omitempty"`
+
+	Mode                  string   `json:"mode"` // "replay" or "workload"
+	PayloadSource         string   `json:"payloadSource"`
+	SubscriptionsPerTopic int      `json:"subscriptionsPerTopic"`
+	ProducerRate          int      `json:"producerRate"`
+	TopicNames            []string `json:"topicNames"`
+	ConsumerGroups        []string `json:"consumerGroups"`
+	Cluster               string   `json:"cluster"` // "embedded" or the NameServer addresses
+	StartTime             string   `json:"startTime"`
+	WarmupSeconds         float64  `json:"warmupSeconds"`
+	TestSeconds           float64  `json:"testSeconds"`
+	DrainSeconds          float64  `json:"drainSeconds"`
+	// Drained says every acknowledged message reached every subscription before the drain
+	// timeout.
+	Drained     bool `json:"drained"`
+	Interrupted bool `json:"interrupted"`
+	// Rates over the whole test phase (msg/s and MiB/s).
+	AggregatedPublishRate float64 `json:"aggregatedPublishRate"`
+	AggregatedPublishMBps float64 `json:"aggregatedPublishMBps"`
+	AggregatedConsumeRate float64 `json:"aggregatedConsumeRate"`
+	AggregatedConsumeMBps float64 `json:"aggregatedConsumeMBps"`
+}
+
+// OK reports whether the run passed verification (always true without --verify).
+func (r *Result) OK() bool { return r.Passed }
+
+// newResult returns a Result with every list non-nil, so the JSON has [] rather than null.
+func newResult() *Result {
+	return &Result{
+		PublishRate: []float64{}, PublishErrorRate: []float64{}, ConsumeRate: []float64{}, Backlog: []int64{},
+		PublishLatencyAvg: []float64{}, PublishLatency50pct: []float64{}, PublishLatency75pct: []float64{},
+		PublishLatency95pct: []float64{}, PublishLatency99pct: []float64{}, PublishLatency999pct: []float64{},
+		PublishLatency9999pct: []float64{}, PublishLatencyMax: []float64{},
+		PublishDelayLatencyAvg: []float64{}, PublishDelayLatency50pct: []int64{}, PublishDelayLatency75pct: []int64{},
+		PublishDelayLatency95pct: []int64{}, PublishDelayLatency99pct: []int64{}, PublishDelayLatency999pct: []int64{},
+		PublishDelayLatency9999pct: []int64{}, PublishDelayLatencyMax: []int64{},
+		EndToEndLatencyAvg: []float64{}, EndToEndLatency50pct: []float64{}, EndToEndLatency75pct: []float64{},
+		EndToEndLatency95pct: []float64{}, EndToEndLatency99pct: []float64{}, EndToEndLatency999pct: []float64{},
+		EndToEndLatency9999pct: []float64{}, EndToEndLatencyMax: []float64{},
+		AggregatedPublishLatencyQuantiles: Quantiles{}, AggregatedPublishDelayLatencyQuantiles: Quantiles{},
+		AggregatedEndToEndLatencyQuantiles: Quantiles{},
+		TopicNames:                         []string{}, ConsumerGroups: []string{},
+	}
+}
+
+// interval is one progress period's measurements.
+type interval struct {
+	elapsed     time.Duration // since the start of the run
+	length      time.Duration
+	phase       string
+	sent        int64 // acknowledged sends in the period
+	sentBytes   int64
+	errors      int64 // failed or unknown sends in the period
+	consumed    int64
+	consBytes   int64
+	backlog     int64
+	pubLat      *hdrhistogram.Histogram
+	pubDelay    *hdrhistogram.Histogram
+	e2e         *hdrhistogram.Histogram
+	rateLimited bool
+}
+
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func mbPerSecond(n int64, d time.Duration) float64 { return perSecond(n, d) / (1 << 20) }
+
+// addInterval appends one test-phase interval to the time series.
+func (r *Result) addInterval(iv *interval) {
+	r.PublishRate = append(r.PublishRate, perSecond(iv.sent, iv.length))
+	r.PublishErrorRate = append(r.PublishErrorRate, perSecond(iv.errors, iv.length))
+	r.ConsumeRate = append(r.ConsumeRate, perSecond(iv.consumed, iv.length))
+	r.Backlog = append(r.Backlog, iv.backlog)
+
+	p := msStats(iv.pubLat)
+	r.PublishLatencyAvg = append(r.PublishLatencyAvg, p.Avg)
+	r.PublishLatency50pct = append(r.PublishLatency50pct, p.P50)
+	r.PublishLatency75pct = append(r.PublishLatency75pct, p.P75)
+	r.PublishLatency95pct = append(r.PublishLatency95pct, p.P95)
+	r.PublishLatency99pct = append(r.PublishLatency99pct, p.P99)
+	r.PublishLatency999pct = append(r.PublishLatency999pct, p.P999)
+	r.PublishLatency9999pct = append(r.PublishLatency9999pct, p.P9999)
+	r.PublishLatencyMax = append(r.PublishLatencyMax, p.Max)
+
+	d := microsStats(iv.pubDelay)
+	r.PublishDelayLatencyAvg = append(r.PublishDelayLatencyAvg, d.Avg)
+	r.PublishDelayLatency50pct = append(r.PublishDelayLatency50pct, int64(d.P50))
+	r.PublishDelayLatency75pct = append(r.PublishDelayLatency75pct, int64(d.P75))
+	r.PublishDelayLatency95pct = append(r.PublishDelayLatency95pct, int64(d.P95))
+	r.PublishDelayLatency99pct = append(r.PublishDelayLatency99pct, int64(d.P99))
+	r.PublishDelayLatency999pct = append(r.PublishDelayLatency999pct, int64(d.P999))
+	r.PublishDelayLatency9999pct = append(r.PublishDelayLatency9999pct, int64(d.P9999))
+	r.PublishDelayLatencyMax = append(r.PublishDelayLatencyMax, int64(d.Max))
+
+	e := msStats(iv.e2e)
+	r.EndToEndLatencyAvg = append(r.EndToEndLatencyAvg, e.Avg)
+	r.EndToEndLatency50pct = append(r.EndToEndLatency50pct, e.P50)
+	r.EndToEndLatency75pct = append(r.EndToEndLatency75pct, e.P75)
+	r.EndToEndLatency95pct = append(r.EndToEndLatency95pct, e.P95)
+	r.EndToEndLatency99pct = append(r.EndToEndLatency99pct, e.P99)
+	r.EndToEndLatency999pct = append(r.EndToEndLatency999pct, e.P999)
+	r.EndToEndLatency9999pct = append(r.EndToEndLatency9999pct, e.P9999)
+	r.EndToEndLatencyMax = append(r.EndToEndLatencyMax, e.Max)
+}
+
+// setAggregates fills the aggregated latency fields from the whole-run histograms (warm-up
+// excluded).
+func (r *Result) setAggregates(pubLat, pubDelay, e2e *hdrhistogram.Histogram) {
+	p := msStats(pubLat)
+	r.AggregatedPublishLatencyAvg = p.Avg
+	r.AggregatedPublishLatency50pct = p.P50
+	r.AggregatedPublishLatency75pct = p.P75
+	r.AggregatedPublishLatency95pct = p.P95
+	r.AggregatedPublishLatency99pct = p.P99
+	r.AggregatedPublishLatency999pct = p.P999
+	r.AggregatedPublishLatency9999pct = p.P9999
+	r.AggregatedPublishLatencyMax = p.Max
+	r.AggregatedPublishLatencyQuantiles = quantilesOf(pubLat, 1000)
+
+	d := microsStats(pubDelay)
+	r.AggregatedPublishDelayLatencyAvg = d.Avg
+	r.AggregatedPublishDelayLatency50pct = int64(d.P50)
+	r.AggregatedPublishDelayLatency75pct = int64(d.P75)
+	r.AggregatedPublishDelayLatency95pct = int64(d.P95)
+	r.AggregatedPublishDelayLatency99pct = int64(d.P99)
+	r.AggregatedPublishDelayLatency999pct = int64(d.P999)
+	r.AggregatedPublishDelayLatency9999pct = int64(d.P9999)
+	r.AggregatedPublishDelayLatencyMax = int64(d.Max)
+	r.AggregatedPublishDelayLatencyQuantiles = quantilesOf(pubDelay, 1)
+
+	e := msStats(e2e)
+	r.AggregatedEndToEndLatencyAvg = e.Avg
+	r.AggregatedEndToEndLatency50pct = e.P50
+	r.AggregatedEndToEndLatency75pct = e.P75
+	r.AggregatedEndToEndLatency95pct = e.P95
+	r.AggregatedEndToEndLatency99pct = e.P99
+	r.AggregatedEndToEndLatency999pct = e.P999
+	r.AggregatedEndToEndLatency9999pct = e.P9999
+	r.AggregatedEndToEndLatencyMax = e.Max
+	r.AggregatedEndToEndLatencyQuantiles = quantilesOf(e2e, 1000)
+}
+
+// setVerification copies the verifier's counts into the result.
+func (r *Result) setVerification(c VerifyCounts, problems []string) {
+	r.Verified = true
+	r.Lost = c.Lost
+	r.Duplicated = c.Duplicated
+	r.DuplicatedAfterRetry = c.DuplicatedAfterRetry
+	r.Reordered = c.Reordered
+	r.Corrupted = c.Corrupted
+	r.Phantom = c.Phantom
+	r.UnknownDelivered = c.UnknownDelivered
+	r.Resent = c.Resent
+	r.Failed = c.Failed
+	r.Unknown = c.Unknown
+	r.Problems = problems
+	r.Passed = c.OK()
+}
+
+// WriteJSON writes the result to path, indented.
+func (r *Result) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("cannot encode result: %w", err)
+	}
+	b = append(b, '\n')
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("cannot write result: %w", err)
+	}
+	return nil
+}
+
+// fmtMs formats a latency in ms with 3 significant decimals.
+func fmtMs(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v < 10:
+		return fmt.Sprintf("%.3f", v)
+	case v < 1000:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// progressLine formats one progress line.
+func progressLine(iv *interval, failed, unknown int64) string {
+	p := msStats(iv.pubLat)
+	e := msStats(iv.e2e)
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%6.1fs] %-6s pub %9.1f msg/s %7.2f MB/s | cons %9.1f msg/s %7.2f MB/s | backlog %d | pub lat ms p50 %s p99 %s max %s | e2e ms p50 %s p99 %s",
+		iv.elapsed.Seconds(), iv.phase,
+		perSecond(iv.sent, iv.length), mbPerSecond(iv.sentBytes, iv.length),
+		perSecond(iv.consumed, iv.length), mbPerSecond(iv.consBytes, iv.length),
+		iv.backlog, fmtMs(p.P50), fmtMs(p.P99), fmtMs(p.Max), fmtMs(e.P50), fmtMs(e.P99))
+	if iv.rateLimited {
+		d := microsStats(iv.pubDelay)
+		fmt.Fprintf(&b, " | pub delay µs p50 %.0f p99 %.0f", d.P50, d.P99)
+	}
+	if failed > 0 || unknown > 0 {
+		fmt.Fprintf(&b, " | failed %d unknown %d", failed, unknown)
+	}
+	return b.String()
+}
+
+func latencyLine(name, unit string, s LatencyStats, scale func(float64) string) string {
+	return fmt.Sprintf("  %-17s %s avg %s p50 %s p75 %s p95 %s p99 %s p99.9 %s p99.99 %s max %s (%d samples)",
+		name, unit, scale(s.Avg), scale(s.P50), scale(s.P75), scale(s.P95), scale(s.P99), scale(s.P999), scale(s.P9999), scale(s.Max), s.Count)
+}
+
+// summary holds what the human-readable summary shows beyond the Result.
+type summary struct {
+	pubLat, pubDelay, e2e LatencyStats
+}
+
+// writeSummary prints the final human-readable summary. Its last line holds the verification
+// counts, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean run.
+func (r *Result) writeSummary(w io.Writer, s summary) {
+	fmt.Fprintf(w, "\n==== petrel-bench summary ====\n")
+	fmt.Fprintf(w, "  workload          %s (%s, driver %s, cluster %s)\n", r.Workload, r.Mode, r.Driver, r.Cluster)
+	fmt.Fprintf(w, "  shape             %d topic(s) x %d queue(s), %d producer(s)/topic, %d subscription(s)/topic x %d consumer(s)\n",
+		r.Topics, r.Partitions, r.ProducersPerTopic, r.SubscriptionsPerTopic, divOr(r.ConsumersPerTopic, r.SubscriptionsPerTopic))
+	rate := "as fast as possible"
+	if r.ProducerRate > 0 {
+		rate = fmt.Sprintf("%d msg/s", r.ProducerRate)
+	}
+	fmt.Fprintf(w, "  payload           %s, %d bytes avg, rate %s\n", r.PayloadSource, r.MessageSize, rate)
+	fmt.Fprintf(w, "  topics            %s\n", strings.Join(r.TopicNames, " "))
+	if len(r.ConsumerGroups) > 0 {
+		fmt.Fprintf(w, "  consumer groups   %s\n", strings.Join(r.ConsumerGroups, " "))
+	}
+	fmt.Fprintf(w, "  time              warm-up %.1fs, test %.1fs, drain %.1fs%s\n", r.WarmupSeconds, r.TestSeconds, r.DrainSeconds, cond(r.Interrupted, " (interrupted)", ""))
+	fmt.Fprintf(w, "  publish rate      %.1f msg/s, %.2f MB/s\n", r.AggregatedPublishRate, r.AggregatedPublishMBps)
+	fmt.Fprintf(w, "  consume rate      %.1f msg/s, %.2f MB/s\n", r.AggregatedConsumeRate, r.AggregatedConsumeMBps)
+	fmt.Fprintln(w, latencyLine("publish latency", "ms", s.pubLat, fmtMs))
+	if r.ProducerRate > 0 {
+		fmt.Fprintln(w, latencyLine("publish delay", "µs", s.pubDelay, func(v float64) string { return fmt.Sprintf("%.0f", v) }))
+	}
+	fmt.Fprintln(w, latencyLine("end-to-end", "ms", s.e2e, fmtMs))
+	fmt.Fprintf(w, "  messages          sent=%d acked=%d failed=%d unknown=%d consumed=%d (%.1f MB sent, %.1f MB consumed)\n",
+		r.MessagesSent, r.MessagesAcked, r.Failed, r.Unknown, r.MessagesConsumed, float64(r.BytesSent)/(1<<20), float64(r.BytesConsumed)/(1<<20))
+	if !r.Verified {
+		fmt.Fprintf(w, "  verification      off (use --verify)\n")
+		return
+	}
+	if !r.Drained {
+		fmt.Fprintf(w, "  drain             timed out: not everything acknowledged was consumed\n")
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  problem           %s\n", p)
+	}
+	fmt.Fprintf(w, "  verification      %s: unknownDelivered=%d duplicatedAfterRetry=%d resent=%d foreign=%d\n",
+		cond(r.Passed, "PASS", "FAIL"), r.UnknownDelivered, r.DuplicatedAfterRetry, r.Resent, r.Foreign)
+	fmt.Fprintf(w, "lost=%d duplicated=%d reordered=%d corrupted=%d phantom=%d\n", r.Lost, r.Duplicated, r.Reordered, r.Corrupted, r.Phantom)
+}
+
+func divOr(a, b int) int {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func cond[T any](c bool, a, b T) T {
+	if c {
+		return a
+	}
+	return b
+}
+
+// round3 rounds to 3 decimals (for durations in the JSON).
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }

@@ -1,0 +1,883 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/petrel-mq/petrel/client"
+)
+
+// Phases of a run.
+const (
+	phaseWarmup = "warmup"
+	phaseTest   = "test"
+	phaseDrain  = "drain"
+)
+
+// retryEntry is a message to send again after an unknown outcome.
+type retryEntry struct {
+	seq     uint64
+	attempt uint8
+	body    int
+	key     string
+}
+
+// prodState is one producer of the run. Its goroutine owns seq, rng, keyNext and the message
+// buffers (the drain's resends run after it has exited); the retry list is filled by send
+// callbacks.
+type prodState struct {
+	id    uint32 // Identity.Producer and the verifier's producer id
+	topic string
+	p     producer
+	rng   *rand.Rand
+
+	seq     uint64
+	keyNext int
+	// The message being sent, reused (see send).
+	msg   client.Message
+	props map[string]string
+	idBuf []byte
+
+	errStreak atomic.Int32 // failures since the last success
+
+	mu       sync.Mutex // guards retries
+	retries  []retryEntry
+	nRetries atomic.Int32
+}
+
+func (ps *prodState) addRetry(e retryEntry) {
+	ps.mu.Lock()
+	ps.retries = append(ps.retries, e)
+	ps.nRetries.Store(int32(len(ps.retries)))
+	ps.mu.Unlock()
+}
+
+func (ps *prodState) takeRetries() []retryEntry {
+	if ps.nRetries.Load() == 0 {
+		return nil
+	}
+	ps.mu.Lock()
+	r := ps.retries
+	ps.retries = nil
+	ps.nRetries.Store(0)
+	ps.mu.Unlock()
+	return r
+}
+
+// runner is one run in progress.
+type runner struct {
+	cfg   *Config
+	plan  *plan
+	out   io.Writer
+	log   *slog.Logger
+	cl    cluster
+	runID uint64
+	tag   string // random per run: consumer group suffix
+	v     *Verifier
+	sched *schedule
+	keys  []string
+
+	topics    []string
+	groups    []string
+	producers []*prodState
+
+	// Counters over the whole run.
+	sent          atomic.Int64 // distinct messages accepted by the client
+	sentBytes     atomic.Int64
+	acked         atomic.Int64
+	ackedBytes    atomic.Int64
+	failed        atomic.Int64 // final definite failures
+	unknown       atomic.Int64 // final unknown outcomes
+	sendErrors    atomic.Int64 // failed attempts (error rate)
+	consumed      atomic.Int64 // deliveries of this run's messages
+	consumedBytes atomic.Int64
+	foreign       atomic.Int64 // messages of other runs (ignored)
+
+	pubLat, pubDelay, e2e *Recorder
+
+	stopProducing chan struct{}
+	paused        atomic.Bool
+	resume        chan struct{}
+
+	errLog rateLimitedLog
+
+	// Owned by the main goroutine.
+	last                        tickCounts
+	lastTick, start             time.Time
+	phaseTicks                  int // ticks in the current phase
+	res                         *Result
+	totPubLat, totDelay, totE2E *hdrhistogram.Histogram
+	testLen                     time.Duration
+	testAcked, testAckedBytes   int64
+	testCons, testConsBytes     int64
+}
+
+// tickCounts are the counters at a progress tick.
+type tickCounts struct {
+	acked, ackedBytes, errors, consumed, consumedBytes int64
+}
+
+// rateLimitedLog logs send errors at most once a second, with the count of those it skipped.
+type rateLimitedLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (l *rateLimitedLog) warn(log *slog.Logger, msg string, args ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.skipped++
+		l.mu.Unlock()
+		return
+	}
+	skipped := l.skipped
+	l.last, l.skipped = now, 0
+	l.mu.Unlock()
+	if skipped > 0 {
+		args = append(args, "similar_errors_not_logged", skipped)
+	}
+	log.Warn(msg, args...)
+}
+
+// Run runs a benchmark as cfg says: it starts an embedded cluster unless cfg.NameServers is
+// set, creates the topics, produces and consumes while printing progress to cfg.Out, drains,
+// prints the summary and writes the JSON result. The returned error means the run could not be
+// carried out; a run that completed returns its Result (check Result.OK for verification).
+// When ctx ends the run stops producing, drains (up to cfg.DrainTimeout) and still reports.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	pl, err := makePlan(&cfg, seed)
+	if err != nil {
+		return nil, err
+	}
+	runID := rand.Uint64() | 1
+	r := &runner{
+		cfg:           &cfg,
+		plan:          pl,
+		out:           cfg.Out,
+		log:           cfg.Logger,
+		runID:         runID,
+		tag:           strconv.FormatUint(runID>>32, 16),
+		pubLat:        NewRecorder(),
+		pubDelay:      NewRecorder(),
+		e2e:           NewRecorder(),
+		stopProducing: make(chan struct{}),
+		resume:        make(chan struct{}),
+		totPubLat:     newHistogram(),
+		totDelay:      newHistogram(),
+		totE2E:        newHistogram(),
+		res:           newResult(),
+	}
+	if pl.w.KeyDistributor != NoKey {
+		r.keys = makeKeys(seed)
+	}
+	return r.run(ctx, seed)
+}
+
+// makeKeys returns OMB's key pool: keyPoolSize random 7-character alphanumeric keys.
+func makeKeys(seed uint64) []string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	rng := rand.New(rand.NewPCG(seed, 7))
+	keys := make([]string, keyPoolSize)
+	var b [7]byte
+	for i := range keys {
+		for j := range b {
+			b[j] = alphabet[rng.IntN(len(alphabet))]
+		}
+		keys[i] = string(b[:])
+	}
+	return keys
+}
+
+func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
+	cfg, w := r.cfg, r.plan.w
+	clusterDesc := cfg.NameServers
+	var newCluster func(context.Context) (cluster, error)
+	switch {
+	case cfg.newCluster != nil:
+		newCluster = cfg.newCluster
+		clusterDesc = "test"
+	case cfg.NameServers == "":
+		emb, err := startEmbedded(cfg, r.log)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if cerr := emb.close(); cerr != nil {
+				r.log.Error("cannot close the embedded cluster", "err", cerr)
+			}
+		}()
+		clusterDesc = "embedded"
+		keep := ""
+		if cfg.KeepData {
+			keep = " (kept)"
+		}
+		fmt.Fprintf(r.out, "embedded cluster: NameServer %s, broker %s, %s, data %s%s\n",
+			emb.nameServers(), emb.brokerAddr(), cfg.FlushDiskType, emb.dir, keep)
+		newCluster = func(ctx context.Context) (cluster, error) {
+			return newPetrelCluster(ctx, emb.nameServers(), emb.brokerAddr(), r.log)
+		}
+	default:
+		newCluster = func(ctx context.Context) (cluster, error) {
+			return newPetrelCluster(ctx, cfg.NameServers, cfg.Cluster, r.log)
+		}
+	}
+	cl, err := newCluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.cl = cl
+	defer func() {
+		if cerr := cl.close(); cerr != nil {
+			r.log.Error("cannot close the client", "err", cerr)
+		}
+	}()
+
+	id := cfg.TopicID
+	if id == "" {
+		id = r.tag
+	}
+	for i := range w.Topics {
+		r.topics = append(r.topics, fmt.Sprintf("%s-%s-%d", cfg.TopicPrefix, id, i))
+	}
+	for s := range w.SubscriptionsPerTopic {
+		r.groups = append(r.groups, fmt.Sprintf("sub-%d-%s", s, r.tag))
+	}
+	if !cfg.NoCreateTopic {
+		if err := r.createTopics(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Verify {
+		r.v = NewVerifier(r.runID, w.SubscriptionsPerTopic)
+	}
+
+	// Producers first (they only connect on the first send), then consumers.
+	defer r.closeProducers()
+	for t, topic := range r.topics {
+		for i := range w.ProducersPerTopic {
+			p, err := cl.newProducer()
+			if err != nil {
+				return nil, fmt.Errorf("cannot create producer: %w", err)
+			}
+			ps := &prodState{topic: topic, p: p, rng: rand.New(rand.NewPCG(seed, uint64(t*w.ProducersPerTopic+i)))}
+			if r.v != nil {
+				ps.id = r.v.AddProducer(topic)
+			} else {
+				ps.id = uint32(len(r.producers))
+			}
+			r.producers = append(r.producers, ps)
+		}
+	}
+
+	consCtx, stopConsumers := context.WithCancel(context.WithoutCancel(ctx))
+	var consWG sync.WaitGroup
+	defer func() {
+		stopConsumers()
+		consWG.Wait()
+	}()
+	if w.ConsumerBacklogSizeGB > 0 {
+		r.paused.Store(true)
+	}
+	for _, topic := range r.topics {
+		for s, group := range r.groups {
+			for range r.plan.consumersPerSub {
+				c, err := cl.newConsumer(group, topic)
+				if err != nil {
+					return nil, fmt.Errorf("cannot create consumer: %w", err)
+				}
+				consWG.Add(1)
+				go func() {
+					defer consWG.Done()
+					r.consume(consCtx, c, group, topic, s)
+				}()
+			}
+		}
+	}
+	r.printHeader(clusterDesc)
+	r.measure(ctx)
+	stopConsumers()
+	consWG.Wait()
+	return r.finish(clusterDesc)
+}
+
+// createTopics creates the run's topics, a few at a time.
+func (r *runner) createTopics(ctx context.Context) error {
+	sem := make(chan struct{}, 8)
+	errs := make([]error, len(r.topics))
+	var wg sync.WaitGroup
+	for i, topic := range r.topics {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = r.cl.createTopic(ctx, topic, r.plan.w.PartitionsPerTopic)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *runner) closeProducers() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, ps := range r.producers {
+		if err := ps.p.Close(ctx); err != nil {
+			r.log.Warn("producer did not close cleanly", "err", err)
+		}
+	}
+}
+
+func (r *runner) printHeader(clusterDesc string) {
+	w, p := r.plan.w, r.plan.payloads
+	rate := "as fast as possible"
+	if w.ProducerRate > 0 {
+		rate = fmt.Sprintf("%d msg/s", w.ProducerRate)
+	}
+	length := "until every line is sent"
+	if r.plan.duration > 0 {
+		length = r.plan.duration.String()
+		if r.plan.mode == "replay" {
+			length = "at most " + length
+		}
+	}
+	fmt.Fprintf(r.out, "workload %q (%s): %d topic(s) x %d queue(s), %d producer(s)/topic, %d subscription(s)/topic, rate %s, warm-up %v, test %s, verify %v\n",
+		w.Name, r.plan.mode, w.Topics, w.PartitionsPerTopic, w.ProducersPerTopic, w.SubscriptionsPerTopic, rate, r.plan.warmup, length, r.cfg.Verify)
+	fmt.Fprintf(r.out, "payload: %s (%d distinct bodies, %d bytes avg)\n", p.Source, len(p.Bodies), p.avgSize())
+	if p.SkippedEmpty > 0 {
+		fmt.Fprintf(r.out, "payload: skipped %d empty lines\n", p.SkippedEmpty)
+	}
+	if w.ConsumerPerSubscription > r.plan.consumersPerSub {
+		fmt.Fprintf(r.out, "note: consumerPerSubscription %d runs as %d consumer per subscription (the client's consumer reads every queue of its topic)\n",
+			w.ConsumerPerSubscription, r.plan.consumersPerSub)
+	}
+	fmt.Fprintf(r.out, "topics: %v; consumer groups: %v; cluster: %s\n", r.topics, r.groups, clusterDesc)
+}
+
+// measure runs the warm-up and test phases, then stops the producers and drains. It returns
+// when the drain has ended.
+func (r *runner) measure(ctx context.Context) {
+	pl, w := r.plan, r.plan.w
+	r.start = time.Now()
+	r.lastTick = r.start
+	if w.ProducerRate > 0 {
+		r.sched = newSchedule(r.start, float64(w.ProducerRate))
+	}
+	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSends()
+	var prodWG sync.WaitGroup
+	producersDone := make(chan struct{})
+	for _, ps := range r.producers {
+		prodWG.Add(1)
+		go func() {
+			defer prodWG.Done()
+			r.produce(sendCtx, ps)
+		}()
+	}
+	go func() {
+		prodWG.Wait()
+		close(producersDone)
+	}()
+
+	interval := r.cfg.ProgressInterval
+	progress := time.NewTicker(interval)
+	defer progress.Stop()
+	control := time.NewTicker(20 * time.Millisecond)
+	defer control.Stop()
+
+	phase, phaseStart := phaseTest, r.start
+	if pl.warmup > 0 {
+		phase = phaseWarmup
+	}
+	// enter closes the current phase's last interval and starts the next phase ("" at the
+	// end) with a full progress interval. A remainder too short to give meaningful rates (it
+	// follows a regular tick of the phase closely) is carried into the next phase's first
+	// interval instead.
+	enter := func(next string) {
+		if next == "" || r.phaseTicks == 0 || time.Since(r.lastTick) >= interval/20 {
+			r.tick(phase)
+		}
+		phase, phaseStart = next, time.Now()
+		r.phaseTicks = 0
+		progress.Reset(interval)
+	}
+
+	backlogTarget := w.ConsumerBacklogSizeGB * r.cfg.gigabyte
+	backlogBuilt := backlogTarget == 0
+	backlogDrained := backlogTarget == 0
+	var minBacklog int64
+	if backlogTarget > 0 {
+		capacity := backlogTarget / int64(max(1, r.plan.payloads.avgSize()))
+		minBacklog = max(1000, int64((1-w.BacklogDrainRatio)*float64(capacity)))
+		fmt.Fprintf(r.out, "backlog: consumers wait until %d GB are backlogged\n", w.ConsumerBacklogSizeGB)
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			r.res.Interrupted = true
+			fmt.Fprintf(r.out, "interrupted: stopping the producers and draining\n")
+			break loop
+		case <-producersDone:
+			break loop
+		case <-progress.C:
+			r.tick(phase)
+		case <-control.C:
+			now := time.Now()
+			if phase == phaseWarmup && now.Sub(r.start) >= pl.warmup {
+				enter(phaseTest)
+				now = phaseStart
+			}
+			if !backlogBuilt && r.backlog()*int64(r.plan.payloads.avgSize()) >= backlogTarget {
+				backlogBuilt = true
+				fmt.Fprintf(r.out, "backlog: %d GB built; consumers start draining\n", w.ConsumerBacklogSizeGB)
+				r.paused.Store(false)
+				close(r.resume)
+			}
+			if backlogBuilt && !backlogDrained && r.backlog() <= minBacklog {
+				backlogDrained = true
+				fmt.Fprintf(r.out, "backlog: drained\n")
+			}
+			if phase == phaseTest && pl.duration > 0 && now.Sub(phaseStart) >= pl.duration && backlogDrained {
+				break loop
+			}
+		}
+	}
+	now := time.Now()
+	if phase == phaseTest {
+		r.res.WarmupSeconds = round3(phaseStart.Sub(r.start).Seconds())
+		r.res.TestSeconds = round3(now.Sub(phaseStart).Seconds())
+	} else {
+		r.res.WarmupSeconds = round3(now.Sub(r.start).Seconds())
+	}
+
+	// Stop: producers leave their loops (SendAsync calls waiting for buffer space give up),
+	// then every producer flushes and resends what had an unknown outcome.
+	close(r.stopProducing)
+	cancelSends()
+	<-producersDone
+	if r.paused.Load() { // the backlog was never built: let the consumers drain
+		r.paused.Store(false)
+		close(r.resume)
+	}
+	enter(phaseDrain)
+	drainStart := phaseStart
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.cfg.DrainTimeout)
+	defer cancelDrain()
+	r.settle(drainCtx)
+	r.res.Drained = true
+drain:
+	for !r.drained() {
+		select {
+		case <-drainCtx.Done():
+			fmt.Fprintf(r.out, "drain: timed out after %v with %d message(s) not consumed\n", r.cfg.DrainTimeout, r.outstanding())
+			r.res.Drained = false
+			break drain
+		case <-progress.C:
+			r.tick(phase)
+		case <-control.C:
+		}
+	}
+	enter("")
+	r.res.DrainSeconds = round3(time.Since(drainStart).Seconds())
+}
+
+// settle flushes every producer and resends what had an unknown outcome (RetryUnknown), until
+// no resend is left or ctx ends.
+func (r *runner) settle(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, ps := range r.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if err := ps.p.Flush(ctx); err != nil {
+					r.log.Warn("producer flush did not finish", "err", err)
+				}
+				retries := ps.takeRetries()
+				if len(retries) == 0 || ctx.Err() != nil {
+					for range retries {
+						r.giveUpRetry()
+					}
+					return
+				}
+				for _, e := range retries {
+					r.resend(ctx, ps, e)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// backlog returns the messages acknowledged but not yet consumed, over all subscriptions.
+func (r *runner) backlog() int64 {
+	return max(0, r.acked.Load()*int64(r.plan.w.SubscriptionsPerTopic)-r.consumed.Load())
+}
+
+func (r *runner) outstanding() int64 {
+	if r.v != nil {
+		return r.v.Outstanding()
+	}
+	return r.backlog()
+}
+
+func (r *runner) drained() bool { return r.outstanding() == 0 }
+
+// tick closes a progress interval: it prints the progress line and adds the interval to the
+// time series (test phase) and to the aggregated histograms (test and drain phases).
+func (r *runner) tick(phase string) {
+	// NB: the time is read here, with the counters, not taken from the ticker: a tick
+	// processed late would otherwise pair a stale time with fresh counts.
+	now := time.Now()
+	cur := tickCounts{
+		acked: r.acked.Load(), ackedBytes: r.ackedBytes.Load(), errors: r.sendErrors.Load(),
+		consumed: r.consumed.Load(), consumedBytes: r.consumedBytes.Load(),
+	}
+	iv := &interval{
+		elapsed:     now.Sub(r.start),
+		length:      now.Sub(r.lastTick),
+		phase:       phase,
+		sent:        cur.acked - r.last.acked,
+		sentBytes:   cur.ackedBytes - r.last.ackedBytes,
+		errors:      cur.errors - r.last.errors,
+		consumed:    cur.consumed - r.last.consumed,
+		consBytes:   cur.consumedBytes - r.last.consumedBytes,
+		backlog:     r.backlog(),
+		pubLat:      r.pubLat.Interval(),
+		pubDelay:    r.pubDelay.Interval(),
+		e2e:         r.e2e.Interval(),
+		rateLimited: r.sched != nil,
+	}
+	r.last, r.lastTick = cur, now
+	r.phaseTicks++
+	fmt.Fprintln(r.out, progressLine(iv, r.failed.Load(), r.unknown.Load()))
+	// A replay's test is delivering every line, so its drain belongs to the test.
+	test := phase == phaseTest || (phase == phaseDrain && r.plan.mode == "replay")
+	if test {
+		r.res.addInterval(iv)
+		r.testLen += iv.length
+		r.testAcked += iv.sent
+		r.testAckedBytes += iv.sentBytes
+		r.testCons += iv.consumed
+		r.testConsBytes += iv.consBytes
+	}
+	if phase != phaseWarmup {
+		r.totPubLat.Merge(iv.pubLat)
+		r.totDelay.Merge(iv.pubDelay)
+		r.totE2E.Merge(iv.e2e)
+	}
+	r.pubLat.Recycle(iv.pubLat)
+	r.pubDelay.Recycle(iv.pubDelay)
+	r.e2e.Recycle(iv.e2e)
+}
+
+// produce is a producer's loop: it sends until the run stops it or, for a replay, until every
+// body is sent.
+func (r *runner) produce(ctx context.Context, ps *prodState) {
+	var wt waiter
+	defer wt.stop()
+	pl := r.plan.payloads
+	n := uint64(len(pl.Bodies))
+	for {
+		select {
+		case <-r.stopProducing:
+			return
+		default:
+		}
+		for _, e := range ps.takeRetries() {
+			r.resend(ctx, ps, e)
+		}
+		if pl.Replay && ps.seq >= n {
+			return
+		}
+		if k := ps.errStreak.Load(); k > 0 {
+			// The cluster is failing (a broker restarting?): slow down instead of spinning
+			// through messages that fail at once.
+			d := min(time.Duration(k)*10*time.Millisecond, time.Second)
+			if !wt.until(time.Now().Add(d), r.stopProducing) {
+				return
+			}
+		}
+		var due time.Time
+		if r.sched != nil {
+			due = r.sched.next()
+			if !wt.until(due, r.stopProducing) {
+				return
+			}
+		}
+		seq := ps.seq
+		ps.seq++
+		var body int
+		switch {
+		case pl.Replay:
+			body = int(seq)
+		case pl.Random:
+			body = ps.rng.IntN(len(pl.Bodies))
+		default:
+			body = int((seq + uint64(ps.id)) % n)
+		}
+		var key string
+		switch r.plan.w.KeyDistributor {
+		case KeyRoundRobin:
+			key = r.keys[ps.keyNext]
+			ps.keyNext = (ps.keyNext + 1) % len(r.keys)
+		case RandomNano:
+			key = r.keys[ps.rng.IntN(len(r.keys))]
+		}
+		if r.v != nil {
+			r.v.Sent(ps.id, seq, pl.CRCs[body], len(pl.Bodies[body]))
+		}
+		r.send(ctx, ps, retryEntry{seq: seq, attempt: 0, body: body, key: key}, due)
+	}
+}
+
+// resend sends a message again after an unknown outcome.
+func (r *runner) resend(ctx context.Context, ps *prodState, e retryEntry) {
+	if r.v != nil {
+		a, ok := r.v.Resend(ps.id, e.seq)
+		if !ok {
+			r.unknown.Add(1)
+			return
+		}
+		e.attempt = a
+	}
+	r.send(ctx, ps, e, time.Time{})
+}
+
+// giveUpRetry accounts for a resend that will not happen: the message's outcome stays unknown.
+func (r *runner) giveUpRetry() { r.unknown.Add(1) }
+
+// send hands one attempt of a message to the client. due is its scheduled time at a fixed
+// rate (zero otherwise).
+func (r *runner) send(ctx context.Context, ps *prodState, e retryEntry, due time.Time) {
+	pl := r.plan.payloads
+	body := pl.Bodies[e.body]
+	now := time.Now()
+	id := Identity{Run: r.runID, Producer: ps.id, Seq: e.seq, Attempt: e.attempt, CRC: pl.CRCs[e.body], SentMicros: now.UnixMicro()}
+	// NB: the message, its property map and the identity's bytes are the producer's and are
+	// reused by its next send: SendAsync copies the message before it returns, so the value
+	// may alias idBuf.
+	ps.idBuf = id.appendValue(ps.idBuf[:0])
+	if ps.props == nil {
+		ps.props = make(map[string]string, 1)
+	}
+	ps.props[identityProperty] = unsafe.String(unsafe.SliceData(ps.idBuf), len(ps.idBuf))
+	ps.msg = client.Message{Topic: ps.topic, Body: body, Properties: ps.props, ShardingKey: e.key, Keys: e.key}
+	if !due.IsZero() {
+		r.pubDelay.Record(now.Sub(due).Microseconds())
+	}
+	size := int64(len(body))
+	err := ps.p.SendAsync(ctx, &ps.msg, func(res client.SendResult, err error) {
+		r.onSendResult(ps, e, size, now, res, err)
+	})
+	if err == nil {
+		if e.attempt == 0 {
+			r.sent.Add(1)
+			r.sentBytes.Add(size)
+		}
+		return
+	}
+	if ctx.Err() != nil || errors.Is(err, client.ErrProducerClosed) {
+		// Stopped before the client took it: never sent.
+		if r.v != nil {
+			r.v.Abandoned(ps.id, e.seq)
+		}
+		if e.attempt > 0 {
+			r.unknown.Add(1)
+		}
+		return
+	}
+	r.sendErrors.Add(1)
+	ps.errStreak.Add(1)
+	r.errLog.warn(r.log, "send refused", "topic", ps.topic, "err", err)
+	if r.v != nil {
+		r.v.Failed(ps.id, e.seq, e.attempt, false)
+	}
+	if e.attempt > 0 {
+		r.unknown.Add(1) // an earlier attempt's outcome is unknown
+	} else {
+		r.sent.Add(1) // it counts as sent, and failed
+		r.sentBytes.Add(size)
+		r.failed.Add(1)
+	}
+}
+
+// onSendResult runs on the client's callback goroutine for every send attempt.
+func (r *runner) onSendResult(ps *prodState, e retryEntry, size int64, start time.Time, res client.SendResult, err error) {
+	if err == nil {
+		r.pubLat.Record(time.Since(start).Microseconds())
+		r.acked.Add(1)
+		r.ackedBytes.Add(size)
+		ps.errStreak.Store(0)
+		if r.v != nil {
+			r.v.Acked(ps.id, e.seq, e.attempt, QueueRef{Topic: ps.topic, Broker: res.BrokerName, QueueID: res.QueueID}, res.QueueOffset)
+		}
+		return
+	}
+	unknown := errors.Is(err, client.ErrUnknownOutcome)
+	r.sendErrors.Add(1)
+	ps.errStreak.Add(1)
+	r.errLog.warn(r.log, "send failed", "topic", ps.topic, "unknownOutcome", unknown, "err", err)
+	if r.v != nil {
+		r.v.Failed(ps.id, e.seq, e.attempt, unknown)
+	}
+	if unknown && int(e.attempt) < r.cfg.RetryUnknown {
+		ps.addRetry(retryEntry{seq: e.seq, attempt: e.attempt + 1, body: e.body, key: e.key})
+		return
+	}
+	if unknown || e.attempt > 0 {
+		r.unknown.Add(1)
+	} else {
+		r.failed.Add(1)
+	}
+}
+
+// consume runs one consumer until ctx ends, making a new one if Run fails.
+func (r *runner) consume(ctx context.Context, c consumer, group, topic string, sub int) {
+	h := r.handler(sub)
+	for {
+		err := c.Run(ctx, h)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("consumer stopped; restarting it", "group", group, "topic", topic, "err", err)
+		if !sleepCtx(ctx, time.Second) {
+			return
+		}
+		nc, nerr := r.cl.newConsumer(group, topic)
+		if nerr != nil {
+			r.log.Error("cannot create consumer", "group", group, "topic", topic, "err", nerr)
+			continue
+		}
+		c = nc
+	}
+}
+
+// handler returns the message handler of a consumer of subscription sub.
+func (r *runner) handler(sub int) client.Handler {
+	var pool sync.Pool // of *[]Delivery
+	return func(ctx context.Context, msgs []client.MessageExt) error {
+		if r.paused.Load() {
+			select {
+			case <-r.resume:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		now := time.Now().UnixMicro()
+		var ds *[]Delivery
+		if r.v != nil {
+			if x, ok := pool.Get().(*[]Delivery); ok {
+				ds = x
+			} else {
+				ds = new([]Delivery)
+			}
+			*ds = (*ds)[:0]
+		}
+		var n, bytes int64
+		for i := range msgs {
+			m := &msgs[i]
+			id, err := ParseIdentity(m.Properties)
+			if err == nil {
+				if id.Run != r.runID {
+					r.foreign.Add(1) // another run's message on a reused topic
+					continue
+				}
+				r.e2e.Record(now - id.SentMicros)
+			}
+			n++
+			bytes += int64(len(m.Body))
+			if ds != nil {
+				*ds = append(*ds, Delivery{
+					Queue:    QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
+					Offset:   m.QueueOffset,
+					ID:       id,
+					IDErr:    err,
+					BodyCRC:  bodyCRC(m.Body),
+					BodySize: len(m.Body),
+				})
+			}
+		}
+		if ds != nil {
+			r.v.Consumed(sub, *ds)
+			pool.Put(ds)
+		}
+		r.consumed.Add(n)
+		r.consumedBytes.Add(bytes)
+		return nil
+	}
+}
+
+// finish builds the result, prints the summary and writes the JSON file.
+func (r *runner) finish(clusterDesc string) (*Result, error) {
+	res, w, pl := r.res, r.plan.w, r.plan.payloads
+	res.Workload = w.Name
+	res.Driver = DriverName
+	res.MessageSize = int64(pl.avgSize())
+	res.Topics = w.Topics
+	res.Partitions = w.PartitionsPerTopic
+	res.ProducersPerTopic = w.ProducersPerTopic
+	res.SubscriptionsPerTopic = w.SubscriptionsPerTopic
+	res.ConsumersPerTopic = w.SubscriptionsPerTopic * r.plan.consumersPerSub
+	res.ProducerRate = w.ProducerRate
+	res.Mode = r.plan.mode
+	res.PayloadSource = pl.Source
+	res.TopicNames = append(res.TopicNames, r.topics...)
+	res.ConsumerGroups = append(res.ConsumerGroups, r.groups...)
+	res.Cluster = clusterDesc
+	res.StartTime = r.start.UTC().Format(time.RFC3339)
+	res.setAggregates(r.totPubLat, r.totDelay, r.totE2E)
+	if r.testLen > 0 {
+		res.AggregatedPublishRate = perSecond(r.testAcked, r.testLen)
+		res.AggregatedPublishMBps = mbPerSecond(r.testAckedBytes, r.testLen)
+		res.AggregatedConsumeRate = perSecond(r.testCons, r.testLen)
+		res.AggregatedConsumeMBps = mbPerSecond(r.testConsBytes, r.testLen)
+	}
+	res.MessagesSent = r.sent.Load()
+	res.BytesSent = r.sentBytes.Load()
+	res.MessagesAcked = r.acked.Load()
+	res.MessagesConsumed = r.consumed.Load()
+	res.BytesConsumed = r.consumedBytes.Load()
+	res.Failed = r.failed.Load()
+	res.Unknown = r.unknown.Load()
+	res.Foreign = r.foreign.Load()
+	res.Passed = true
+	if r.v != nil {
+		c, problems := r.v.Finish()
+		if cb := r.cl.corruptBatches(); cb > 0 {
+			c.Corrupted += cb
+			problems = append(problems, fmt.Sprintf("corrupted: consumers rejected %d batch(es) failing their CRC or structure check", cb))
+		}
+		res.setVerification(c, problems)
+		res.MessagesSent = c.Sent - c.Abandoned
+	}
+	var jsonErr error
+	if r.cfg.JSONFile != "" {
+		if jsonErr = res.WriteJSON(r.cfg.JSONFile); jsonErr == nil {
+			fmt.Fprintf(r.out, "result written to %s\n", r.cfg.JSONFile)
+		}
+	}
+	res.writeSummary(r.out, summary{pubLat: msStats(r.totPubLat), pubDelay: microsStats(r.totDelay), e2e: msStats(r.totE2E)})
+	return res, jsonErr
+}

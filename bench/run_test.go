@@ -1,0 +1,507 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/namesrv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// gnet (the embedded broker) starts these and never stops them.
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
+
+// syncBuffer collects a run's output; the test reads it after the run.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// writeWorkload writes an OMB workload into a fresh OMB-like tree and returns its path.
+func writeWorkload(t *testing.T, yaml string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "workloads")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "w.yaml")
+	write(t, path, yaml)
+	return path
+}
+
+const fakeWorkload = `name: fake
+topics: 2
+partitionsPerTopic: 3
+keyDistributor: KEY_ROUND_ROBIN
+messageSize: 64
+subscriptionsPerTopic: 2
+consumerPerSubscription: 1
+producersPerTopic: 2
+producerRate: %d
+testDurationMinutes: 1
+`
+
+// runFake runs cfg against fc and returns the result and the output.
+func runFake(t *testing.T, ctx context.Context, cfg Config, fc *fakeCluster) (*Result, string) {
+	t.Helper()
+	var out syncBuffer
+	cfg.Out = &out
+	cfg.Logger = testLogger(t)
+	cfg.newCluster = func(context.Context) (cluster, error) { return fc, nil }
+	if cfg.ProgressInterval == 0 {
+		cfg.ProgressInterval = 100 * time.Millisecond
+	}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+	return res, out.String()
+}
+
+func TestRunFakeClean(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	res, out := runFake(t, t.Context(), Config{
+		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 4000)),
+		Duration:     400 * time.Millisecond,
+		Warmup:       100 * time.Millisecond,
+		Verify:       true,
+		JSONFile:     jsonPath,
+		Seed:         1,
+	}, newFakeCluster(nil))
+	if !res.OK() || !res.Verified || !res.Drained || res.Interrupted {
+		t.Fatalf("ok %v verified %v drained %v interrupted %v; problems %q", res.OK(), res.Verified, res.Drained, res.Interrupted, res.Problems)
+	}
+	// 4,000 msg/s for 0.5 s in all.
+	if res.MessagesSent < 1500 || res.MessagesSent > 2500 || res.MessagesAcked != res.MessagesSent || res.MessagesConsumed != 2*res.MessagesAcked {
+		t.Fatalf("sent %d acked %d consumed %d", res.MessagesSent, res.MessagesAcked, res.MessagesConsumed)
+	}
+	if res.Failed+res.Unknown+res.Lost+res.Duplicated+res.Reordered+res.Corrupted+res.Phantom != 0 {
+		t.Fatalf("errors in a clean run: %+v", res)
+	}
+	if n := len(res.PublishRate); n < 2 || n > 8 {
+		t.Fatalf("%d test intervals of 100 ms in 400 ms", n)
+	}
+	if res.WarmupSeconds < 0.1 || res.TestSeconds < 0.4 || res.AggregatedPublishRate < 2500 || res.AggregatedPublishRate > 5500 {
+		t.Fatalf("warm-up %v s, test %v s, rate %v", res.WarmupSeconds, res.TestSeconds, res.AggregatedPublishRate)
+	}
+	if res.AggregatedPublishDelayLatencyMax == 0 && res.AggregatedPublishDelayLatency50pct == 0 && len(res.AggregatedPublishDelayLatencyQuantiles) == 0 {
+		t.Fatal("no publish delay recorded at a fixed rate")
+	}
+	if res.Topics != 2 || res.Partitions != 3 || res.ConsumersPerTopic != 2 || len(res.TopicNames) != 2 || len(res.ConsumerGroups) != 2 {
+		t.Fatalf("shape %+v", res)
+	}
+	for _, want := range []string{"warmup pub", "test   pub", "drain  pub", "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(data, &back); err != nil || back.MessagesSent != res.MessagesSent || back.Workload != "fake" || back.Driver != DriverName {
+		t.Fatalf("JSON: %v; %+v", err, back)
+	}
+}
+
+// every applies f to every k-th send; resends always succeed.
+func every(k int, f fault) func(int, uint8) fault {
+	return func(n int, attempt uint8) fault {
+		if n%k == k-1 && attempt == 0 {
+			return f
+		}
+		return faultNone
+	}
+}
+
+func TestRunFakeFaults(t *testing.T) {
+	tests := []struct {
+		name         string
+		fault        func(int, uint8) fault
+		retryUnknown int
+		swap         bool
+		ok           bool
+		check        func(r *Result) error
+	}{
+		{"definite failures", every(50, faultFail), 0, false, true, func(r *Result) error {
+			return want(r.Failed > 0 && r.MessagesAcked+r.Failed == r.MessagesSent && r.Unknown == 0, "failed")
+		}},
+		{"refused sends", every(50, faultRefuse), 0, false, true, func(r *Result) error {
+			return want(r.Failed > 0 && r.MessagesAcked+r.Failed == r.MessagesSent, "failed")
+		}},
+		{"phantom", every(50, faultPhantom), 0, false, false, func(r *Result) error {
+			return want(r.Phantom == 2*r.Failed && r.Phantom > 0, "phantom = 2 subscriptions x failed")
+		}},
+		{"unknown, stored", every(50, faultUnknownStored), 0, false, true, func(r *Result) error {
+			return want(r.Unknown > 0 && r.UnknownDelivered == 2*r.Unknown, "unknownDelivered = 2 x unknown")
+		}},
+		{"unknown, not stored", every(50, faultUnknownDropped), 0, false, true, func(r *Result) error {
+			return want(r.Unknown > 0 && r.UnknownDelivered == 0 && r.Lost == 0, "unknown, not lost")
+		}},
+		{"unknown, stored, retried", every(50, faultUnknownStored), 1, false, true, func(r *Result) error {
+			return want(r.Resent > 0 && r.DuplicatedAfterRetry == 2*r.Resent && r.Unknown == 0 && r.MessagesAcked == r.MessagesSent, "duplicatedAfterRetry = 2 x resent")
+		}},
+		{"unknown, not stored, retried", every(50, faultUnknownDropped), 2, false, true, func(r *Result) error {
+			return want(r.Resent > 0 && r.DuplicatedAfterRetry == 0 && r.Unknown == 0 && r.MessagesAcked == r.MessagesSent, "every message acknowledged once")
+		}},
+		{"lost", every(50, faultLose), 0, false, false, func(r *Result) error {
+			return want(r.Lost > 0 && !r.Drained, "lost and not drained")
+		}},
+		{"duplicated", every(50, faultDuplicate), 0, false, false, func(r *Result) error {
+			return want(r.Duplicated > 0 && r.Lost == 0, "duplicated")
+		}},
+		{"corrupted", every(50, faultCorrupt), 0, false, false, func(r *Result) error {
+			return want(r.Corrupted > 0 && r.Lost == 0, "corrupted")
+		}},
+		{"reordered", nil, 0, true, false, func(r *Result) error {
+			return want(r.Reordered > 0, "reordered")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := newFakeCluster(tt.fault)
+			fc.swapOnce = tt.swap
+			res, _ := runFake(t, t.Context(), Config{
+				WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 5000)),
+				Duration:     200 * time.Millisecond,
+				Warmup:       0,
+				Verify:       true,
+				RetryUnknown: tt.retryUnknown,
+				DrainTimeout: 300 * time.Millisecond,
+			}, fc)
+			if res.OK() != tt.ok {
+				t.Errorf("OK() = %v, want %v; problems %q", res.OK(), tt.ok, res.Problems)
+			}
+			if err := tt.check(res); err != nil {
+				t.Errorf("%v: %+v", err, countsOf(res))
+			}
+		})
+	}
+}
+
+func want(cond bool, what string) error {
+	if !cond {
+		return fmt.Errorf("want %s", what)
+	}
+	return nil
+}
+
+func countsOf(r *Result) string {
+	return fmt.Sprintf("sent=%d acked=%d consumed=%d failed=%d unknown=%d lost=%d duplicated=%d dupAfterRetry=%d reordered=%d corrupted=%d phantom=%d unknownDelivered=%d resent=%d drained=%v",
+		r.MessagesSent, r.MessagesAcked, r.MessagesConsumed, r.Failed, r.Unknown, r.Lost, r.Duplicated, r.DuplicatedAfterRetry, r.Reordered, r.Corrupted, r.Phantom, r.UnknownDelivered, r.Resent, r.Drained)
+}
+
+func TestRunFakeWithoutVerify(t *testing.T) {
+	res, out := runFake(t, t.Context(), Config{
+		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 0)),
+		Duration:     200 * time.Millisecond,
+		Warmup:       -1, // the workload's 1 minute, capped at a quarter of the duration
+	}, newFakeCluster(every(100, faultFail)))
+	if res.Verified || !res.OK() || res.Failed == 0 || res.MessagesAcked+res.Failed != res.MessagesSent || res.MessagesConsumed != 2*res.MessagesAcked {
+		t.Fatalf("%s", countsOf(res))
+	}
+	if res.WarmupSeconds < 0.05 || res.WarmupSeconds > 0.5 { // 50 ms, give or take a busy scheduler
+		t.Fatalf("warm-up %v s, want 50 ms", res.WarmupSeconds)
+	}
+	if !strings.Contains(out, "verification      off") {
+		t.Fatal("summary does not say verification is off")
+	}
+}
+
+func TestRunFakeReplay(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	for f := range 3 {
+		var b strings.Builder
+		for i := range 1000 {
+			fmt.Fprintf(&b, "file %d line %d\r\n", f, i)
+			lines = append(lines, fmt.Sprintf("file %d line %d", f, i))
+		}
+		write(t, filepath.Join(dir, fmt.Sprintf("%d.log", f)), b.String())
+	}
+	write(t, filepath.Join(dir, "LICENSE"), "not a payload\n")
+	fc := newFakeCluster(nil)
+	res, _ := runFake(t, t.Context(), Config{PayloadDir: dir, Verify: true}, fc)
+	if !res.OK() || res.Mode != "replay" || res.MessagesSent != 3000 || res.MessagesConsumed != 3000 || res.Partitions != ReplayQueues {
+		t.Fatalf("%s mode %s", countsOf(res), res.Mode)
+	}
+	if len(res.PublishRate) == 0 || res.AggregatedPublishRate == 0 {
+		t.Fatal("a replay has no time series")
+	}
+	// Every line was sent once, in order: the queues hold the lines round-robin.
+	var got []string
+	qs := fc.queues[res.TopicNames[0]]
+	for i := range len(lines) {
+		got = append(got, string(qs[i%len(qs)][i/len(qs)].Body))
+	}
+	if strings.Join(got, "\n") != strings.Join(lines, "\n") {
+		t.Fatal("the lines were not sent once each in file order")
+	}
+}
+
+// TestRunFakeBacklog runs OMB's backlog mode: consumers wait until the backlog is built, then
+// drain it while producers go on; the test ends only once it is drained.
+func TestRunFakeBacklog(t *testing.T) {
+	wl := strings.Replace(fmt.Sprintf(fakeWorkload, 20000), "testDurationMinutes: 1\n", "testDurationMinutes: 1\nconsumerBacklogSizeGB: 256\n", 1)
+	res, out := runFake(t, t.Context(), Config{
+		WorkloadFile: writeWorkload(t, wl),
+		Duration:     100 * time.Millisecond, // shorter than building the backlog takes
+		Warmup:       0,
+		Verify:       true,
+		gigabyte:     1 << 10, // 256 KiB of 64-byte messages: 4,096 backlogged deliveries
+	}, newFakeCluster(nil))
+	if !res.OK() || !res.Drained || res.MessagesConsumed != 2*res.MessagesAcked {
+		t.Fatalf("%s", countsOf(res))
+	}
+	if res.MessagesAcked < 2048 || res.TestSeconds < 0.1 {
+		t.Fatalf("the test ended before the backlog was built: %s, test %v s", countsOf(res), res.TestSeconds)
+	}
+	built, drained := strings.Index(out, "backlog: 256 GB built"), strings.Index(out, "backlog: drained")
+	if built < 0 || drained < built {
+		t.Fatalf("backlog phases missing or out of order:\n%s", out)
+	}
+	// Nothing was consumed before the backlog was built.
+	if first := strings.Index(out, "test   pub"); first >= 0 && first < built && !strings.Contains(out[first:built], "cons       0.0 msg/s") {
+		t.Fatalf("consumers ran while the backlog was being built:\n%s", out)
+	}
+}
+
+func TestRunFakeInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	res, out := runFake(t, ctx, Config{
+		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 2000)),
+		Duration:     time.Hour,
+		Warmup:       0,
+		Verify:       true,
+	}, newFakeCluster(nil))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("an interrupted run took %v", d)
+	}
+	if !res.Interrupted || !res.OK() || !res.Drained || res.MessagesSent == 0 {
+		t.Fatalf("interrupted %v ok %v drained %v: %s", res.Interrupted, res.OK(), res.Drained, countsOf(res))
+	}
+	if !strings.Contains(out, "interrupted") || !strings.Contains(out, "lost=0") {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for name, tt := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"nothing to run":      {Config{}, "nothing to run"},
+		"bad flush":           {Config{PayloadDir: "testdata/loghub", FlushDiskType: "SOMETIMES"}, "flush type"},
+		"no-create needs id":  {Config{PayloadDir: "testdata/loghub", NoCreateTopic: true, NameServers: "x:1"}, "topic id"},
+		"no-create needs -n":  {Config{PayloadDir: "testdata/loghub", NoCreateTopic: true, TopicID: "x"}, "running cluster"},
+		"retry-unknown range": {Config{PayloadDir: "testdata/loghub", RetryUnknown: 9}, "retry-unknown"},
+		"missing workload":    {Config{WorkloadFile: "workloads/none.yaml"}, "cannot read workload"},
+		"missing payload dir": {Config{PayloadDir: "testdata/none"}, "cannot read payload directory"},
+		"empty workload file": {Config{WorkloadFile: "/dev/null"}, "empty workload"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Run(t.Context(), tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestEmbeddedLoghubReplay is `make run`: every loghub line through an embedded NameServer and
+// broker, verified.
+func TestEmbeddedLoghubReplay(t *testing.T) {
+	var out syncBuffer
+	res, err := Run(t.Context(), Config{
+		PayloadDir: "testdata/loghub",
+		Verify:     true,
+		Out:        &out,
+		Logger:     testLogger(t),
+	})
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OK() || !res.Drained || res.MessagesSent != 16000 || res.MessagesAcked != 16000 || res.MessagesConsumed != 16000 ||
+		res.Lost+res.Duplicated+res.Reordered+res.Corrupted+res.Phantom+res.Failed+res.Unknown != 0 {
+		t.Fatalf("%s; problems %q", countsOf(res), res.Problems)
+	}
+	if !strings.HasSuffix(out.String(), "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0\n") {
+		t.Fatal("the summary does not end with the clean verification line")
+	}
+	assertDataDirRemoved(t, out.String())
+}
+
+// TestEmbeddedWorkload runs an OMB workload file unchanged (rate 50,000 msg/s, 16 queues, 100 B
+// payload) for 2 s against the embedded cluster, verified, with a JSON result.
+func TestEmbeddedWorkload(t *testing.T) {
+	var out syncBuffer
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	res, err := Run(t.Context(), Config{
+		WorkloadFile:     "workloads/1-topic-16-partition-100b.yaml",
+		Duration:         2 * time.Second,
+		Warmup:           0,
+		ProgressInterval: 500 * time.Millisecond,
+		Verify:           true,
+		JSONFile:         jsonPath,
+		FlushDiskType:    "SYNC_FLUSH",
+		SegmentSize:      64 << 20,
+		Out:              &out,
+		Logger:           testLogger(t),
+	})
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OK() || !res.Drained || res.MessagesSent == 0 || res.MessagesAcked != res.MessagesSent || res.MessagesConsumed != res.MessagesAcked ||
+		res.Lost+res.Duplicated+res.Reordered+res.Corrupted+res.Phantom+res.Failed+res.Unknown != 0 {
+		t.Fatalf("%s; problems %q", countsOf(res), res.Problems)
+	}
+	if res.Partitions != 16 || res.MessageSize != 100 || len(res.PublishRate) < 3 || res.AggregatedPublishLatency50pct <= 0 || res.AggregatedEndToEndLatency50pct <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+	var m map[string]any
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for field, kind := range ombFields {
+		if kindOf(m[field]) != kind {
+			t.Errorf("JSON field %s: %s, want %s", field, kindOf(m[field]), kind)
+		}
+	}
+	assertDataDirRemoved(t, out.String())
+}
+
+var dataDirRE = regexp.MustCompile(`embedded cluster: .*, data (\S+)\n`)
+
+// assertDataDirRemoved checks that the embedded cluster named in a run's output removed its
+// data directory.
+func assertDataDirRemoved(t *testing.T, out string) {
+	t.Helper()
+	m := dataDirRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("the output does not name the embedded cluster's data directory")
+	}
+	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+		t.Errorf("data directory %s left behind (%v)", m[1], err)
+	}
+}
+
+// TestBrokerRestart restarts the broker (same port, same data) in the middle of a verified
+// run against a "running cluster": the bench must ride it out, counting failed or unknown
+// sends, and lose nothing that was acknowledged.
+func TestBrokerRestart(t *testing.T) {
+	log := testLogger(t)
+	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	bc := broker.DefaultConfig()
+	bc.NamesrvAddr = ns.Addr()
+	bc.BindAddress = "127.0.0.1"
+	bc.ListenPort = port
+	bc.StorePathRootDir = t.TempDir()
+	bc.MappedFileSizeCommitLog = 64 << 20
+	start := func() *broker.Broker {
+		t.Helper()
+		b, err := broker.New(bc, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b := start()
+	defer func() { b.Close() }()
+
+	var out syncBuffer
+	type outcome struct {
+		res *Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := Run(t.Context(), Config{
+			WorkloadFile:     writeWorkload(t, strings.Replace(fmt.Sprintf(fakeWorkload, 5000), "keyDistributor: KEY_ROUND_ROBIN\n", "", 1)),
+			NameServers:      ns.Addr(),
+			Duration:         6 * time.Second,
+			Warmup:           0,
+			ProgressInterval: time.Second,
+			Verify:           true,
+			Out:              &out,
+			Logger:           log,
+		})
+		done <- outcome{res, err}
+	}()
+	time.Sleep(2 * time.Second)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	b = start()
+	o := <-done
+	t.Logf("output:\n%s", out.String())
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	res := o.res
+	if !res.OK() || !res.Drained || res.Lost+res.Duplicated+res.Reordered+res.Corrupted+res.Phantom != 0 {
+		t.Fatalf("%s; problems %q", countsOf(res), res.Problems)
+	}
+	// Sends went on after the restart: about 6 s x 5,000 msg/s in all, less the outage.
+	if res.MessagesAcked < 15000 || res.MessagesSent != res.MessagesAcked+res.Failed+res.Unknown {
+		t.Fatalf("%s", countsOf(res))
+	}
+	t.Logf("through the restart: %s", countsOf(res))
+}
