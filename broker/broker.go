@@ -30,14 +30,15 @@ type Broker struct {
 	cfg Config
 	log *slog.Logger
 
-	store   *commitlog.Store
-	topics  *topicTable
-	offsets *offsetTable
-	stats   stats
-	epoch   atomic.Uint32
-	stamp   commitlog.StampFunc
-	limits  protocol.BatchLimits
-	started time.Time
+	store     *commitlog.Store
+	topics    *topicTable
+	offsets   *offsetTable
+	consumers *consumerTable
+	stats     stats
+	epoch     atomic.Uint32
+	stamp     commitlog.StampFunc
+	limits    protocol.BatchLimits
+	started   time.Time
 
 	engine   gnet.Engine
 	addr     atomic.Pointer[string] // advertised client address host:port, set once serving
@@ -99,15 +100,16 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		return nil, fmt.Errorf("cannot open store: %w", err)
 	}
 	b := &Broker{
-		cfg:     cfg,
-		log:     logger,
-		store:   store,
-		topics:  topics,
-		offsets: offsets,
-		limits:  protocol.BatchLimits{MaxMessageSize: cfg.MaxMessageSize},
-		booted:  make(chan error, 1),
-		runErr:  make(chan error, 1),
-		stop:    make(chan struct{}),
+		cfg:       cfg,
+		log:       logger,
+		store:     store,
+		topics:    topics,
+		offsets:   offsets,
+		consumers: newConsumerTable(),
+		limits:    protocol.BatchLimits{MaxMessageSize: cfg.MaxMessageSize},
+		booted:    make(chan error, 1),
+		runErr:    make(chan error, 1),
+		stop:      make(chan struct{}),
 	}
 	b.paused.m = map[*connState]struct{}{}
 	b.registrar = newRegistrar(b)
@@ -282,8 +284,11 @@ func (b *Broker) housekeeping() {
 			if err := b.offsets.persist(); err != nil {
 				b.log.Error("consumer offsets not persisted", "err", err)
 			}
-		case <-statsTick.C:
+		case now := <-statsTick.C:
 			b.stats.sample()
+			for _, id := range b.consumers.remove(nil, now.Add(-b.cfg.ChannelExpiredTimeout)) {
+				b.log.Info("consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)
+			}
 		}
 	}
 }

@@ -439,3 +439,44 @@ func TestAutoCreateTopic(t *testing.T) {
 		t.Fatalf("queue 3 of an auto-created 3-queue topic: %v", err)
 	}
 }
+
+func TestConsumerHeartbeats(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	b := startBroker(t, cfg)
+	defer b.Close()
+	c1, c2 := dial(t, b.Addr()), dial(t, b.Addr())
+	hb := func(c *rpc.Conn, id string) {
+		h := protocol.ConsumerHeartbeatHeader{ClientID: id, ConsumerGroup: "grp", Topic: "T"}
+		if err := c.CallDecode(ctx5s(t), protocol.CodeHeartbeat, &h, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() string {
+		var l protocol.StringList
+		if err := c1.CallDecode(ctx5s(t), protocol.CodeGetConsumerListByGroup, &protocol.GroupHeader{ConsumerGroup: "grp"}, nil, nil, &l); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(l.Items)
+	}
+	hb(c2, "b-client")
+	hb(c1, "a-client")
+	hb(c1, "a-client")
+	if got := list(); got != "[a-client b-client]" {
+		t.Fatalf("group members %s", got)
+	}
+	h := protocol.ConsumerHeartbeatHeader{ClientID: "a-client", ConsumerGroup: "grp"}
+	if err := c1.CallDecode(ctx5s(t), protocol.CodeUnregisterClient, &h, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); got != "[b-client]" {
+		t.Fatalf("after unregister: %s", got)
+	}
+	c2.Close() // the connection b-client heartbeat on closes: it leaves at once
+	deadline := time.Now().Add(2 * time.Second)
+	for list() != "[]" {
+		if time.Now().After(deadline) {
+			t.Fatalf("client of a closed connection still listed: %s", list())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -83,6 +83,9 @@ type Config struct {
 	// FlushConsumerOffsetInterval is how often committed consumer offsets are persisted (ms in
 	// the file, default 1 s).
 	FlushConsumerOffsetInterval time.Duration `prop:"flushConsumerOffsetInterval" unit:"ms"`
+	// ChannelExpiredTimeout forgets a consumer client that sent no heartbeat for this long (ms
+	// in the file, default 120 s as RocketMQ); a closed connection forgets it at once.
+	ChannelExpiredTimeout time.Duration `prop:"channelExpiredTimeout" unit:"ms"`
 	// AutoCreateTopicEnable creates an unknown topic on first send with DefaultTopicQueueNums
 	// queues (RocketMQ's default is true; Petrel's is false, as recommended for production).
 	AutoCreateTopicEnable bool `prop:"autoCreateTopicEnable"`
@@ -120,6 +123,7 @@ func DefaultConfig() Config {
 		RegisterNameServerPeriod:    30 * time.Second,
 		FlushConsumerOffsetInterval: time.Second,
 		DefaultTopicQueueNums:       8,
+		ChannelExpiredTimeout:       120 * time.Second,
 		ShutdownGracePeriod:         5 * time.Second,
 	}
 }

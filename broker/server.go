@@ -66,6 +66,9 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 		cs.closed.Store(true)
 		h.b.paused.remove(cs)
 		cs.rr.Release()
+		for _, id := range h.b.consumers.remove(cs, time.Time{}) {
+			h.b.log.Info("consumer client left: connection closed", "client", id)
+		}
 	}
 	h.b.conns.Add(-1)
 	return gnet.None
@@ -152,6 +155,8 @@ func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
 		// In-memory lookups: answered on the loop.
 		rep := b.handleAdmin(code, f.Header, f.Body)
 		b.reply(cs, f, &rep)
+	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient, protocol.CodeGetConsumerListByGroup:
+		b.handleConsumerRequest(cs, f)
 	case protocol.CodeUpdateAndCreateTopic:
 		// Persists the topic table (fsync): done on a worker goroutine, answered with AsyncWrite.
 		hdr := append([]byte(nil), f.Header...)

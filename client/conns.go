@@ -106,10 +106,10 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 				return nil, fmt.Errorf("cannot connect to %s: %w", addr, ctx.Err())
 			}
 		}
-		if now := p.now(); now.Before(pc.nextDial) {
+		if now, next := p.now(), pc.nextDial; now.Before(next) {
 			err := pc.lastErr
 			pc.mu.Unlock()
-			return nil, fmt.Errorf("%w: %s: %v (next dial in %v)", ErrBrokerUnavailable, addr, err, pc.nextDial.Sub(now).Round(time.Millisecond))
+			return nil, fmt.Errorf("%w: %s: %v (next dial in %v)", ErrBrokerUnavailable, addr, err, next.Sub(now).Round(time.Millisecond))
 		}
 		ch := make(chan struct{})
 		pc.dialing = ch

@@ -309,3 +309,28 @@ func (t *KVTable) ReadFrom(src []byte) error {
 	}
 	return r.Done()
 }
+
+// StringList is a list of strings (CodeGetConsumerListByGroup response body).
+type StringList struct {
+	Items []string
+}
+
+// AppendTo appends the encoded list.
+func (l *StringList) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(l.Items)))
+	for _, s := range l.Items {
+		dst = AppendString(dst, s)
+	}
+	return dst
+}
+
+// ReadFrom decodes the list from exactly src.
+func (l *StringList) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(2)
+	l.Items = make([]string, n)
+	for i := range l.Items {
+		l.Items[i] = r.Str(MaxStringLen)
+	}
+	return r.Done()
+}

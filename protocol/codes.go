@@ -25,6 +25,15 @@ const (
 	CodeGetAllTopicConfig RequestCode = 21
 	// CodeGetBrokerRuntimeInfo returns the broker's runtime statistics as a KVTable body.
 	CodeGetBrokerRuntimeInfo RequestCode = 28
+	// CodeHeartbeat registers a consumer client with a broker (ConsumerHeartbeatHeader); a
+	// client heartbeats every broker of its topic periodically, and the broker forgets it after
+	// missed heartbeats or when its connection closes (RocketMQ HEART_BEAT).
+	CodeHeartbeat RequestCode = 34
+	// CodeUnregisterClient removes a consumer client from its group (ConsumerHeartbeatHeader).
+	CodeUnregisterClient RequestCode = 35
+	// CodeGetConsumerListByGroup returns the client ids of a consumer group (GroupHeader) as a
+	// StringList body, sorted; consumers use it to share the queues among themselves.
+	CodeGetConsumerListByGroup RequestCode = 38
 	// CodeGetMaxOffset returns a queue's max offset (the next queue offset to be assigned).
 	CodeGetMaxOffset RequestCode = 30
 	// CodeGetMinOffset returns a queue's min offset (the oldest queue offset still stored).
@@ -47,21 +56,24 @@ const (
 )
 
 var requestCodeNames = map[RequestCode]string{
-	CodeSendMessage:          "SEND_MESSAGE",
-	CodePullMessage:          "PULL_MESSAGE",
-	CodeQueryConsumerOffset:  "QUERY_CONSUMER_OFFSET",
-	CodeUpdateConsumerOffset: "UPDATE_CONSUMER_OFFSET",
-	CodeUpdateAndCreateTopic: "UPDATE_AND_CREATE_TOPIC",
-	CodeGetAllTopicConfig:    "GET_ALL_TOPIC_CONFIG",
-	CodeGetBrokerRuntimeInfo: "GET_BROKER_RUNTIME_INFO",
-	CodeGetMaxOffset:         "GET_MAX_OFFSET",
-	CodeGetMinOffset:         "GET_MIN_OFFSET",
-	CodeRegisterBroker:       "REGISTER_BROKER",
-	CodeUnregisterBroker:     "UNREGISTER_BROKER",
-	CodeGetRouteInfoByTopic:  "GET_ROUTEINFO_BY_TOPIC",
-	CodeGetBrokerClusterInfo: "GET_BROKER_CLUSTER_INFO",
-	CodeGetTopicStatsInfo:    "GET_TOPIC_STATS_INFO",
-	CodeGetConsumeStats:      "GET_CONSUME_STATS",
+	CodeSendMessage:            "SEND_MESSAGE",
+	CodePullMessage:            "PULL_MESSAGE",
+	CodeQueryConsumerOffset:    "QUERY_CONSUMER_OFFSET",
+	CodeUpdateConsumerOffset:   "UPDATE_CONSUMER_OFFSET",
+	CodeUpdateAndCreateTopic:   "UPDATE_AND_CREATE_TOPIC",
+	CodeGetAllTopicConfig:      "GET_ALL_TOPIC_CONFIG",
+	CodeGetBrokerRuntimeInfo:   "GET_BROKER_RUNTIME_INFO",
+	CodeHeartbeat:              "HEART_BEAT",
+	CodeUnregisterClient:       "UNREGISTER_CLIENT",
+	CodeGetConsumerListByGroup: "GET_CONSUMER_LIST_BY_GROUP",
+	CodeGetMaxOffset:           "GET_MAX_OFFSET",
+	CodeGetMinOffset:           "GET_MIN_OFFSET",
+	CodeRegisterBroker:         "REGISTER_BROKER",
+	CodeUnregisterBroker:       "UNREGISTER_BROKER",
+	CodeGetRouteInfoByTopic:    "GET_ROUTEINFO_BY_TOPIC",
+	CodeGetBrokerClusterInfo:   "GET_BROKER_CLUSTER_INFO",
+	CodeGetTopicStatsInfo:      "GET_TOPIC_STATS_INFO",
+	CodeGetConsumeStats:        "GET_CONSUME_STATS",
 }
 
 // String returns RocketMQ's name of the code, or "REQUEST_CODE(n)".

@@ -544,7 +544,8 @@ var allRequestCodes = map[string]RequestCode{
 	"CodeGetMaxOffset": CodeGetMaxOffset, "CodeGetMinOffset": CodeGetMinOffset, "CodeRegisterBroker": CodeRegisterBroker,
 	"CodeUnregisterBroker": CodeUnregisterBroker, "CodeGetRouteInfoByTopic": CodeGetRouteInfoByTopic,
 	"CodeGetBrokerClusterInfo": CodeGetBrokerClusterInfo, "CodeGetTopicStatsInfo": CodeGetTopicStatsInfo,
-	"CodeGetConsumeStats": CodeGetConsumeStats,
+	"CodeGetConsumeStats": CodeGetConsumeStats, "CodeHeartbeat": CodeHeartbeat, "CodeUnregisterClient": CodeUnregisterClient,
+	"CodeGetConsumerListByGroup": CodeGetConsumerListByGroup,
 }
 
 // constsOfType returns the names of the package-level constants declared with type typ in the

@@ -487,3 +487,15 @@ func FuzzKVTable(f *testing.F) {
 		countBound(t, "entries", len(v.Entries), 4, len(data))
 	})
 }
+
+func FuzzStringList(f *testing.F) {
+	for _, v := range sampleStringLists() {
+		f.Add(v.AppendTo(nil))
+	}
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var v StringList
+		checkCodec(t, data, &v, new(StringList))
+		countBound(t, "items", len(v.Items), 2, len(data))
+	})
+}

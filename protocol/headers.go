@@ -410,3 +410,29 @@ func (h *RegisterBrokerResponseHeader) ReadFrom(src []byte) error {
 	h.HAServerAddr = r.Str(maxNameLength)
 	return r.Done()
 }
+
+// ConsumerHeartbeatHeader identifies a consumer client of a group (CodeHeartbeat,
+// CodeUnregisterClient).
+type ConsumerHeartbeatHeader struct {
+	// ClientID is unique per consumer instance (e.g. host@pid@random).
+	ClientID      string
+	ConsumerGroup string
+	// Topic is the topic the consumer subscribes to.
+	Topic string
+}
+
+// AppendTo implements Header.
+func (h *ConsumerHeartbeatHeader) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.ClientID)
+	dst = AppendString(dst, h.ConsumerGroup)
+	return AppendString(dst, h.Topic)
+}
+
+// ReadFrom implements Header.
+func (h *ConsumerHeartbeatHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.ClientID = r.Str(maxNameLength)
+	h.ConsumerGroup = r.Str(MaxGroupLength)
+	h.Topic = r.Str(MaxTopicLength)
+	return r.Done()
+}

@@ -42,6 +42,7 @@ func sampleHeaders() []codec {
 		&GroupHeader{ConsumerGroup: "cg-orders", Topic: ""},
 		&BrokerHeader{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerID: 0, BrokerAddr: "127.0.0.1:10911", HAServerAddr: "127.0.0.1:10912", DataVersion: 9},
 		&RegisterBrokerResponseHeader{MasterAddr: "127.0.0.1:10911", HAServerAddr: "127.0.0.1:10912"},
+		&ConsumerHeartbeatHeader{ClientID: "10.0.0.1@4242@a1b2", ConsumerGroup: "cg-orders", Topic: "TopicA"},
 	}
 }
 
@@ -70,6 +71,8 @@ func newHeader(i int) codec {
 		return new(BrokerHeader)
 	case 10:
 		return new(RegisterBrokerResponseHeader)
+	case 11:
+		return new(ConsumerHeartbeatHeader)
 	}
 	panic(fmt.Sprintf("BUG: no header %d", i))
 }
@@ -114,6 +117,13 @@ func sampleConsumeStats() []*ConsumeStats {
 	return []*ConsumeStats{
 		{Queues: []ConsumeQueueStats{}},
 		{Queues: []ConsumeQueueStats{{"TopicA", 0, 100, 90, 1732890000000}, {"TopicA", 1, 7, 7, 0}}},
+	}
+}
+
+func sampleStringLists() []*StringList {
+	return []*StringList{
+		{Items: []string{}},
+		{Items: []string{"10.0.0.1@4242@a1b2", "10.0.0.2@77@ffee", ""}},
 	}
 }
 

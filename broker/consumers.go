@@ -1,0 +1,124 @@
+package broker
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// consumerTable is the broker's view of live consumer clients per group (RocketMQ's
+// ConsumerManager): clients heartbeat every broker of their topic, and consumers of one group
+// read the sorted client list to share the queues among themselves. A client leaves when it
+// unregisters, when its connection closes, or after ChannelExpiredTimeout without heartbeat.
+type consumerTable struct {
+	mu     sync.Mutex // guards groups; a leaf
+	groups map[string]map[string]*consumerClient
+}
+
+type consumerClient struct {
+	topic    string
+	conn     *connState
+	lastSeen time.Time
+}
+
+func newConsumerTable() *consumerTable {
+	return &consumerTable{groups: map[string]map[string]*consumerClient{}}
+}
+
+// heartbeat records that the client is alive; it reports whether the client is new.
+func (t *consumerTable) heartbeat(cs *connState, h *protocol.ConsumerHeartbeatHeader, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.groups[h.ConsumerGroup]
+	if g == nil {
+		g = map[string]*consumerClient{}
+		t.groups[h.ConsumerGroup] = g
+	}
+	c, ok := g[h.ClientID]
+	if !ok {
+		c = &consumerClient{}
+		g[h.ClientID] = c
+	}
+	c.topic, c.conn, c.lastSeen = h.Topic, cs, now
+	return !ok
+}
+
+func (t *consumerTable) unregister(group, clientID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if g := t.groups[group]; g != nil {
+		delete(g, clientID)
+		if len(g) == 0 {
+			delete(t.groups, group)
+		}
+	}
+}
+
+// list returns the client ids of a group, sorted.
+func (t *consumerTable) list(group string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]string, 0, len(t.groups[group]))
+	for id := range t.groups[group] {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// remove drops the clients that heartbeat on cs (nil: none) or were last seen before deadline.
+func (t *consumerTable) remove(cs *connState, deadline time.Time) (removed []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for group, g := range t.groups {
+		for id, c := range g {
+			if (cs != nil && c.conn == cs) || c.lastSeen.Before(deadline) {
+				delete(g, id)
+				removed = append(removed, group+"/"+id)
+			}
+		}
+		if len(g) == 0 {
+			delete(t.groups, group)
+		}
+	}
+	return removed
+}
+
+// handleConsumerRequest serves CodeHeartbeat, CodeUnregisterClient and
+// CodeGetConsumerListByGroup on the event loop.
+func (b *Broker) handleConsumerRequest(cs *connState, f *protocol.Frame) {
+	code := protocol.RequestCode(f.Code)
+	var rep rpc.Reply
+	switch code {
+	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient:
+		var h protocol.ConsumerHeartbeatHeader
+		if err := h.ReadFrom(f.Header); err != nil {
+			rep = rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
+			break
+		}
+		if err := protocol.ValidateGroup([]byte(h.ConsumerGroup)); err != nil || h.ClientID == "" {
+			rep = rpc.Errorf(protocol.StatusRequestMalformed, "heartbeat needs a client id and a valid group: %v", err)
+			break
+		}
+		if code == protocol.CodeUnregisterClient {
+			b.consumers.unregister(h.ConsumerGroup, h.ClientID)
+			b.log.Info("consumer client unregistered", "group", h.ConsumerGroup, "client", h.ClientID)
+			break
+		}
+		if b.consumers.heartbeat(cs, &h, time.Now()) {
+			b.log.Info("consumer client registered", "group", h.ConsumerGroup, "client", h.ClientID, "topic", h.Topic, "remote", cs.remote)
+		}
+	case protocol.CodeGetConsumerListByGroup:
+		var h protocol.GroupHeader
+		if err := h.ReadFrom(f.Header); err != nil {
+			rep = rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
+			break
+		}
+		l := protocol.StringList{Items: b.consumers.list(h.ConsumerGroup)}
+		rep.Body = l.AppendTo(nil)
+	}
+	b.reply(cs, f, &rep)
+}
