@@ -134,6 +134,7 @@ subscription, every line sent once as fast as possible, then drained.`,
 	f.IntVar(&cfg.RetryUnknown, "retry-unknown", 0, "resend a message up to this many times after an unknown outcome (copies consumed per attempt count as duplicatedAfterRetry)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of random payloads and keys (default: random)")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the bench, client and embedded servers: debug, info, warn or error")
+	cmd.AddCommand(newBaselineCommand(stdout))
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	return cmd
