@@ -976,3 +976,29 @@ func TestAppendReply(t *testing.T) {
 		t.Fatalf("Errorf: %+v", rep)
 	}
 }
+
+func TestHandlerPanicAnswersSystemError(t *testing.T) {
+	srv := NewServer(func(req *Request) Reply {
+		if req.Code == protocol.CodeGetBrokerClusterInfo {
+			panic("boom")
+		}
+		return Reply{}
+	}, ServerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c, err := Dial(context.Background(), ln.Addr().String(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Call(context.Background(), protocol.CodeGetBrokerClusterInfo, nil, nil); !errors.Is(err, protocol.StatusSystemError) {
+		t.Fatalf("panicking handler answered %v", err)
+	}
+	if _, err := c.Call(context.Background(), protocol.CodeGetRouteInfoByTopic, nil, nil); err != nil {
+		t.Fatalf("server did not survive the panic: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,7 +220,7 @@ func (s *Server) servePeer(p *Peer) {
 		if !code.Known() {
 			rep = Errorf(protocol.StatusRequestCodeNotSupported, "request code %d is not supported", f.Code)
 		} else {
-			rep = s.handler(&Request{Code: code, Header: f.Header, Body: f.Body, Peer: p})
+			rep = s.serve(&Request{Code: code, Header: f.Header, Body: f.Body, Peer: p})
 		}
 		if cap(frame) > 1<<20 { // do not keep one huge request's buffer for the connection's life
 			frame = nil
@@ -262,4 +263,16 @@ func nextFrameBuffered(br *bufio.Reader, maxFrameSize int) bool {
 	}
 	fh, err := protocol.ParseFrameHeader(p, maxFrameSize)
 	return err == nil && br.Buffered() >= fh.TotalSize()
+}
+
+// serve runs the handler; a panic in it answers StatusSystemError with a logged stack instead
+// of taking the whole server down.
+func (s *Server) serve(req *Request) (rep Reply) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.opts.Logger.Error("BUG: request handler panicked", "code", req.Code, "remote", req.Peer.remote, "panic", v, "stack", string(debug.Stack()))
+			rep = Errorf(protocol.StatusSystemError, "internal error serving %s", req.Code)
+		}
+	}()
+	return s.handler(req)
 }
