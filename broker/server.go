@@ -150,15 +150,16 @@ func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
 	case protocol.CodePullMessage:
 		b.handlePull(cs, f)
 	case protocol.CodeQueryConsumerOffset, protocol.CodeGetMaxOffset, protocol.CodeGetMinOffset,
-		protocol.CodeGetTopicStatsInfo, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo,
-		protocol.CodeGetAllTopicConfig, protocol.CodeUpdateConsumerOffset:
+		protocol.CodeGetTopicStatsInfo, protocol.CodeGetAllTopicConfig, protocol.CodeUpdateConsumerOffset:
 		// In-memory lookups: answered on the loop.
 		rep := b.handleAdmin(code, f.Header, f.Body)
 		b.reply(cs, f, &rep)
 	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient, protocol.CodeGetConsumerListByGroup:
 		b.handleConsumerRequest(cs, f)
-	case protocol.CodeUpdateAndCreateTopic:
-		// Persists the topic table (fsync): done on a worker goroutine, answered with AsyncWrite.
+	case protocol.CodeUpdateAndCreateTopic, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo:
+		// These may wait: a topic update fsyncs the topic table, consume stats read old batches
+		// (cold pages), runtime info reads memory statistics (a short stop of the world). They
+		// run on a worker goroutine and are answered with AsyncWrite.
 		hdr := append([]byte(nil), f.Header...)
 		body := append([]byte(nil), f.Body...)
 		id, oneway := f.RequestID, f.Flags.IsOneway()
