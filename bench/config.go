@@ -198,9 +198,8 @@ func makePlan(cfg *Config, seed uint64) (*plan, error) {
 	if cfg.Verify && p.w.SubscriptionsPerTopic < 1 {
 		return nil, errors.New("verify needs at least one subscription per topic")
 	}
-	// NB: the client's Consumer pulls every queue of its topic (no rebalancing within a group),
-	// so two consumers of one subscription would each get every message. One per
-	// subscription consumes them all.
-	p.consumersPerSub = min(p.w.ConsumerPerSubscription, 1)
+	// The consumers of one subscription form a group and share the topic's queues (client-side
+	// rebalancing, as RocketMQ's AllocateMessageQueueAveragely).
+	p.consumersPerSub = p.w.ConsumerPerSubscription
 	return p, nil
 }

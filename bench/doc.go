@@ -18,8 +18,9 @@
 //
 // Run resolves the plan, starts an embedded NameServer and broker on loopback unless name
 // servers are given (embedded.go), creates the topics through the admin API and waits for their
-// routes, starts one consumer per subscription and topic (consumer groups sub-<i>-<run>), then
-// starts the producers. At a fixed producerRate the sends follow a shared schedule (rate.go,
+// routes, starts consumerPerSubscription consumers per subscription and topic (consumer groups
+// sub-<i>-<run>, or sub-<i>-<run>-t<j> with several topics; the members of a group share the
+// topic's queues), then starts the producers. At a fixed producerRate the sends follow a shared schedule (rate.go,
 // OMB's UniformRateLimiter): the n-th send is due at start+n/rate, and how late each send
 // started is the publish delay, so a stalled producer shows up instead of being hidden
 // (coordinated omission). Publish latency runs from the send to its acknowledgement;

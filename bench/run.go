@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,8 +89,11 @@ type runner struct {
 	sched *schedule
 	keys  []string
 
-	topics    []string
-	groups    []string
+	topics []string
+	// groups[t][s] is the consumer group of subscription s on topic t. A Petrel group shares its
+	// members' queues over the group as a whole (the brokers' member list does not tell topics
+	// apart) and a client Consumer reads one topic, so each subscription has a group per topic.
+	groups    [][]string
 	producers []*prodState
 
 	// Counters over the whole run.
@@ -259,8 +263,16 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 	for i := range w.Topics {
 		r.topics = append(r.topics, fmt.Sprintf("%s-%s-%d", cfg.TopicPrefix, id, i))
 	}
-	for s := range w.SubscriptionsPerTopic {
-		r.groups = append(r.groups, fmt.Sprintf("sub-%d-%s", s, r.tag))
+	for t := range r.topics {
+		var gs []string
+		for s := range w.SubscriptionsPerTopic {
+			if len(r.topics) == 1 {
+				gs = append(gs, fmt.Sprintf("sub-%d-%s", s, r.tag))
+			} else {
+				gs = append(gs, fmt.Sprintf("sub-%d-%s-t%d", s, r.tag, t))
+			}
+		}
+		r.groups = append(r.groups, gs)
 	}
 	if !cfg.NoCreateTopic {
 		if err := r.createTopics(ctx); err != nil {
@@ -298,8 +310,8 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 	if w.ConsumerBacklogSizeGB > 0 {
 		r.paused.Store(true)
 	}
-	for _, topic := range r.topics {
-		for s, group := range r.groups {
+	for t, topic := range r.topics {
+		for s, group := range r.groups[t] {
 			for range r.plan.consumersPerSub {
 				c, err := cl.newConsumer(group, topic)
 				if err != nil {
@@ -367,11 +379,7 @@ func (r *runner) printHeader(clusterDesc string) {
 	if p.SkippedEmpty > 0 {
 		fmt.Fprintf(r.out, "payload: skipped %d empty lines\n", p.SkippedEmpty)
 	}
-	if w.ConsumerPerSubscription > r.plan.consumersPerSub {
-		fmt.Fprintf(r.out, "note: consumerPerSubscription %d runs as %d consumer per subscription (the client's consumer reads every queue of its topic)\n",
-			w.ConsumerPerSubscription, r.plan.consumersPerSub)
-	}
-	fmt.Fprintf(r.out, "topics: %v; consumer groups: %v; cluster: %s\n", r.topics, r.groups, clusterDesc)
+	fmt.Fprintf(r.out, "topics: %v; consumer groups: %v; cluster: %s\n", r.topics, slices.Concat(r.groups...), clusterDesc)
 }
 
 // measure runs the warm-up and test phases, then stops the producers and drains. It returns
@@ -844,7 +852,7 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	res.Mode = r.plan.mode
 	res.PayloadSource = pl.Source
 	res.TopicNames = append(res.TopicNames, r.topics...)
-	res.ConsumerGroups = append(res.ConsumerGroups, r.groups...)
+	res.ConsumerGroups = append(res.ConsumerGroups, slices.Concat(r.groups...)...)
 	res.Cluster = clusterDesc
 	res.StartTime = r.start.UTC().Format(time.RFC3339)
 	res.setAggregates(r.totPubLat, r.totDelay, r.totE2E)

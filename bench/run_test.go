@@ -122,7 +122,7 @@ func TestRunFakeClean(t *testing.T) {
 	if res.AggregatedPublishDelayLatencyMax == 0 && res.AggregatedPublishDelayLatency50pct == 0 && len(res.AggregatedPublishDelayLatencyQuantiles) == 0 {
 		t.Fatal("no publish delay recorded at a fixed rate")
 	}
-	if res.Topics != 2 || res.Partitions != 3 || res.ConsumersPerTopic != 2 || len(res.TopicNames) != 2 || len(res.ConsumerGroups) != 2 {
+	if res.Topics != 2 || res.Partitions != 3 || res.ConsumersPerTopic != 2 || len(res.TopicNames) != 2 || len(res.ConsumerGroups) != 4 { // a group per subscription and topic
 		t.Fatalf("shape %+v", res)
 	}
 	for _, want := range []string{"warmup pub", "test   pub", "drain  pub", "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0\n"} {

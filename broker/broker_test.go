@@ -447,13 +447,16 @@ func TestConsumerHeartbeats(t *testing.T) {
 	c1, c2 := dial(t, b.Addr()), dial(t, b.Addr())
 	hb := func(c *rpc.Conn, id string) {
 		h := protocol.ConsumerHeartbeatHeader{ClientID: id, ConsumerGroup: "grp", Topic: "T"}
+		if id == "c-client" {
+			h.Topic = "Other"
+		}
 		if err := c.CallDecode(ctx5s(t), protocol.CodeHeartbeat, &h, nil, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	list := func() string {
 		var l protocol.StringList
-		if err := c1.CallDecode(ctx5s(t), protocol.CodeGetConsumerListByGroup, &protocol.GroupHeader{ConsumerGroup: "grp"}, nil, nil, &l); err != nil {
+		if err := c1.CallDecode(ctx5s(t), protocol.CodeGetConsumerListByGroup, &protocol.GroupHeader{ConsumerGroup: "grp", Topic: "T"}, nil, nil, &l); err != nil {
 			t.Fatal(err)
 		}
 		return fmt.Sprint(l.Items)
@@ -461,10 +464,15 @@ func TestConsumerHeartbeats(t *testing.T) {
 	hb(c2, "b-client")
 	hb(c1, "a-client")
 	hb(c1, "a-client")
+	hb(c1, "c-client")
 	if got := list(); got != "[a-client b-client]" {
-		t.Fatalf("group members %s", got)
+		t.Fatalf("group members of topic T %s", got)
 	}
-	h := protocol.ConsumerHeartbeatHeader{ClientID: "a-client", ConsumerGroup: "grp"}
+	h := protocol.ConsumerHeartbeatHeader{ClientID: "c-client", ConsumerGroup: "grp"}
+	if err := c1.CallDecode(ctx5s(t), protocol.CodeUnregisterClient, &h, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	h = protocol.ConsumerHeartbeatHeader{ClientID: "a-client", ConsumerGroup: "grp"}
 	if err := c1.CallDecode(ctx5s(t), protocol.CodeUnregisterClient, &h, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -57,12 +57,16 @@ func (t *consumerTable) unregister(group, clientID string) {
 	}
 }
 
-// list returns the client ids of a group, sorted.
-func (t *consumerTable) list(group string) []string {
+// list returns the client ids of a group, sorted; with a topic, only the clients that
+// subscribe to it (consumers share the queues of their own topic).
+func (t *consumerTable) list(group, topic string) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ids := make([]string, 0, len(t.groups[group]))
-	for id := range t.groups[group] {
+	for id, c := range t.groups[group] {
+		if topic != "" && c.topic != topic {
+			continue
+		}
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
@@ -117,7 +121,7 @@ func (b *Broker) handleConsumerRequest(cs *connState, f *protocol.Frame) {
 			rep = rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
 			break
 		}
-		l := protocol.StringList{Items: b.consumers.list(h.ConsumerGroup)}
+		l := protocol.StringList{Items: b.consumers.list(h.ConsumerGroup, h.Topic)}
 		rep.Body = l.AppendTo(nil)
 	}
 	b.reply(cs, f, &rep)

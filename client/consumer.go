@@ -25,43 +25,81 @@ const minPollPause = 10 * time.Millisecond
 // ctx ends when Run stops.
 type Handler func(ctx context.Context, msgs []MessageExt) error
 
-// Consumer is a pull consumer of one topic for one consumer group: it pulls every read queue of
-// the topic (all broker groups), one goroutine per queue, with long polling, delivers to a
-// Handler in queue order, and commits the group's offsets to the brokers. Its methods are safe
-// for concurrent use.
+// Consumer is a pull consumer of one topic for one consumer group. The consumers of a group
+// share the topic's read queues (all broker groups) among themselves, RocketMQ style: each
+// consumer pulls only the queues assigned to it, one goroutine per queue, with long polling,
+// delivers to a Handler in queue order, and commits the group's offsets to the brokers. Its
+// methods are safe for concurrent use.
+//
+// Group membership and rebalancing: a consumer has a ClientID unique to the instance. It
+// heartbeats every broker of the topic (every address of the route) when Run starts and every
+// WithHeartbeatInterval; a broker forgets a client that unregisters, whose connection closes,
+// or that misses heartbeats for its channelExpiredTimeout. When Run starts, every
+// WithRebalanceInterval and after each heartbeat round, the consumer asks one broker of the
+// topic for the group's client list and takes its share of the read queues (sorted by broker
+// name and queue id) with RocketMQ's AllocateMessageQueueAveragely: client i of n, in client-id
+// order, gets a contiguous block, the first len%n clients one queue more (see Assignment). While
+// the list is unavailable or does not hold the consumer yet, the current assignment is kept.
+// A queue taken away is released: its puller stops, its handler call in progress ends, its
+// offset is committed, and only then it is forgotten. A queue given is pulled from the group's
+// committed offset.
+//
+// NB: the brokers keep one member list per group, whatever topic each member consumes, and a
+// Consumer reads one topic. So all the consumers of a group must consume the same topic (use a
+// group per topic): a group whose members read different topics shares each topic's queues
+// among all of them, and the queues given to members of another topic are never consumed
+// (RocketMQ's rule that the members of a group subscribe alike).
+//
+// Delivery is at least once. When the group changes, a queue's old owner keeps pulling it until
+// its own next rebalance (up to one RebalanceInterval), and it commits the queue's offset before
+// letting it go. So a consumer given a queue that, by the previous member list, belonged to a
+// member still in the group waits 1.5 RebalanceIntervals (the handover delay) before its first
+// pull, then starts at the offset the old owner committed; a queue whose owner left or died is
+// pulled at once. A consumer that leaves cleanly (Close, or Run's end) commits and unregisters
+// before the others take its queues, so that handover duplicates nothing. Messages can still
+// reach the group twice when the old owner is slower than the delay (a long handler call, an
+// unavailable member list, members with different intervals) or dies without committing: the
+// new owner redelivers from the last committed offset, as RocketMQ does (which has no handover
+// delay at all).
 //
 // Start position of a queue: the group's committed offset; when the group has none, the queue's
 // min offset (ConsumeFromFirst, default) or max offset (ConsumeFromLast). Offsets are committed
-// every WithCommitInterval, with pulls to the master, and when Run returns; a committed offset
-// never moves backwards, except that a pull answered OFFSET_MOVED (the requested offset is
-// outside the queue: truncated or replaced) continues at, and commits, the offset the broker
-// gives, logged. The consumer pulls from the broker a pull response suggests (SuggestBrokerID),
-// falling back to the master, then to any live member of the group.
+// every WithCommitInterval, with pulls to the master, on release and when Run returns; a
+// committed offset never moves backwards, except that a pull answered OFFSET_MOVED (the
+// requested offset is outside the queue: truncated or replaced) continues at, and commits, the
+// offset the broker gives, logged. The consumer pulls from the broker a pull response suggests
+// (SuggestBrokerID), falling back to the master, then to any live member of the group.
 //
 // Every batch's CRC and structure are checked; a corrupt batch stops its queue with an error
 // (see Progress and Stats) and is never delivered.
 type Consumer struct {
-	c     *Client
-	group string
-	topic string
-	cfg   consumerConfig
-	log   *slog.Logger
+	c        *Client
+	group    string
+	topic    string
+	clientID string
+	cfg      consumerConfig
+	log      *slog.Logger
 
-	mu      sync.Mutex // guards ran, closed, cancel, done, queues
-	ran     bool
-	closed  bool
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when Run has returned
-	queues  map[MessageQueue]*queueState
-	running map[MessageQueue]*puller // guarded by mu too
+	mu     sync.Mutex // guards ran, closed, cancel, done, queues, running
+	ran    bool
+	closed bool
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run has returned
+	// queues holds the state of the assigned queues, and of released ones until their offsets
+	// are committed; after Run, of the queues assigned when it ended.
+	queues map[MessageQueue]*queueState
+	// running holds the puller of every assigned queue (stopped ones included): its keys are
+	// the assignment.
+	running map[MessageQueue]*puller
 
 	delivered  atomic.Int64
 	corrupt    atomic.Int64
 	pullErrors atomic.Int64
+	rebalances atomic.Int64
 }
 
-// queueState is what the consumer knows of one queue; it outlives its puller so a queue that
-// leaves the route and comes back resumes where it was.
+// queueState is what the consumer knows of one assigned queue. A queue given again after a
+// release gets a new state, read from the broker's committed offset.
 type queueState struct {
 	mq        MessageQueue
 	offsets   *offsetTracker
@@ -86,15 +124,17 @@ func NewConsumer(c *Client, group, topic string, opts ...ConsumerOption) (*Consu
 	for _, o := range opts {
 		o(&cfg)
 	}
+	id := newClientID()
 	co := &Consumer{
-		c:       c,
-		group:   group,
-		topic:   topic,
-		cfg:     cfg,
-		log:     c.log.With("group", group, "topic", topic),
-		done:    make(chan struct{}),
-		queues:  make(map[MessageQueue]*queueState),
-		running: make(map[MessageQueue]*puller),
+		c:        c,
+		group:    group,
+		topic:    topic,
+		clientID: id,
+		cfg:      cfg,
+		log:      c.log.With("group", group, "topic", topic),
+		done:     make(chan struct{}),
+		queues:   make(map[MessageQueue]*queueState),
+		running:  make(map[MessageQueue]*puller),
 	}
 	if err := c.addUser(co); err != nil {
 		return nil, err
@@ -108,11 +148,35 @@ func (co *Consumer) Group() string { return co.group }
 // Topic returns the consumed topic.
 func (co *Consumer) Topic() string { return co.topic }
 
+// ClientID returns the id the consumer registers with the brokers under (host@pid@random),
+// unique to this Consumer.
+func (co *Consumer) ClientID() string { return co.clientID }
+
+// Assignment returns the queues assigned to the consumer by its last rebalance, sorted by
+// broker name and queue id: empty before the first rebalance and after Run has returned. It does
+// no I/O.
+func (co *Consumer) Assignment() []MessageQueue {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.assignmentLocked()
+}
+
+// assignmentLocked returns the keys of running, sorted. Lock should be held.
+func (co *Consumer) assignmentLocked() []MessageQueue {
+	out := make([]MessageQueue, 0, len(co.running))
+	for mq := range co.running {
+		out = append(out, mq)
+	}
+	slices.SortFunc(out, compareQueues)
+	return out
+}
+
 // Run consumes until ctx ends or Close is called, then stops the pullers, commits the consumed
-// offsets and returns nil (or the final commit's error). It returns an error at once when the
-// topic's route cannot be fetched, and ErrConsumerClosed when the consumer is closed or Run was
-// already called: Run runs once per Consumer. It follows route changes (queues added or
-// removed) at every route refresh.
+// offsets, unregisters from the brokers and returns nil (or the final commit's error). It
+// returns an error at once when the topic's route cannot be fetched, and ErrConsumerClosed when
+// the consumer is closed or Run was already called: Run runs once per Consumer. It heartbeats
+// and rebalances as the Consumer doc says, which also follows route changes (queues added or
+// removed) within a RebalanceInterval of the route refresh.
 func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	co.mu.Lock()
 	if co.ran || co.closed {
@@ -133,23 +197,22 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	if route == nil { // ctx ended before the topic had a route
 		return nil
 	}
+	hb := newHeartbeater(co)
+	rb := &rebalancer{co: co, h: h, hb: hb}
+	rebalanceNow := make(chan struct{}, 1)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		co.commitLoop(ctx)
-	}()
-	co.syncQueues(ctx, route, h)
-	t := time.NewTicker(co.c.cfg.routeRefresh)
+	wg.Go(func() { co.commitLoop(ctx) })
+	wg.Go(func() { hb.loop(ctx, rebalanceNow) }) // beats at once, then asks for the first rebalance
+	t := time.NewTicker(co.cfg.rebalanceInterval)
 	for loop := true; loop; {
 		select {
 		case <-ctx.Done():
 			loop = false
+			continue
 		case <-t.C:
-			if r, err := co.c.route(ctx, co.topic); err == nil {
-				co.syncQueues(ctx, r, h)
-			}
+		case <-rebalanceNow:
 		}
+		rb.rebalance(ctx)
 	}
 	t.Stop()
 	co.mu.Lock()
@@ -162,9 +225,15 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 		<-p.done
 	}
 	wg.Wait()
+	co.mu.Lock()
+	clear(co.running)
+	co.mu.Unlock()
 	fctx, fcancel := context.WithTimeout(context.Background(), co.c.cfg.requestTimeout)
 	defer fcancel()
-	return co.commit(fctx)
+	err = co.commit(fctx)
+	// After the final commit, so the next owners of the queues start after what was consumed.
+	hb.unregister()
+	return err
 }
 
 // waitRoute fetches the topic's route, retrying while the failure may pass (no NameServer
@@ -218,48 +287,19 @@ func (co *Consumer) closeFromClient() {
 	_ = co.Close(ctx)
 }
 
-// syncQueues starts a puller for every read queue of route without one and stops those of
-// queues no longer in it.
-func (co *Consumer) syncQueues(ctx context.Context, route *topicRoute, h Handler) {
-	co.mu.Lock()
-	want := make(map[MessageQueue]bool, len(route.readQueues))
-	for _, mq := range route.readQueues {
-		want[mq] = true
-		if p := co.running[mq]; p != nil {
-			select {
-			case <-p.done: // stopped (corrupt batch): stays stopped
-			default:
-			}
-			continue
-		}
-		qs := co.queues[mq]
-		if qs == nil {
-			qs = &queueState{mq: mq, offsets: newOffsetTracker()}
-			qs.maxOffset.Store(-1)
-			co.queues[mq] = qs
-		}
-		pctx, cancel := context.WithCancel(ctx)
-		p := &puller{cancel: cancel, done: make(chan struct{})}
-		co.running[mq] = p
-		go func() {
-			defer close(p.done)
-			defer cancel()
+// startPullerLocked starts the puller of qs's queue, pulling after delay, and records it in
+// running. Lock should be held.
+func (co *Consumer) startPullerLocked(ctx context.Context, qs *queueState, h Handler, delay time.Duration) {
+	pctx, cancel := context.WithCancel(ctx)
+	p := &puller{cancel: cancel, done: make(chan struct{})}
+	co.running[qs.mq] = p
+	go func() {
+		defer close(p.done)
+		defer cancel()
+		if sleepCtx(pctx, delay) {
 			co.pullLoop(pctx, qs, h)
-		}()
-	}
-	var gone []*puller
-	for mq, p := range co.running {
-		if !want[mq] {
-			co.log.Info("queue left the route; stopping its puller", "queue", mq.String())
-			p.cancel()
-			gone = append(gone, p)
-			delete(co.running, mq)
 		}
-	}
-	co.mu.Unlock()
-	for _, p := range gone { // outside mu: a handler being stopped may call Progress
-		<-p.done
-	}
+	}()
 }
 
 // pullLoop pulls one queue and delivers its messages until ctx ends or a corrupt batch stops it.
@@ -535,6 +575,17 @@ func (co *Consumer) commitLoop(ctx context.Context) {
 // commit sends the consumed offset of every queue ahead of its committed one to the group's
 // master, all in parallel, and waits for the answers.
 func (co *Consumer) commit(ctx context.Context) error {
+	co.mu.Lock()
+	states := make([]*queueState, 0, len(co.queues))
+	for _, qs := range co.queues {
+		states = append(states, qs)
+	}
+	co.mu.Unlock()
+	return co.commitQueues(ctx, states)
+}
+
+// commitQueues is commit for the queues of states.
+func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) error {
 	type pending struct {
 		qs    *queueState
 		v     int64
@@ -543,12 +594,6 @@ func (co *Consumer) commit(ctx context.Context) error {
 		hdr   *protocol.ConsumerOffsetHeader
 		state callState
 	}
-	co.mu.Lock()
-	states := make([]*queueState, 0, len(co.queues))
-	for _, qs := range co.queues {
-		states = append(states, qs)
-	}
-	co.mu.Unlock()
 	if len(states) == 0 {
 		return nil
 	}
@@ -601,8 +646,9 @@ type QueueProgress struct {
 	Err error
 }
 
-// Progress returns the position on every queue the consumer has pulled, sorted by queue. It
-// does no I/O.
+// Progress returns the position on every queue assigned to the consumer (during a rebalance,
+// also on the queues being released; after Run, on those assigned when it ended), sorted by
+// queue. It does no I/O.
 func (co *Consumer) Progress() []QueueProgress {
 	co.mu.Lock()
 	out := make([]QueueProgress, 0, len(co.queues))
@@ -642,11 +688,19 @@ type ConsumerStats struct {
 	CorruptBatches int64
 	// PullErrors counts failed pulls and start-offset lookups (each retried).
 	PullErrors int64
+	// Rebalances counts the rebalances that changed the consumer's assignment, the first one
+	// included.
+	Rebalances int64
 }
 
 // Stats returns the consumer's counters.
 func (co *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{Delivered: co.delivered.Load(), CorruptBatches: co.corrupt.Load(), PullErrors: co.pullErrors.Load()}
+	return ConsumerStats{
+		Delivered:      co.delivered.Load(),
+		CorruptBatches: co.corrupt.Load(),
+		PullErrors:     co.pullErrors.Load(),
+		Rebalances:     co.rebalances.Load(),
+	}
 }
 
 // Lag returns how many messages of the topic the group has yet to consume: the sum over every

@@ -45,10 +45,19 @@
 // order) under a per-broker-group in-flight limit, then runs the callbacks in order. A byte
 // budget bounds what is buffered.
 //
-// Consumer: a puller goroutine per read queue pulls with long polling, checks each batch
+// Consumer: a puller goroutine per assigned queue pulls with long polling, checks each batch
 // (protocol.ValidateBatch), skips messages below the requested offset, calls the handler with
 // views of the response, then advances the queue's offsetTracker; a committer goroutine commits
-// offsets ahead of the committed ones. Run's loop follows route changes.
+// offsets ahead of the committed ones. Group membership (rebalance.go) is RocketMQ's
+// client-side allocation: a heartbeater goroutine registers the consumer's ClientID with every
+// broker of the topic (HEART_BEAT; again at once on a new broker or a re-dialled connection),
+// and Run's goroutine, every RebalanceInterval and after each heartbeat round, reads the
+// group's sorted client list (GET_CONSUMER_LIST_BY_GROUP), takes its block of the sorted read
+// queues (allocateAveragely, RocketMQ's AllocateMessageQueueAveragely) and applies the
+// difference (diffAssignment): released queues are stopped, committed, then forgotten; queues
+// another live member held (heldByOthers) start after a handover delay. Run's end commits,
+// then unregisters (UNREGISTER_CLIENT). The pure parts (allocation, diff, held queues) have
+// table tests; the rest is driven by the heartbeater and Run's loop only.
 //
 // # Locks
 //

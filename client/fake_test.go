@@ -85,6 +85,33 @@ type fakeBroker struct {
 
 	sends atomic.Int64
 	pulls atomic.Int64
+
+	// members is the broker's consumer table: group -> client id -> topic. As the real broker's,
+	// it is per broker (not shared with the group's other members); it has no expiry.
+	membersMu sync.Mutex
+	members   map[string]map[string]string
+	// failMembers makes GET_CONSUMER_LIST_BY_GROUP answer SYSTEM_ERROR.
+	failMembers atomic.Bool
+	heartbeats  atomic.Int64
+}
+
+// forget drops every client of the broker's consumer table, as a restarted broker would.
+func (b *fakeBroker) forget() {
+	b.membersMu.Lock()
+	clear(b.members)
+	b.membersMu.Unlock()
+}
+
+// groupMembers returns the client ids registered for group, sorted.
+func (b *fakeBroker) groupMembers(group string) []string {
+	b.membersMu.Lock()
+	defer b.membersMu.Unlock()
+	var ids []string
+	for id := range b.members[group] {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func (b *fakeBroker) setSendHook(h func(req *rpc.Request) (rpc.Reply, bool)) {
@@ -100,7 +127,7 @@ func (b *fakeBroker) setPullHook(h func(h *protocol.PullRequestHeader) (rpc.Repl
 }
 
 func startFakeBroker(t testing.TB, cluster, name string, id int64, store *fakeStore) *fakeBroker {
-	b := &fakeBroker{t: t, cluster: cluster, name: name, id: id, store: store}
+	b := &fakeBroker{t: t, cluster: cluster, name: name, id: id, store: store, members: map[string]map[string]string{}}
 	b.start("127.0.0.1:0")
 	t.Cleanup(b.stop)
 	return b
@@ -277,6 +304,37 @@ func (b *fakeBroker) handle(req *rpc.Request) rpc.Reply {
 			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.QueueID, b.QueueID))
 		})
 		return rpc.Reply{Body: cs.AppendTo(nil)}
+	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient:
+		var h protocol.ConsumerHeartbeatHeader
+		if err := h.ReadFrom(req.Header); err != nil || h.ClientID == "" {
+			return rpc.Errorf(protocol.StatusRequestMalformed, "bad heartbeat: %v", err)
+		}
+		b.membersMu.Lock()
+		defer b.membersMu.Unlock()
+		g := b.members[h.ConsumerGroup]
+		if req.Code == protocol.CodeHeartbeat {
+			b.heartbeats.Add(1)
+		}
+		if req.Code == protocol.CodeUnregisterClient {
+			delete(g, h.ClientID)
+			return rpc.Reply{}
+		}
+		if g == nil {
+			g = map[string]string{}
+			b.members[h.ConsumerGroup] = g
+		}
+		g[h.ClientID] = h.Topic
+		return rpc.Reply{}
+	case protocol.CodeGetConsumerListByGroup:
+		var h protocol.GroupHeader
+		if err := h.ReadFrom(req.Header); err != nil {
+			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+		}
+		if b.failMembers.Load() {
+			return rpc.Errorf(protocol.StatusSystemError, "fake: member list unavailable")
+		}
+		l := protocol.StringList{Items: b.groupMembers(h.ConsumerGroup)}
+		return rpc.Reply{Body: l.AppendTo(nil)}
 	case protocol.CodeGetBrokerRuntimeInfo:
 		kv := protocol.KVTable{Entries: []protocol.KV{{Key: "brokerName", Value: b.name}, {Key: "sends", Value: strconv.FormatInt(b.sends.Load(), 10)}}}
 		return rpc.Reply{Body: kv.AppendTo(nil)}
@@ -409,6 +467,7 @@ type fakeCluster struct {
 	mu      sync.Mutex
 	brokers []*fakeBroker
 	srv     *rpc.Server
+	ln      net.Listener
 	addr    string
 	// hidden brokers are left out of routes (as if they had not registered).
 	hidden map[*fakeBroker]bool
@@ -420,7 +479,7 @@ func newFakeCluster(t testing.TB) *fakeCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc.addr = ln.Addr().String()
+	fc.addr, fc.ln = ln.Addr().String(), ln
 	fc.srv = rpc.NewServer(fc.handle, rpc.ServerOptions{Logger: testLogger(t)})
 	go func() { _ = fc.srv.Serve(ln) }()
 	t.Cleanup(func() { _ = fc.srv.Close() })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -33,13 +32,6 @@ type realCluster struct {
 
 func startRealCluster(t *testing.T) *realCluster {
 	t.Helper()
-	// NB: broker.Start assigns b.registrar (and b.addr) after gnet has started serving, and the
-	// topic-creation handler reads it on a loop goroutine: the race detector reports it (no
-	// happens-before through TCP). Until the broker publishes them before serving, these tests
-	// run under -race only with PETREL_IT_KNOWN_BUGS=1.
-	if raceEnabled && os.Getenv("PETREL_IT_KNOWN_BUGS") == "" {
-		t.Skip("skipped under -race: known data race in broker.Start (registrar published after serving); set PETREL_IT_KNOWN_BUGS=1 to run")
-	}
 	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
 	if err := ns.Start(); err != nil {
 		t.Fatal(err)
@@ -312,14 +304,9 @@ func TestIntegrationBrokerRestart(t *testing.T) {
 // the commit log, with the default MaxMessages (1024): one pull response is then 1024 slices
 // plus the header, 1025 iovecs.
 //
-// NB: the broker answers a pull with one writev of the header and every batch slice; Linux
-// refuses more than IOV_MAX (1024) iovecs with EINVAL, gnet closes the connection on that error
-// (silently: OnClose does not log it), and the consumer retries forever. Until the broker splits
-// or coalesces its iovecs, this runs only with PETREL_IT_KNOWN_BUGS=1.
+// The broker splits such a response into writevs of at most 512 buffers (Linux IOV_MAX is
+// 1024).
 func TestIntegrationManySmallBatches(t *testing.T) {
-	if os.Getenv("PETREL_IT_KNOWN_BUGS") == "" {
-		t.Skip("known broker bug: a pull of more than 1023 batches exceeds IOV_MAX and closes the connection; set PETREL_IT_KNOWN_BUGS=1 to run")
-	}
 	rc := startRealCluster(t)
 	rc.startBroker("broker-a")
 	c := newTestClient(t, rc.ns.Addr())

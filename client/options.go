@@ -51,6 +51,13 @@ const (
 	// DefaultRetryDelay is the wait before a failed handler call is retried, and the longest
 	// wait between failed pulls.
 	DefaultRetryDelay = time.Second
+	// DefaultHeartbeatInterval is how often a consumer heartbeats the brokers of its topic
+	// (RocketMQ's heartbeatBrokerInterval is 30 s; the broker forgets a client after its
+	// channelExpiredTimeout, 120 s, without one).
+	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultRebalanceInterval is how often a consumer reads its group's members and takes its
+	// share of the queues (RocketMQ's rebalance service waits 20 s; we want fast takeover).
+	DefaultRebalanceInterval = 2 * time.Second
 )
 
 // frameOverhead is room left in a frame for the prefix and an empty header (bytes).
@@ -287,22 +294,26 @@ const (
 type ConsumerOption func(*consumerConfig)
 
 type consumerConfig struct {
-	consumeFrom    ConsumeFrom
-	pollTimeout    time.Duration
-	maxMessages    int32
-	maxBytes       int32
-	commitInterval time.Duration
-	retryDelay     time.Duration
+	consumeFrom       ConsumeFrom
+	pollTimeout       time.Duration
+	maxMessages       int32
+	maxBytes          int32
+	commitInterval    time.Duration
+	retryDelay        time.Duration
+	heartbeatInterval time.Duration
+	rebalanceInterval time.Duration
 }
 
 func defaultConsumerConfig() consumerConfig {
 	return consumerConfig{
-		consumeFrom:    ConsumeFromFirst,
-		pollTimeout:    DefaultPollTimeout,
-		maxMessages:    DefaultPullMaxMessages,
-		maxBytes:       DefaultPullMaxBytes,
-		commitInterval: DefaultCommitInterval,
-		retryDelay:     DefaultRetryDelay,
+		consumeFrom:       ConsumeFromFirst,
+		pollTimeout:       DefaultPollTimeout,
+		maxMessages:       DefaultPullMaxMessages,
+		maxBytes:          DefaultPullMaxBytes,
+		commitInterval:    DefaultCommitInterval,
+		retryDelay:        DefaultRetryDelay,
+		heartbeatInterval: DefaultHeartbeatInterval,
+		rebalanceInterval: DefaultRebalanceInterval,
 	}
 }
 
@@ -359,6 +370,30 @@ func WithRetryDelay(d time.Duration) ConsumerOption {
 	return func(c *consumerConfig) {
 		if d > 0 {
 			c.retryDelay = d
+		}
+	}
+}
+
+// WithHeartbeatInterval sets how often the consumer heartbeats every broker of its topic
+// (default 10 s). It must stay well under the brokers' channelExpiredTimeout (120 s by default),
+// after which a silent client is dropped from its group. A heartbeat is also sent at once to a
+// broker newly in the route, or whose connection was re-established.
+func WithHeartbeatInterval(d time.Duration) ConsumerOption {
+	return func(c *consumerConfig) {
+		if d > 0 {
+			c.heartbeatInterval = d
+		}
+	}
+}
+
+// WithRebalanceInterval sets how often the consumer reads its group's members and takes its
+// share of the topic's queues (default 2 s). It bounds how long a queue stays unconsumed after
+// its owner left; a queue taken from a member still in the group is first pulled 1.5 intervals
+// later, so the members of a group should use the same interval (see Consumer).
+func WithRebalanceInterval(d time.Duration) ConsumerOption {
+	return func(c *consumerConfig) {
+		if d > 0 {
+			c.rebalanceInterval = d
 		}
 	}
 }

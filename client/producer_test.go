@@ -715,6 +715,9 @@ func TestConnPoolBackoff(t *testing.T) {
 	fc := newFakeCluster(t)
 	addr := fc.addr
 	_ = fc.srv.Close()
+	// NB: Close before Serve has started leaves the listener to Serve, which closes it later:
+	// close it here so the port refuses at once.
+	_ = fc.ln.Close()
 	ctx := testCtx(t, 10*time.Second)
 	if _, err := pool.get(ctx, addr); !errors.Is(err, ErrBrokerUnavailable) {
 		t.Fatal(err)
