@@ -246,6 +246,8 @@ func TestIntegrationBrokerRestart(t *testing.T) {
 	// Produce continuously while the broker restarts; remember what was acknowledged.
 	var acked sync.Map
 	var nAcked, nFailed, nUnknown atomic.Int64
+	var lastErrMu sync.Mutex
+	var lastErr error
 	stopProducing := make(chan struct{})
 	producing := make(chan struct{})
 	go func() {
@@ -268,7 +270,17 @@ func TestIntegrationBrokerRestart(t *testing.T) {
 				nFailed.Add(1)
 				time.Sleep(5 * time.Millisecond)
 			}
+			if err != nil {
+				lastErrMu.Lock()
+				lastErr = err
+				lastErrMu.Unlock()
+			}
 		}
+	}()
+	defer func() {
+		lastErrMu.Lock()
+		t.Logf("DIAG acked %d failed %d unknown %d last error: %v", nAcked.Load(), nFailed.Load(), nUnknown.Load(), lastErr)
+		lastErrMu.Unlock()
 	}()
 	eventually(t, "acks before the restart", func() bool { return nAcked.Load() >= 200 })
 	rc.stopBroker("broker-a")
