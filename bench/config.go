@@ -41,6 +41,15 @@ type Config struct {
 	Warmup time.Duration
 	// Verify checks every message end to end (see Verifier).
 	Verify bool
+	// ProducerRate overrides the workload's producerRate (msg/s over all producers; 0 = as fast
+	// as possible). Negative means unset.
+	ProducerRate int
+	// Producers overrides the workload's producersPerTopic (0: unset).
+	Producers int
+	// SyncSend makes every producer send one message at a time and wait for its
+	// acknowledgement (SendSync), to measure synchronous send latency; otherwise producers batch
+	// asynchronously (SendAsync).
+	SyncSend bool
 	// ProgressInterval is the period of progress lines and of the result's time series
 	// (default 5 s).
 	ProgressInterval time.Duration
@@ -78,6 +87,9 @@ type Config struct {
 	// slog.Default()).
 	Logger *slog.Logger
 
+	// producerRateSet tells a ProducerRate of 0 (as fast as possible) from unset.
+	producerRateSet bool
+
 	// newCluster replaces the Petrel client in tests.
 	newCluster func(ctx context.Context) (cluster, error)
 	// gigabyte is the unit of consumerBacklogSizeGB (tests shrink it; default 1 GiB).
@@ -114,6 +126,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("flush type %q: want ASYNC_FLUSH or SYNC_FLUSH", c.FlushDiskType)
 	case c.RetryUnknown < 0 || c.RetryUnknown >= maxAttempts:
 		return fmt.Errorf("retry-unknown %d: want 0..%d", c.RetryUnknown, maxAttempts-1)
+	case c.Producers < 0:
+		return fmt.Errorf("producers %d: must not be negative", c.Producers)
 	case c.Duration < 0:
 		return fmt.Errorf("duration %v: must not be negative", c.Duration)
 	case c.NoCreateTopic && c.TopicID == "":
@@ -195,6 +209,12 @@ func makePlan(cfg *Config, seed uint64) (*plan, error) {
 			p.warmup = cfg.Warmup
 		}
 	}
+	if cfg.ProducerRate >= 0 && cfg.producerRateSet {
+		p.w.ProducerRate = cfg.ProducerRate
+	}
+	if cfg.Producers > 0 {
+		p.w.ProducersPerTopic = cfg.Producers
+	}
 	if cfg.Verify && p.w.SubscriptionsPerTopic < 1 {
 		return nil, errors.New("verify needs at least one subscription per topic")
 	}
@@ -202,4 +222,10 @@ func makePlan(cfg *Config, seed uint64) (*plan, error) {
 	// rebalancing, as RocketMQ's AllocateMessageQueueAveragely).
 	p.consumersPerSub = p.w.ConsumerPerSubscription
 	return p, nil
+}
+
+// SetProducerRate overrides the workload's producerRate (msg/s; 0 = as fast as possible).
+func (c *Config) SetProducerRate(rate int) {
+	c.ProducerRate = rate
+	c.producerRateSet = true
 }

@@ -15,6 +15,7 @@ import (
 // producer is what the bench needs of a producer; *client.Producer is one.
 type producer interface {
 	SendAsync(ctx context.Context, m *client.Message, cb func(client.SendResult, error)) error
+	SendSync(ctx context.Context, m *client.Message) (client.SendResult, error)
 	Flush(ctx context.Context) error
 	Close(ctx context.Context) error
 }

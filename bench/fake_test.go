@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -171,6 +172,23 @@ func (p *fakeProducer) SendAsync(ctx context.Context, m *client.Message, cb func
 	p.pending++
 	p.cbs <- func() { cb(res, err) }
 	return nil
+}
+
+func (p *fakeProducer) SendSync(ctx context.Context, m *client.Message) (client.SendResult, error) {
+	if err := ctx.Err(); err != nil {
+		return client.SendResult{}, err
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return client.SendResult{}, client.ErrProducerClosed
+	}
+	res, err, refused := p.c.store(m)
+	if refused && err == nil {
+		err = errors.New("refused")
+	}
+	return res, err
 }
 
 func (p *fakeProducer) Flush(ctx context.Context) error {

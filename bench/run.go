@@ -696,6 +696,24 @@ func (r *runner) send(ctx context.Context, ps *prodState, e retryEntry, due time
 		r.pubDelay.Record(now.Sub(due).Microseconds())
 	}
 	size := int64(len(body))
+	if r.cfg.SyncSend {
+		// One at a time: the callback path runs inline once the acknowledgement is in.
+		if e.attempt == 0 {
+			r.sent.Add(1)
+			r.sentBytes.Add(size)
+		}
+		res, err := ps.p.SendSync(ctx, &ps.msg)
+		if err != nil && (ctx.Err() != nil || errors.Is(err, client.ErrProducerClosed)) && !errors.Is(err, client.ErrUnknownOutcome) {
+			if r.v != nil {
+				r.v.Abandoned(ps.id, e.seq)
+			}
+			r.sent.Add(-1)
+			r.sentBytes.Add(-size)
+			return
+		}
+		r.onSendResult(ps, e, size, now, res, err)
+		return
+	}
 	err := ps.p.SendAsync(ctx, &ps.msg, func(res client.SendResult, err error) {
 		r.onSendResult(ps, e, size, now, res, err)
 	})

@@ -64,6 +64,7 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 	cfg := bench.Config{Out: stdout}
 	var (
 		warmup      time.Duration
+		rate        int
 		segmentSize string
 		logLevel    string
 	)
@@ -83,6 +84,12 @@ subscription, every line sent once as fast as possible, then drained.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SilenceUsage = true
+			if cmd.Flags().Changed("producer-rate") {
+				if rate < 0 {
+					return fmt.Errorf("--producer-rate %d: must not be negative", rate)
+				}
+				cfg.SetProducerRate(rate)
+			}
 			if cmd.Flags().Changed("warmup") {
 				cfg.Warmup = warmup
 			} else {
@@ -119,6 +126,9 @@ subscription, every line sent once as fast as possible, then drained.`,
 	f.StringVar(&cfg.PayloadDir, "payload-dir", "", "directory whose files' lines are message bodies (*.log, or every file but LICENSE/README/NOTICE); replayed once without --workload, cycled with one")
 	f.DurationVar(&cfg.Duration, "duration", 0, "test length, overriding the workload's testDurationMinutes (a replay: upper bound)")
 	f.DurationVar(&warmup, "warmup", 0, "warm-up, excluded from results (default: the workload's warmupDurationMinutes, at most a quarter of --duration; none for a replay)")
+	f.IntVar(&rate, "producer-rate", 0, "override the workload's producerRate (msg/s over all producers; 0 = as fast as possible)")
+	f.IntVar(&cfg.Producers, "producers", 0, "override the workload's producersPerTopic")
+	f.BoolVar(&cfg.SyncSend, "sync-send", false, "producers send one message at a time and wait for each acknowledgement (synchronous send latency)")
 	f.BoolVar(&cfg.Verify, "verify", false, "check every message: lost, duplicated, reordered, corrupted, phantom; exit 1 if any")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", bench.DefaultProgressInterval, "period of progress lines and of the JSON time series")
 	f.StringVar(&cfg.JSONFile, "json", "", "write the result as JSON (OMB TestResult fields plus Petrel's counts) to this file")
