@@ -44,6 +44,8 @@ type Config struct {
 	// ProducerRate overrides the workload's producerRate (msg/s over all producers; 0 = as fast
 	// as possible). Negative means unset.
 	ProducerRate int
+	// BacklogGB overrides the workload's consumerBacklogSizeGB (negative: unset).
+	BacklogGB int64
 	// Producers overrides the workload's producersPerTopic (0: unset).
 	Producers int
 	// SyncSend makes every producer send one message at a time and wait for its
@@ -87,6 +89,8 @@ type Config struct {
 	// slog.Default()).
 	Logger *slog.Logger
 
+	// backlogSet tells a BacklogGB of 0 (no backlog) from unset.
+	backlogSet bool
 	// producerRateSet tells a ProducerRate of 0 (as fast as possible) from unset.
 	producerRateSet bool
 
@@ -215,6 +219,9 @@ func makePlan(cfg *Config, seed uint64) (*plan, error) {
 	if cfg.Producers > 0 {
 		p.w.ProducersPerTopic = cfg.Producers
 	}
+	if cfg.BacklogGB >= 0 && cfg.backlogSet {
+		p.w.ConsumerBacklogSizeGB = cfg.BacklogGB
+	}
 	if cfg.Verify && p.w.SubscriptionsPerTopic < 1 {
 		return nil, errors.New("verify needs at least one subscription per topic")
 	}
@@ -228,4 +235,10 @@ func makePlan(cfg *Config, seed uint64) (*plan, error) {
 func (c *Config) SetProducerRate(rate int) {
 	c.ProducerRate = rate
 	c.producerRateSet = true
+}
+
+// SetBacklogGB overrides the workload's consumerBacklogSizeGB (GiB; 0 = no backlog).
+func (c *Config) SetBacklogGB(gb int64) {
+	c.BacklogGB = gb
+	c.backlogSet = true
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -221,6 +223,9 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 		newCluster = cfg.newCluster
 		clusterDesc = "test"
 	case cfg.NameServers == "":
+		if err := checkBacklogFits(w.ConsumerBacklogSizeGB*cfg.gigabyte, os.TempDir()); err != nil {
+			return nil, err
+		}
 		emb, err := startEmbedded(cfg, r.log)
 		if err != nil {
 			return nil, err
@@ -906,4 +911,21 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	}
 	res.writeSummary(r.out, summary{pubLat: msStats(r.totPubLat), pubDelay: microsStats(r.totDelay), e2e: msStats(r.totE2E)})
 	return res, jsonErr
+}
+
+// checkBacklogFits refuses a backlog the embedded broker's disk cannot hold (more than 80% of
+// the free space of dir, bytes), rather than filling the disk before the test starts.
+func checkBacklogFits(backlog int64, dir string) error {
+	if backlog <= 0 {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil // unknown: let the run find out
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if backlog > free/10*8 {
+		return fmt.Errorf("the workload's consumerBacklogSizeGB needs %.1f GiB of commit log, but %s has %.1f GiB free: lower it with --backlog-gb", float64(backlog)/(1<<30), dir, float64(free)/(1<<30))
+	}
+	return nil
 }

@@ -505,3 +505,15 @@ func TestBrokerRestart(t *testing.T) {
 	}
 	t.Logf("through the restart: %s", countsOf(res))
 }
+
+func TestCheckBacklogFits(t *testing.T) {
+	if err := checkBacklogFits(0, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBacklogFits(1<<20, t.TempDir()); err != nil {
+		t.Fatalf("1 MiB backlog refused: %v", err)
+	}
+	if err := checkBacklogFits(1<<60, t.TempDir()); err == nil || !strings.Contains(err.Error(), "--backlog-gb") {
+		t.Fatalf("an exabyte backlog: %v", err)
+	}
+}

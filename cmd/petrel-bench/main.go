@@ -65,6 +65,7 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 	var (
 		warmup      time.Duration
 		rate        int
+		backlogGB   int64
 		segmentSize string
 		logLevel    string
 	)
@@ -89,6 +90,12 @@ subscription, every line sent once as fast as possible, then drained.`,
 					return fmt.Errorf("--producer-rate %d: must not be negative", rate)
 				}
 				cfg.SetProducerRate(rate)
+			}
+			if cmd.Flags().Changed("backlog-gb") {
+				if backlogGB < 0 {
+					return fmt.Errorf("--backlog-gb %d: must not be negative", backlogGB)
+				}
+				cfg.SetBacklogGB(backlogGB)
 			}
 			if cmd.Flags().Changed("warmup") {
 				cfg.Warmup = warmup
@@ -127,6 +134,7 @@ subscription, every line sent once as fast as possible, then drained.`,
 	f.DurationVar(&cfg.Duration, "duration", 0, "test length, overriding the workload's testDurationMinutes (a replay: upper bound)")
 	f.DurationVar(&warmup, "warmup", 0, "warm-up, excluded from results (default: the workload's warmupDurationMinutes, at most a quarter of --duration; none for a replay)")
 	f.IntVar(&rate, "producer-rate", 0, "override the workload's producerRate (msg/s over all producers; 0 = as fast as possible)")
+	f.Int64Var(&backlogGB, "backlog-gb", 0, "override the workload's consumerBacklogSizeGB (GiB; 0 = no backlog)")
 	f.IntVar(&cfg.Producers, "producers", 0, "override the workload's producersPerTopic")
 	f.BoolVar(&cfg.SyncSend, "sync-send", false, "producers send one message at a time and wait for each acknowledgement (synchronous send latency)")
 	f.BoolVar(&cfg.Verify, "verify", false, "check every message: lost, duplicated, reordered, corrupted, phantom; exit 1 if any")
