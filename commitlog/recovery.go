@@ -29,6 +29,7 @@ func (s *Store) recover() error {
 	if ckErr != nil && !errors.Is(ckErr, os.ErrNotExist) {
 		s.logger.Warn("commitlog: ignoring bad checkpoint; scanning the whole log", "err", ckErr)
 	}
+	fresh := len(segs) == 0 && !ckOK // a new store: nothing to recover
 	if len(segs) == 0 {
 		seg, err := s.createSegment(0)
 		if err != nil {
@@ -55,7 +56,7 @@ func (s *Store) recover() error {
 		return err
 	}
 	dispatchFrom = min(dispatchFrom, max(damage, logMin))
-	crashed := !ckOK || !ck.clean
+	crashed := !fresh && (!ckOK || !ck.clean)
 
 	// Scan (and re-dispatch) from the start of the segment holding the earlier of the two.
 	k := segIndex(segs, min(scanFrom, dispatchFrom))
