@@ -165,15 +165,7 @@ func (s *Store) queueFlushLoop() {
 func (s *Store) flushQueuesAndCheckpoint(clean bool) error {
 	end := s.end.Load() // every batch below end has its entry written
 	logDurable := s.flushed.Load()
-	s.qmu.RLock()
-	var qs []*consumeQueue
-	for _, t := range s.topics {
-		for _, q := range t.queues {
-			qs = append(qs, q)
-		}
-	}
-	s.qmu.RUnlock()
-	for _, q := range qs {
+	for _, q := range s.allQueues() {
 		if err := q.flush(); err != nil {
 			return err
 		}

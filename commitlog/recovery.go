@@ -588,6 +588,7 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, error)
 	return true, nil
 }
 
+// allQueues returns every consume queue (a snapshot; callers work on it without qmu).
 func (s *Store) allQueues() []*consumeQueue {
 	s.qmu.RLock()
 	defer s.qmu.RUnlock()

@@ -79,15 +79,7 @@ func (s *Store) runRetention() {
 // entries are all below it, except the file holding the queue's last durable entry (so the
 // queue's max offset survives a crash).
 func (s *Store) cleanQueues() {
-	s.qmu.RLock()
-	var qs []*consumeQueue
-	for _, t := range s.topics {
-		for _, q := range t.queues {
-			qs = append(qs, q)
-		}
-	}
-	s.qmu.RUnlock()
-	for _, q := range qs {
+	for _, q := range s.allQueues() {
 		var c cqCursor
 		b, err := q.bounds(&c)
 		c.close()
