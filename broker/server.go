@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,7 +135,7 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 }
 
-var errResponseFrame = protocol.ErrFrameMalformed
+var errResponseFrame = fmt.Errorf("%w: a response frame sent to the broker", protocol.ErrFrameMalformed)
 
 // dispatch serves one request on the event loop.
 func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
