@@ -47,6 +47,9 @@ func (s *Store) rollLocked() error {
 	s.active = next
 	s.writePos = next.base
 	kick(s.allocKick)
+	if s.cfg.RetentionBytes > 0 {
+		kick(s.retentionKick)
+	}
 	return nil
 }
 

@@ -18,6 +18,8 @@ func (s *Store) retentionLoop() {
 			return
 		case <-t.C:
 			s.runRetention()
+		case <-s.retentionKick:
+			s.runRetention()
 		case <-s.gcKick:
 		}
 		s.drainGarbage()

@@ -69,7 +69,10 @@ type Store struct {
 	garbage   []*mappedFile // (gcMu)
 	trashDirs []string      // (gcMu)
 	gcKick    chan struct{}
-	liveFiles atomic.Int64
+	// retentionKick asks for a retention pass now: a roll with a size limit set, so the log
+	// does not outgrow RetentionBytes by a whole check interval of writes.
+	retentionKick chan struct{}
+	liveFiles     atomic.Int64
 
 	// Queue flusher state (flush.go).
 	qflushKick chan struct{}
@@ -113,18 +116,19 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg:        cfg,
-		logger:     cfg.Logger,
-		logDir:     filepath.Join(cfg.Dir, "commitlog"),
-		cqDir:      filepath.Join(cfg.Dir, "consumequeue"),
-		topics:     make(map[string]*topicQueues),
-		flushKick:  make(chan struct{}, 1),
-		allocKick:  make(chan struct{}, 1),
-		gcKick:     make(chan struct{}, 1),
-		qflushKick: make(chan struct{}, 1),
-		dirtyDirs:  make(map[string]struct{}),
-		stop:       make(chan struct{}),
-		gcInline:   true,
+		cfg:           cfg,
+		logger:        cfg.Logger,
+		logDir:        filepath.Join(cfg.Dir, "commitlog"),
+		cqDir:         filepath.Join(cfg.Dir, "consumequeue"),
+		topics:        make(map[string]*topicQueues),
+		flushKick:     make(chan struct{}, 1),
+		allocKick:     make(chan struct{}, 1),
+		gcKick:        make(chan struct{}, 1),
+		retentionKick: make(chan struct{}, 1),
+		qflushKick:    make(chan struct{}, 1),
+		dirtyDirs:     make(map[string]struct{}),
+		stop:          make(chan struct{}),
+		gcInline:      true,
 	}
 	for _, d := range []string{cfg.Dir, s.logDir, s.cqDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

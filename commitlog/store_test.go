@@ -775,3 +775,24 @@ func TestCloseUnderLoad(t *testing.T) {
 		t.Fatalf("%d messages after reopen, %d appended", got, appended.Load())
 	}
 }
+
+// TestRetentionBySizeOnRoll: with a size limit, a roll runs retention at once instead of
+// waiting for the check interval, so the log never outgrows the limit by an interval's writes.
+func TestRetentionBySizeOnRoll(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.RetentionBytes = 2 * cfg.SegmentSize
+	cfg.RetentionCheckInterval = time.Hour
+	s := mustOpen(t, cfg)
+	defer s.Close()
+	m := newModel()
+	for int64(s.LogEndOffset()) < 5*cfg.SegmentSize {
+		appendRec(t, s, m, "big", 0, 1, make([]byte, 4000))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.LogEndOffset()-s.LogMinOffset() > 3*cfg.SegmentSize {
+		if time.Now().After(deadline) {
+			t.Fatalf("log spans %d bytes, limit %d", s.LogEndOffset()-s.LogMinOffset(), cfg.RetentionBytes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
