@@ -29,6 +29,9 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 		if err := protocol.ValidateTopic([]byte(h.Topic)); err != nil {
 			return rpc.Errorf(protocol.StatusTopicInvalid, "%v", err)
 		}
+		if err := validateTopicConfig(&h); err != nil {
+			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+		}
 		changed, err := b.topics.upsert(h)
 		if err != nil {
 			return rpc.Errorf(protocol.StatusSystemError, "%v", err)

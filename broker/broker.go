@@ -46,9 +46,14 @@ type Broker struct {
 	runErr   chan error
 	stopping atomic.Bool
 
-	paused  pausedConns
-	conns   atomic.Int64
-	workers sync.WaitGroup // admin request goroutines
+	paused         pausedConns
+	connSet        connSet
+	conns          atomic.Int64
+	maxConns       int
+	connLog        rateLimitedLog
+	inboundPartial atomic.Int64 // bytes of incomplete frames over all connections
+	fatal          chan error
+	workers        sync.WaitGroup // admin request goroutines
 
 	registrar *registrar
 	stop      chan struct{}
@@ -112,6 +117,12 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		stop:      make(chan struct{}),
 	}
 	b.paused.m = map[*connState]struct{}{}
+	b.connSet.m = map[*connState]struct{}{}
+	b.fatal = make(chan error, 1)
+	b.maxConns = cfg.MaxConnections
+	if b.maxConns == 0 {
+		b.maxConns = defaultMaxConnections()
+	}
 	b.registrar = newRegistrar(b)
 	empty := ""
 	b.addr.Store(&empty)
@@ -164,6 +175,12 @@ func (b *Broker) Start() error {
 		select {
 		case b.booted <- err: // failed before boot
 		default:
+			if !b.stopping.Load() {
+				// The engine stopped on its own (gnet stops it when accept fails): the broker
+				// can no longer serve; whoever runs it must stop and restart it.
+				b.log.Error("server stopped unexpectedly", "err", err)
+				b.fatal <- fmt.Errorf("server stopped unexpectedly: %w", err)
+			}
 		}
 		b.runErr <- err
 	}()
@@ -210,6 +227,20 @@ func (b *Broker) boundPort() (int, error) {
 	return 0, fmt.Errorf("unexpected listener address %T", sa)
 }
 
+// Fatal delivers an error when the broker can no longer serve (its network engine stopped on
+// its own); the owner should Close it and exit non-zero so a supervisor restarts it.
+func (b *Broker) Fatal() <-chan error { return b.fatal }
+
+// defaultMaxConnections is the open-file limit minus 1024 descriptors kept for the store
+// (segments, consume queues), at least 64.
+func defaultMaxConnections() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 1 << 20
+	}
+	return max(int(rl.Cur)-1024, 64)
+}
+
 // Addr returns the address clients dial (host:port), valid after Start.
 func (b *Broker) Addr() string { return *b.addr.Load() }
 
@@ -249,6 +280,7 @@ func (b *Broker) shutdown() error {
 	case <-time.After(b.cfg.ShutdownGracePeriod):
 		b.log.Warn("flush did not finish within the shutdown grace period")
 	}
+	b.quiesce()
 	b.workers.Wait()
 	var errs []error
 	if b.engine.Validate() == nil {
@@ -269,6 +301,23 @@ func (b *Broker) shutdown() error {
 	return errors.Join(errs...)
 }
 
+// quiesce waits, at most ShutdownGracePeriod, until clients stop sending: every request is
+// answered SHUTTING_DOWN by now, and clients back off or move to other brokers. Closing a
+// connection with requests still unread makes the kernel reset it, which would discard the
+// answers already written and leave clients with unknown outcomes instead of clear refusals.
+func (b *Broker) quiesce() {
+	deadline := time.Now().Add(b.cfg.ShutdownGracePeriod)
+	last, quiet := b.stats.requests.Load(), 0
+	for quiet < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		if n := b.stats.requests.Load(); n != last {
+			last, quiet = n, 0
+		} else {
+			quiet++
+		}
+	}
+}
+
 // housekeeping persists consumer offsets and samples statistics until Close.
 func (b *Broker) housekeeping() {
 	defer b.bg.Done()
@@ -286,6 +335,7 @@ func (b *Broker) housekeeping() {
 			}
 		case now := <-statsTick.C:
 			b.stats.sample()
+			b.closeStalled(now)
 			for _, id := range b.consumers.remove(nil, now.Add(-b.cfg.ChannelExpiredTimeout)) {
 				b.log.Info("consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)
 			}

@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -28,73 +29,84 @@ const (
 // the setting; the rest are Petrel's. Load it with LoadConfig, override single keys with Set.
 type Config struct {
 	// BrokerClusterName is the cluster the broker group belongs to.
-	BrokerClusterName string `prop:"brokerClusterName"`
+	BrokerClusterName string `prop:"brokerClusterName" help:"the cluster the broker group belongs to"`
 	// BrokerName names the broker group; all members of a group share it.
-	BrokerName string `prop:"brokerName"`
+	BrokerName string `prop:"brokerName" help:"names the broker group; all members of a group share it"`
 	// BrokerID is 0 for the master, > 0 for slaves.
-	BrokerID int64 `prop:"brokerId"`
+	BrokerID int64 `prop:"brokerId" help:"0 for the master, > 0 for slaves"`
 	// BrokerRole is ASYNC_MASTER, SYNC_MASTER or SLAVE.
-	BrokerRole string `prop:"brokerRole"`
+	BrokerRole string `prop:"brokerRole" help:"ASYNC_MASTER, SYNC_MASTER or SLAVE"`
 	// FlushDiskType is ASYNC_FLUSH or SYNC_FLUSH (group commit: a send is acknowledged after the
 	// fdatasync/msync that covers it).
-	FlushDiskType string `prop:"flushDiskType"`
+	FlushDiskType string `prop:"flushDiskType" help:"ASYNC_FLUSH or SYNC_FLUSH (group commit: a send is acknowledged after the fdatasync/msync that covers it)"`
 	// NamesrvAddr lists the NameServers, ';'-separated host:port.
-	NamesrvAddr string `prop:"namesrvAddr"`
+	NamesrvAddr string `prop:"namesrvAddr" help:"lists the NameServers, ';'-separated host:port"`
 	// ListenPort is the client port (RocketMQ default 10911); 0 picks a free port.
-	ListenPort int `prop:"listenPort"`
+	ListenPort int `prop:"listenPort" help:"the client port (RocketMQ default 10911); 0 picks a free port"`
 	// BindAddress is the interface to listen on (default 0.0.0.0).
-	BindAddress string `prop:"bindAddress"`
+	BindAddress string `prop:"bindAddress" help:"the interface to listen on (default 0.0.0.0)"`
 	// BrokerIP1 is the address advertised to NameServers and clients (default: the bind address,
 	// or 127.0.0.1 when binding all interfaces).
-	BrokerIP1 string `prop:"brokerIP1"`
+	BrokerIP1 string `prop:"brokerIP1" help:"the address advertised to NameServers and clients (default: the bind address, or 127.0.0.1 when binding all interfaces)"`
 	// StorePathRootDir holds the commit log, consume queues, offsets and topic configs.
-	StorePathRootDir string `prop:"storePathRootDir"`
+	StorePathRootDir string `prop:"storePathRootDir" help:"holds the commit log, consume queues, offsets and topic configs"`
 	// MappedFileSizeCommitLog is the commit-log segment size (bytes, default 1 GiB).
-	MappedFileSizeCommitLog int64 `prop:"mappedFileSizeCommitLog"`
+	MappedFileSizeCommitLog int64 `prop:"mappedFileSizeCommitLog" help:"the commit-log segment size (bytes, default 1 GiB)"`
 	// ConsumeQueueFileEntries is the number of index entries per consume-queue file.
-	ConsumeQueueFileEntries int `prop:"consumeQueueFileEntries"`
+	ConsumeQueueFileEntries int `prop:"consumeQueueFileEntries" help:"the number of index entries per consume-queue file"`
 	// FlushIntervalCommitLog is the ASYNC_FLUSH period (ms in the file).
-	FlushIntervalCommitLog time.Duration `prop:"flushIntervalCommitLog" unit:"ms"`
+	FlushIntervalCommitLog time.Duration `prop:"flushIntervalCommitLog" unit:"ms" help:"the ASYNC_FLUSH period (ms in the file)"`
 	// FlushCommitLogDirtyBytes makes ASYNC_FLUSH flush early once this many bytes are dirty.
-	FlushCommitLogDirtyBytes int64 `prop:"flushCommitLogDirtyBytes"`
-	// FileReservedTime is the retention age of commit-log segments (hours in the file, default 72).
-	FileReservedTime time.Duration `prop:"fileReservedTime" unit:"h"`
+	FlushCommitLogDirtyBytes int64 `prop:"flushCommitLogDirtyBytes" help:"makes ASYNC_FLUSH flush early once this many bytes are dirty"`
+	// FileReservedTime is the retention age of commit-log segments (hours in the file, default
+	// 72, as RocketMQ; 0 also means 72; a negative value never deletes segments by age).
+	FileReservedTime time.Duration `prop:"fileReservedTime" unit:"h" help:"the retention age of commit-log segments (hours in the file, default 72, as RocketMQ; 0 also means 72; a negative value never deletes segments by age)"`
 	// RetentionBytes deletes the oldest segments while the log is larger (bytes, 0 = no limit).
-	RetentionBytes int64 `prop:"retentionBytes"`
+	RetentionBytes int64 `prop:"retentionBytes" help:"deletes the oldest segments while the log is larger (bytes, 0 = no limit)"`
 	// MaxMessageSize bounds one message body (bytes, default 4 MiB).
-	MaxMessageSize int `prop:"maxMessageSize"`
+	MaxMessageSize int `prop:"maxMessageSize" help:"bounds one message body (bytes, default 4 MiB)"`
 	// MaxFrameSize bounds one request frame (bytes, default 16 MiB).
-	MaxFrameSize int `prop:"maxFrameSize"`
+	MaxFrameSize int `prop:"maxFrameSize" help:"bounds one request frame (bytes, default 16 MiB)"`
 	// MaxPullBytes caps the body of one pull response (bytes, default 4 MiB); larger asks are
 	// reduced to it.
-	MaxPullBytes int `prop:"maxPullBytes"`
+	MaxPullBytes int `prop:"maxPullBytes" help:"caps the body of one pull response (bytes, default 4 MiB); larger asks are reduced to it"`
 	// MaxPullMessages caps the messages of one pull response (default 4096).
-	MaxPullMessages int `prop:"maxPullMessages"`
+	MaxPullMessages int `prop:"maxPullMessages" help:"caps the messages of one pull response (default 4096)"`
 	// LongPollingMaxWait caps a pull's long-poll wait (ms in the file, default 30 s).
-	LongPollingMaxWait time.Duration `prop:"longPollingMaxWait" unit:"ms"`
+	LongPollingMaxWait time.Duration `prop:"longPollingMaxWait" unit:"ms" help:"caps a pull's long-poll wait (ms in the file, default 30 s)"`
 	// ConnMaxInFlight bounds requests of one connection waiting for an answer (sync flush,
 	// long polls); reading from the connection pauses above it.
-	ConnMaxInFlight int `prop:"connMaxInFlight"`
+	ConnMaxInFlight int `prop:"connMaxInFlight" help:"bounds requests of one connection waiting for an answer (sync flush, long polls); reading from the connection pauses above it"`
 	// ConnMaxOutboundBytes pauses reading from a connection while more than this many response
 	// bytes wait to be sent to it.
-	ConnMaxOutboundBytes int `prop:"connMaxOutboundBytes"`
+	ConnMaxOutboundBytes int `prop:"connMaxOutboundBytes" help:"pauses reading from a connection while more than this many response bytes wait to be sent to it"`
 	// RegisterNameServerPeriod is the registration (heartbeat) period (ms in the file, default 30 s).
-	RegisterNameServerPeriod time.Duration `prop:"registerNameServerPeriod" unit:"ms"`
+	RegisterNameServerPeriod time.Duration `prop:"registerNameServerPeriod" unit:"ms" help:"the registration (heartbeat) period (ms in the file, default 30 s)"`
 	// FlushConsumerOffsetInterval is how often committed consumer offsets are persisted (ms in
 	// the file, default 1 s).
-	FlushConsumerOffsetInterval time.Duration `prop:"flushConsumerOffsetInterval" unit:"ms"`
+	FlushConsumerOffsetInterval time.Duration `prop:"flushConsumerOffsetInterval" unit:"ms" help:"how often committed consumer offsets are persisted (ms in the file, default 1 s)"`
 	// ChannelExpiredTimeout forgets a consumer client that sent no heartbeat for this long (ms
 	// in the file, default 120 s as RocketMQ); a closed connection forgets it at once.
-	ChannelExpiredTimeout time.Duration `prop:"channelExpiredTimeout" unit:"ms"`
+	ChannelExpiredTimeout time.Duration `prop:"channelExpiredTimeout" unit:"ms" help:"forgets a consumer client that sent no heartbeat for this long (ms in the file, default 120 s as RocketMQ); a closed connection forgets it at once"`
 	// AutoCreateTopicEnable creates an unknown topic on first send with DefaultTopicQueueNums
 	// queues (RocketMQ's default is true; Petrel's is false, as recommended for production).
-	AutoCreateTopicEnable bool `prop:"autoCreateTopicEnable"`
+	AutoCreateTopicEnable bool `prop:"autoCreateTopicEnable" help:"creates an unknown topic on first send with DefaultTopicQueueNums queues (RocketMQ's default is true; Petrel's is false, as recommended for production)"`
 	// DefaultTopicQueueNums is the queue count of auto-created topics.
-	DefaultTopicQueueNums int32 `prop:"defaultTopicQueueNums"`
+	DefaultTopicQueueNums int32 `prop:"defaultTopicQueueNums" help:"the queue count of auto-created topics"`
 	// NumEventLoop is the number of gnet event loops (default: one per CPU).
-	NumEventLoop int `prop:"numEventLoop"`
+	NumEventLoop int `prop:"numEventLoop" help:"the number of gnet event loops (default: one per CPU)"`
+	// MaxConnections caps client connections; more are closed at once with a log line, so the
+	// broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for
+	// the store, at least 64).
+	MaxConnections int `prop:"maxConnections" help:"caps client connections; more are closed at once with a log line, so the broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for the store, at least 64)"`
+	// MaxInboundBufferedBytes caps the bytes of incomplete request frames buffered over all
+	// connections (default 256 MiB); past it, connections holding an incomplete frame are closed.
+	MaxInboundBufferedBytes int64 `prop:"maxInboundBufferedBytes" help:"caps the bytes of incomplete request frames buffered over all connections (default 256 MiB); past it, connections holding an incomplete frame are closed"`
+	// FrameReadTimeout closes a connection whose request frame stays incomplete this long (ms
+	// in the file, default 30 s).
+	FrameReadTimeout time.Duration `prop:"frameReadTimeout" unit:"ms" help:"closes a connection whose request frame stays incomplete this long (ms in the file, default 30 s)"`
 	// ShutdownGracePeriod bounds the wait for in-flight requests on shutdown (ms in the file).
-	ShutdownGracePeriod time.Duration `prop:"shutdownGracePeriod" unit:"ms"`
+	ShutdownGracePeriod time.Duration `prop:"shutdownGracePeriod" unit:"ms" help:"bounds the wait for in-flight requests on shutdown (ms in the file)"`
 }
 
 // DefaultConfig returns the defaults: RocketMQ's where RocketMQ has the setting.
@@ -125,6 +137,8 @@ func DefaultConfig() Config {
 		DefaultTopicQueueNums:       8,
 		ChannelExpiredTimeout:       120 * time.Second,
 		ShutdownGracePeriod:         5 * time.Second,
+		MaxInboundBufferedBytes:     256 << 20,
+		FrameReadTimeout:            30 * time.Second,
 	}
 }
 
@@ -135,6 +149,17 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// KeyHelp returns a one-line description of a config key (from the field's documentation).
+func KeyHelp(key string) string {
+	t := reflect.TypeOf(Config{})
+	for i := 0; i < t.NumField(); i++ {
+		if f := t.Field(i); f.Tag.Get("prop") == key {
+			return f.Tag.Get("help")
+		}
+	}
+	return ""
 }
 
 // Set overrides one key, as a flag does.
@@ -164,11 +189,19 @@ func (c *Config) Validate() error {
 	if c.BrokerID != 0 {
 		return fmt.Errorf("brokerId %d: a master has brokerId 0", c.BrokerID)
 	}
-	if c.BrokerName == "" || c.BrokerClusterName == "" {
-		return fmt.Errorf("brokerName and brokerClusterName must not be empty")
+	for _, n := range []struct{ key, v string }{{"brokerName", c.BrokerName}, {"brokerClusterName", c.BrokerClusterName}} {
+		if err := protocol.ValidateGroup([]byte(n.v)); err != nil {
+			return fmt.Errorf("%s %q: 1..255 characters of [A-Za-z0-9_%%|-]", n.key, n.v)
+		}
 	}
 	if c.ListenPort < 0 || c.ListenPort > 65535 {
-		return fmt.Errorf("listenPort %d out of range", c.ListenPort)
+		return fmt.Errorf("listenPort %d out of range 0..65535", c.ListenPort)
+	}
+	if c.BindAddress != "" && net.ParseIP(c.BindAddress) == nil {
+		return fmt.Errorf("bindAddress %q: want an IP address", c.BindAddress)
+	}
+	if c.BrokerIP1 != "" && net.ParseIP(c.BrokerIP1) == nil && !validHostname(c.BrokerIP1) {
+		return fmt.Errorf("brokerIP1 %q: want an IP address or a host name", c.BrokerIP1)
 	}
 	if c.StorePathRootDir == "" {
 		return fmt.Errorf("storePathRootDir must not be empty")
@@ -176,14 +209,52 @@ func (c *Config) Validate() error {
 	if c.MappedFileSizeCommitLog < 64<<10 {
 		return fmt.Errorf("mappedFileSizeCommitLog %d: at least 64 KiB", c.MappedFileSizeCommitLog)
 	}
-	if c.MaxMessageSize <= 0 || c.MaxFrameSize < protocol.FramePrefixSize {
-		return fmt.Errorf("maxMessageSize %d / maxFrameSize %d: must be positive", c.MaxMessageSize, c.MaxFrameSize)
+	if c.ConsumeQueueFileEntries < 0 {
+		return fmt.Errorf("consumeQueueFileEntries %d: must not be negative (0: default)", c.ConsumeQueueFileEntries)
+	}
+	if c.MaxMessageSize <= 0 {
+		return fmt.Errorf("maxMessageSize %d: must be positive", c.MaxMessageSize)
+	}
+	if c.MaxFrameSize < 4<<10 {
+		return fmt.Errorf("maxFrameSize %d: at least 4 KiB", c.MaxFrameSize)
 	}
 	if c.MaxPullBytes <= 0 || c.MaxPullMessages <= 0 {
-		return fmt.Errorf("maxPullBytes and maxPullMessages must be positive")
+		return fmt.Errorf("maxPullBytes %d and maxPullMessages %d must be positive", c.MaxPullBytes, c.MaxPullMessages)
 	}
 	if c.DefaultTopicQueueNums <= 0 || c.DefaultTopicQueueNums > maxQueueNums {
 		return fmt.Errorf("defaultTopicQueueNums %d out of range 1..%d", c.DefaultTopicQueueNums, maxQueueNums)
+	}
+	if c.ConnMaxInFlight < 1 {
+		return fmt.Errorf("connMaxInFlight %d: at least 1", c.ConnMaxInFlight)
+	}
+	if c.ConnMaxOutboundBytes < 64<<10 {
+		return fmt.Errorf("connMaxOutboundBytes %d: at least 64 KiB", c.ConnMaxOutboundBytes)
+	}
+	if c.NumEventLoop < 0 || c.MaxConnections < 0 {
+		return fmt.Errorf("numEventLoop %d and maxConnections %d must not be negative (0: automatic)", c.NumEventLoop, c.MaxConnections)
+	}
+	if c.MaxInboundBufferedBytes < int64(c.MaxFrameSize) {
+		return fmt.Errorf("maxInboundBufferedBytes %d: at least maxFrameSize (%d)", c.MaxInboundBufferedBytes, c.MaxFrameSize)
+	}
+	if c.FlushCommitLogDirtyBytes <= 0 || c.RetentionBytes < 0 {
+		return fmt.Errorf("flushCommitLogDirtyBytes %d must be positive, retentionBytes %d not negative", c.FlushCommitLogDirtyBytes, c.RetentionBytes)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+		min time.Duration
+	}{
+		{"flushIntervalCommitLog", c.FlushIntervalCommitLog, time.Millisecond},
+		{"registerNameServerPeriod", c.RegisterNameServerPeriod, 10 * time.Millisecond},
+		{"flushConsumerOffsetInterval", c.FlushConsumerOffsetInterval, 10 * time.Millisecond},
+		{"channelExpiredTimeout", c.ChannelExpiredTimeout, time.Second},
+		{"frameReadTimeout", c.FrameReadTimeout, 100 * time.Millisecond},
+		{"longPollingMaxWait", c.LongPollingMaxWait, 0},
+		{"shutdownGracePeriod", c.ShutdownGracePeriod, 0},
+	} {
+		if d.v < d.min {
+			return fmt.Errorf("%s %v: at least %v", d.key, d.v, d.min)
+		}
 	}
 	for _, a := range c.NamesrvAddrs() {
 		if _, _, err := net.SplitHostPort(a); err != nil {
@@ -191,6 +262,24 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validHostname reports whether s is a syntactically valid DNS host name.
+func validHostname(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, ch := range label {
+			if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // NamesrvAddrs splits NamesrvAddr.

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,10 +33,14 @@ type connState struct {
 	inflight atomic.Int32
 	closed   atomic.Bool
 
-	paused bool                 // loop
-	rr     commitlog.ReadResult // loop: reused by every pull of the connection
-	out    []byte               // loop: response scratch
-	iov    [][]byte             // loop: writev scratch
+	paused  bool                 // loop
+	partial int                  // loop: bytes of an incomplete frame buffered
+	rr      commitlog.ReadResult // loop: reused by every pull of the connection
+	// partialSince is when the incomplete frame now buffered started (unix ns, 0: none); the
+	// housekeeping goroutine closes connections stuck on one longer than FrameReadTimeout.
+	partialSince atomic.Int64
+	out          []byte   // loop: response scratch
+	iov          [][]byte // loop: writev scratch
 }
 
 // handler is the gnet event handler. Every method runs on an event loop and never blocks: work
@@ -53,25 +58,34 @@ func (h *handler) OnBoot(eng gnet.Engine) gnet.Action {
 }
 
 func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	b := h.b
+	if n := b.conns.Add(1); n > int64(b.maxConns) {
+		b.conns.Add(-1)
+		b.connLog.warn(b.log, "refusing connection: maxConnections reached", "remote", c.RemoteAddr().String(), "maxConnections", b.maxConns)
+		return nil, gnet.Close
+	}
 	cs := &connState{c: c, remote: c.RemoteAddr().String()}
 	c.SetContext(cs)
-	h.b.conns.Add(1)
+	b.connSet.add(cs)
 	return nil, gnet.None
 }
 
 func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
-	if cs, ok := c.Context().(*connState); ok {
-		if err != nil {
-			h.b.log.Info("connection closed", "remote", cs.remote, "reason", err)
-		}
-		cs.closed.Store(true)
-		h.b.paused.remove(cs)
-		cs.rr.Release()
-		for _, id := range h.b.consumers.remove(cs, time.Time{}) {
-			h.b.log.Info("consumer client left: connection closed", "client", id)
-		}
+	cs, ok := c.Context().(*connState)
+	if !ok { // refused in OnOpen
+		return gnet.None
 	}
-	h.b.conns.Add(-1)
+	b := h.b
+	b.log.Debug("connection closed", "remote", cs.remote, "reason", err)
+	cs.closed.Store(true)
+	b.setPartial(cs, 0, false)
+	b.paused.remove(cs)
+	b.connSet.remove(cs)
+	cs.rr.Release()
+	for _, id := range b.consumers.remove(cs, time.Time{}) {
+		b.log.Info("consumer client left: connection closed", "client", id)
+	}
+	b.conns.Add(-1)
 	return gnet.None
 }
 
@@ -91,6 +105,7 @@ func (cs *connState) overloaded(b *Broker) bool {
 func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 	b := h.b
 	cs := c.Context().(*connState)
+	progressed := false // a frame completed in this call
 	for {
 		if cs.overloaded(b) {
 			if c.InboundBuffered() > maxPausedInbound {
@@ -109,7 +124,7 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 		n := c.InboundBuffered()
 		if n < protocol.FramePrefixSize {
-			return gnet.None
+			return b.incomplete(cs, n, progressed)
 		}
 		p, _ := c.Peek(protocol.FramePrefixSize)
 		fh, err := protocol.ParseFrameHeader(p, b.cfg.MaxFrameSize)
@@ -122,16 +137,56 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 		total := fh.TotalSize()
 		if n < total {
-			return gnet.None
+			return b.incomplete(cs, n, progressed)
 		}
 		frame, err := c.Next(total)
 		if err != nil {
 			b.log.Warn("closing connection: cannot read frame", "remote", cs.remote, "reason", err)
 			return gnet.Close
 		}
+		progressed = true
 		hdrEnd := protocol.FramePrefixSize + int(fh.HeaderLength)
 		f := protocol.Frame{FrameHeader: fh, Header: frame[protocol.FramePrefixSize:hdrEnd], Body: frame[hdrEnd:]}
 		b.dispatch(cs, &f)
+	}
+}
+
+// incomplete accounts for the n bytes of an incomplete frame left buffered on cs and closes
+// the connection when incomplete frames over all connections exceed MaxInboundBufferedBytes:
+// a client announcing big frames and sending them slowly must not exhaust memory.
+func (b *Broker) incomplete(cs *connState, n int, progressed bool) gnet.Action {
+	if total := b.setPartial(cs, n, progressed); n > 0 && total > b.cfg.MaxInboundBufferedBytes {
+		b.log.Warn("closing connection: incomplete frames over all connections exceed maxInboundBufferedBytes",
+			"remote", cs.remote, "buffered", n, "total", total, "limit", b.cfg.MaxInboundBufferedBytes)
+		return gnet.Close
+	}
+	return gnet.None
+}
+
+// setPartial records that cs holds n bytes of an incomplete frame and returns the total over
+// all connections. The frame's start time restarts when the previous one completed. Loop only.
+func (b *Broker) setPartial(cs *connState, n int, progressed bool) int64 {
+	total := b.inboundPartial.Add(int64(n - cs.partial))
+	switch {
+	case n == 0:
+		cs.partialSince.Store(0)
+	case cs.partial == 0 || progressed:
+		cs.partialSince.Store(time.Now().UnixNano())
+	}
+	cs.partial = n
+	return total
+}
+
+// closeStalled closes connections whose incomplete frame is older than FrameReadTimeout
+// (housekeeping goroutine).
+func (b *Broker) closeStalled(now time.Time) {
+	limit := now.Add(-b.cfg.FrameReadTimeout).UnixNano()
+	for _, cs := range b.connSet.snapshot() {
+		if since := cs.partialSince.Load(); since != 0 && since < limit {
+			b.log.Warn("closing connection: request frame incomplete for too long", "remote", cs.remote,
+				"since", time.Unix(0, since).Format(time.RFC3339Nano), "frameReadTimeout", b.cfg.FrameReadTimeout)
+			_ = cs.c.Close()
+		}
 	}
 }
 
@@ -261,4 +316,56 @@ func (p *pausedConns) wakeAll() {
 	for _, cs := range conns {
 		_ = cs.c.Wake(nil)
 	}
+}
+
+// connSet holds the open connections, for the housekeeping scans.
+type connSet struct {
+	mu sync.Mutex // a leaf
+	m  map[*connState]struct{}
+}
+
+func (s *connSet) add(cs *connState) {
+	s.mu.Lock()
+	s.m[cs] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *connSet) remove(cs *connState) {
+	s.mu.Lock()
+	delete(s.m, cs)
+	s.mu.Unlock()
+}
+
+func (s *connSet) snapshot() []*connState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*connState, 0, len(s.m))
+	for cs := range s.m {
+		out = append(out, cs)
+	}
+	return out
+}
+
+// rateLimitedLog logs a warning at most once a second, with the count of those it skipped.
+type rateLimitedLog struct {
+	mu      sync.Mutex // a leaf
+	last    time.Time
+	skipped int
+}
+
+func (l *rateLimitedLog) warn(log *slog.Logger, msg string, args ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.skipped++
+		l.mu.Unlock()
+		return
+	}
+	skipped := l.skipped
+	l.last, l.skipped = now, 0
+	l.mu.Unlock()
+	if skipped > 0 {
+		args = append(args, "skippedSinceLastLog", skipped)
+	}
+	log.Warn(msg, args...)
 }

@@ -498,7 +498,10 @@ func validateName[S string | []byte](name S, max int, kind error) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; !nameChar[c] {
-			return fmt.Errorf("%w: character %q not allowed", kind, c)
+			if c >= 0x80 {
+				return fmt.Errorf("%w: non-ASCII byte %#02x at %d; allowed are A-Z a-z 0-9 _ %% | -", kind, c, i)
+			}
+			return fmt.Errorf("%w: character %q at %d not allowed; allowed are A-Z a-z 0-9 _ %% | -", kind, rune(c), i)
 		}
 	}
 	return nil

@@ -21,6 +21,7 @@ import (
 
 func main() {
 	if err := command().Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "petrel-broker: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -33,10 +34,14 @@ func command() *cobra.Command {
 	)
 	defaults := broker.DefaultConfig()
 	cmd := &cobra.Command{
-		Use:           "petrel-broker",
-		Short:         "Run a Petrel broker",
+		Use:   "petrel-broker",
+		Short: "Run a Petrel broker",
+		Long: `petrel-broker runs one broker of a Petrel broker group. Its configuration is a RocketMQ-style
+properties file (-c broker.conf) using RocketMQ's broker.conf keys; every key is also a flag, and
+flags override the file. -p prints the effective configuration and exits. SIGTERM or SIGINT shut
+the broker down gracefully.`,
 		SilenceUsage:  true,
-		SilenceErrors: false,
+		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := broker.DefaultConfig()
@@ -48,7 +53,7 @@ func command() *cobra.Command {
 			}
 			var setErr error
 			cmd.Flags().Visit(func(f *pflagFlag) {
-				if f.Name == "config" || f.Name == "print" || f.Name == "log-level" {
+				if f.Name == "config" || f.Name == "print-config" || f.Name == "log-level" {
 					return
 				}
 				if err := cfg.Set(f.Name, f.Value.String()); err != nil && setErr == nil {
@@ -80,21 +85,27 @@ func command() *cobra.Command {
 			}
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			s := <-sig
-			logger.Info("signal received, shutting down", "signal", s.String())
-			return b.Close()
+			select {
+			case s := <-sig:
+				logger.Info("signal received, shutting down", "signal", s.String())
+				return b.Close()
+			case err := <-b.Fatal():
+				_ = b.Close()
+				return err
+			}
 		},
 	}
 	cmd.Flags().StringVarP(&configFile, "config", "c", "", "broker config file (RocketMQ broker.conf properties)")
-	cmd.Flags().BoolVarP(&printOnly, "print", "p", false, "print the effective config and exit")
+	cmd.Flags().BoolVarP(&printOnly, "print-config", "p", false, "print the effective config and exit")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	for _, key := range defaults.Keys() {
 		def, _ := getKey(&defaults, key)
+		help := broker.KeyHelp(key)
 		if key == "namesrvAddr" {
-			cmd.Flags().StringP(key, "n", def, "config key "+key+" (overrides the file)")
+			cmd.Flags().StringP(key, "n", def, help)
 			continue
 		}
-		cmd.Flags().String(key, def, "config key "+key+" (overrides the file)")
+		cmd.Flags().String(key, def, help)
 	}
 	return cmd
 }

@@ -51,6 +51,10 @@ func (o *Options) fill() {
 
 var framePool bytebufferpool.Pool
 
+// monoEpoch is the origin of Conn.lastRecv. Offsets from it keep time.Time's monotonic reading,
+// so LastReceive compares safely with time.Now() across wall-clock jumps.
+var monoEpoch = time.Now()
+
 // testHookDropped, when set (by tests, before any Dial), is called by the reader after it has
 // released the buffer of a response nobody waits for any more.
 var testHookDropped func(requestID uint32)
@@ -93,6 +97,9 @@ type Conn struct {
 	addr   string
 	opts   Options
 	nextID atomic.Uint32
+	// lastRecv is when the reader last received a frame prefix, as nanoseconds since
+	// monoEpoch; 0 before the first.
+	lastRecv atomic.Int64
 
 	mu      sync.Mutex // guards pending, queue, closed, err
 	pending map[uint32]*call
@@ -136,6 +143,18 @@ func (c *Conn) Addr() string { return c.addr }
 // Done is closed when the connection has closed.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
+// LastReceive returns when the connection last received a frame (the time its fixed prefix
+// was read), or the zero Time when it has received none. A caller that sees a request time out
+// with nothing received since it was sent can tell a dead connection from a slow server. It is
+// one atomic load.
+func (c *Conn) LastReceive() time.Time {
+	d := c.lastRecv.Load()
+	if d == 0 {
+		return time.Time{}
+	}
+	return monoEpoch.Add(time.Duration(d))
+}
+
 // Err returns why the connection closed, or nil while it is open.
 func (c *Conn) Err() error {
 	c.mu.Lock()
@@ -151,12 +170,21 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// fail closes the connection with err (the first error wins) and fails every waiting call.
-func (c *Conn) fail(err error) {
+// Abort closes the connection with cause (which Err returns from then on) and fails every
+// waiting call, as Close does, but without waiting for the reader and writer goroutines; it
+// reports whether this call closed the connection (false when it was closed already). A caller
+// uses it to drop a connection it judges dead, and learns whether it is the one to say so.
+func (c *Conn) Abort(cause error) bool {
+	return c.fail(cause)
+}
+
+// fail closes the connection with err (the first error wins) and fails every waiting call; it
+// reports whether this call closed it.
+func (c *Conn) fail(err error) bool {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.closed = true
 	c.err = err
@@ -173,6 +201,7 @@ func (c *Conn) fail(err error) {
 	for _, cl := range pending {
 		cl.finish(nil, fmt.Errorf("%w: %s: %v", ErrClosed, c.addr, err))
 	}
+	return true
 }
 
 func (cl *call) finish(resp *Response, err error) {
@@ -343,6 +372,7 @@ func (c *Conn) readLoop() {
 			c.fail(fmt.Errorf("cannot read from %s: %w", c.addr, err))
 			return
 		}
+		c.lastRecv.Store(max(int64(time.Since(monoEpoch)), 1))
 		fh, err := protocol.ParseFrameHeader(prefix[:], c.opts.MaxFrameSize)
 		if err != nil {
 			c.fail(fmt.Errorf("bad frame from %s: %w", c.addr, err))

@@ -1002,3 +1002,59 @@ func TestHandlerPanicAnswersSystemError(t *testing.T) {
 		t.Fatalf("server did not survive the panic: %v", err)
 	}
 }
+
+// TestLastReceiveAndAbort: LastReceive is zero until a frame arrives, then moves with each
+// frame; Abort closes the connection once, fails waiting calls with ErrClosed and keeps its
+// cause as Err.
+func TestLastReceiveAndAbort(t *testing.T) {
+	svc := newService()
+	svc.blocked = newGate()
+	srv := startServer(t, svc.handle, ServerOptions{})
+	defer svc.blocked.open()
+	c := dial(t, srv.addr, Options{})
+	if got := c.LastReceive(); !got.IsZero() {
+		t.Fatalf("LastReceive before any frame: %v", got)
+	}
+	before := time.Now()
+	if _, err := getMaxOffset(ctxT(t), c, "T", 1); err != nil {
+		t.Fatal(err)
+	}
+	first := c.LastReceive()
+	if first.Before(before) || first.After(time.Now()) {
+		t.Fatalf("LastReceive %v outside [%v, now]", first, before)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if _, err := getMaxOffset(ctxT(t), c, "T", 1); err != nil {
+		t.Fatal(err)
+	}
+	if second := c.LastReceive(); !second.After(first) {
+		t.Fatalf("LastReceive did not move: %v then %v", first, second)
+	}
+
+	// A call the server holds: Abort fails it.
+	errc := make(chan error, 1)
+	c.CallAsync(protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{Topic: "T"}, nil, func(resp *Response, err error) {
+		resp.Release()
+		errc <- err
+	})
+	waitPending(t, c, 1)
+	cause := errors.New("judged dead")
+	if !c.Abort(cause) {
+		t.Fatal("the first Abort did not close the connection")
+	}
+	if c.Abort(errors.New("again")) {
+		t.Fatal("a second Abort closed it again")
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "judged dead") {
+		t.Fatalf("waiting call: %v", err)
+	}
+	if err := c.Err(); err != cause {
+		t.Fatalf("Err = %v, want the cause", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done is open after Abort")
+	}
+	_ = c.Close() // waits for the goroutines
+}

@@ -1,0 +1,78 @@
+package broker
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	f := func(key, value, wantErr string) {
+		t.Helper()
+		cfg := DefaultConfig()
+		if err := cfg.Set(key, value); err != nil {
+			if wantErr != "" && strings.Contains(err.Error(), wantErr) {
+				return
+			}
+			t.Fatalf("Set(%s=%s): %v", key, value, err)
+		}
+		err := cfg.Validate()
+		switch {
+		case wantErr == "" && err != nil:
+			t.Fatalf("%s=%s rejected: %v", key, value, err)
+		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+			t.Fatalf("%s=%s: got %v, want an error about %q", key, value, err, wantErr)
+		}
+	}
+	f("brokerName", "broker-b", "")
+	f("brokerName", "has space", "brokerName")
+	f("brokerClusterName", "", "brokerClusterName")
+	f("brokerRole", "MASTER", "brokerRole")
+	f("flushDiskType", "SOMETIMES", "flushDiskType")
+	f("connMaxInFlight", "0", "connMaxInFlight")
+	f("numEventLoop", "-3", "numEventLoop")
+	f("longPollingMaxWait", "-1", "longPollingMaxWait")
+	f("shutdownGracePeriod", "-1", "shutdownGracePeriod")
+	f("retentionBytes", "-1", "retentionBytes")
+	f("flushIntervalCommitLog", "0", "flushIntervalCommitLog")
+	f("registerNameServerPeriod", "0", "registerNameServerPeriod")
+	f("maxFrameSize", "10", "maxFrameSize")
+	f("maxInboundBufferedBytes", "1024", "maxInboundBufferedBytes")
+	f("listenPort", "70000", "listenPort")
+	f("brokerIP1", "10.0.0.7", "")
+	f("brokerIP1", "broker-a.example.com", "")
+	f("brokerIP1", "not an ip", "brokerIP1")
+	f("bindAddress", "localhost", "bindAddress")
+	f("namesrvAddr", "127.0.0.1", "namesrvAddr")
+	f("namesrvAddr", "127.0.0.1:9876;127.0.0.2:9876", "")
+	f("fileReservedTime", "-1", "")
+	f("brokerId", "1", "brokerId")
+	f("nosuchKey", "1", "unknown key")
+}
+
+func TestLoadConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "broker.conf")
+	content := "brokerClusterName=C1\nbrokerName=broker-x\nflushDiskType=SYNC_FLUSH\nlistenPort=20911\nflushIntervalCommitLog=250\nfileReservedTime=48\n"
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.BrokerClusterName != "C1" || cfg.BrokerName != "broker-x" || cfg.FlushDiskType != SyncFlush ||
+		cfg.ListenPort != 20911 || cfg.FlushIntervalCommitLog != 250*time.Millisecond || cfg.FileReservedTime != 48*time.Hour {
+		t.Fatalf("loaded %+v", cfg)
+	}
+	if !strings.Contains(cfg.String(), "flushIntervalCommitLog=250\n") || KeyHelp("flushDiskType") == "" {
+		t.Fatalf("effective config:\n%s", cfg.String())
+	}
+	if err := os.WriteFile(path, []byte("brokerNmae=x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "brokerNmae") {
+		t.Fatalf("unknown key: %v", err)
+	}
+}
