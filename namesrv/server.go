@@ -77,7 +77,14 @@ func (s *Server) Start() error {
 	}
 	s.started = true
 	s.ln = ln
-	s.rpc = rpc.NewServer(s.handle, rpc.ServerOptions{OnDisconnect: s.onDisconnect, Logger: s.log})
+	// A connection silent for BrokerExpiry is closed: a broker that silent expires anyway, and
+	// clients reconnect when they need a route.
+	s.rpc = rpc.NewServer(s.handle, rpc.ServerOptions{
+		OnDisconnect: s.onDisconnect,
+		Logger:       s.log,
+		IdleTimeout:  s.cfg.BrokerExpiry,
+		MaxConns:     rpc.FileLimitConns(64),
+	})
 	s.wg.Add(2)
 	go s.serve(ln)
 	go s.scanLoop()

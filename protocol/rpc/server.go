@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/petrel-mq/petrel/protocol"
@@ -64,6 +66,16 @@ type ServerOptions struct {
 	MaxFrameSize int
 	// IdleTimeout closes a connection that sends nothing for this long; default 0 (never).
 	IdleTimeout time.Duration
+	// FrameReadTimeout closes a connection whose started frame is not complete within this
+	// time; default 30 s.
+	FrameReadTimeout time.Duration
+	// MaxConns caps open connections; more are closed at once with a log line; default 0
+	// (no cap).
+	MaxConns int
+	// MaxBufferedBytes caps the bytes of request frames being read over all connections: a
+	// frame is read into memory as its bytes arrive, and a connection whose frame would pass
+	// the cap is closed; default 64 MiB.
+	MaxBufferedBytes int64
 	// OnDisconnect runs once when a connection closes, after its last request.
 	OnDisconnect func(p *Peer)
 	// Logger receives connection errors; default slog.Default().
@@ -76,6 +88,8 @@ type Server struct {
 	opts    ServerOptions
 	ln      net.Listener
 	nextID  atomic.Uint64
+
+	buffered atomic.Int64 // bytes of frames being read, over all connections
 
 	mu     sync.Mutex
 	peers  map[*Peer]struct{}
@@ -90,6 +104,12 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.FrameReadTimeout <= 0 {
+		opts.FrameReadTimeout = 30 * time.Second
+	}
+	if opts.MaxBufferedBytes <= 0 {
+		opts.MaxBufferedBytes = 64 << 20
 	}
 	return &Server{handler: h, opts: opts, peers: make(map[*Peer]struct{})}
 }
@@ -106,22 +126,24 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
+	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
-			if closed {
+			if closed || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			return fmt.Errorf("cannot accept on %s: %w", ln.Addr(), err)
+			// Out of file descriptors, a connection aborted before accept, ...: keep serving
+			// the connections there are and try again (as net/http does).
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.opts.Logger.Warn("cannot accept a connection; retrying", "listen", ln.Addr().String(), "err", err, "retryIn", backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
@@ -131,6 +153,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.mu.Unlock()
 			_ = nc.Close()
 			return nil
+		}
+		if s.opts.MaxConns > 0 && len(s.peers) >= s.opts.MaxConns {
+			s.mu.Unlock()
+			s.opts.Logger.Warn("refusing connection: too many connections", "remote", p.remote, "maxConns", s.opts.MaxConns)
+			_ = nc.Close()
+			continue
 		}
 		s.peers[p] = struct{}{}
 		s.wg.Add(1)
@@ -187,9 +215,11 @@ func (s *Server) servePeer(p *Peer) {
 				return
 			}
 		}
+		var idle time.Time // zero: no deadline (readFrame set one for the previous frame)
 		if s.opts.IdleTimeout > 0 {
-			_ = p.nc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+			idle = time.Now().Add(s.opts.IdleTimeout)
 		}
+		_ = p.nc.SetReadDeadline(idle)
 		if _, err := io.ReadFull(br, prefix[:]); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.opts.Logger.Info("closing connection", "remote", p.remote, "reason", err)
@@ -204,14 +234,9 @@ func (s *Server) servePeer(p *Peer) {
 			s.opts.Logger.Warn("closing connection: bad frame", "remote", p.remote, "reason", err)
 			return
 		}
-		n := fh.TotalSize()
-		if cap(frame) < n {
-			frame = make([]byte, n)
-		}
-		frame = frame[:n]
-		copy(frame, prefix[:])
-		if _, err := io.ReadFull(br, frame[protocol.FramePrefixSize:]); err != nil {
-			s.opts.Logger.Info("closing connection: truncated frame", "remote", p.remote, "reason", err)
+		frame, err = s.readFrame(p, br, prefix[:], fh.TotalSize(), frame)
+		if err != nil {
+			s.opts.Logger.Warn("closing connection: cannot read frame", "remote", p.remote, "reason", err)
 			return
 		}
 		f, _ := protocol.ParseFrame(frame, s.opts.MaxFrameSize)
@@ -240,6 +265,39 @@ func (s *Server) servePeer(p *Peer) {
 			out = nil
 		}
 	}
+}
+
+// errServerBusy is returned by readFrame when frames being read over all connections would
+// pass MaxBufferedBytes.
+var errServerBusy = errors.New("rpc: frames being read exceed the server's buffer budget")
+
+// readFrame reads the rest of a frame of n bytes whose prefix was read, within
+// FrameReadTimeout. The buffer grows as bytes arrive, not to the announced length at once, and
+// the bytes count against MaxBufferedBytes while the frame is read, so clients announcing big
+// frames cannot reserve memory they do not send.
+func (s *Server) readFrame(p *Peer, br *bufio.Reader, prefix []byte, n int, buf []byte) ([]byte, error) {
+	_ = p.nc.SetReadDeadline(time.Now().Add(s.opts.FrameReadTimeout))
+	buf = append(buf[:0], prefix...)
+	held := int64(0)
+	defer func() { s.buffered.Add(-held) }()
+	const chunk = 64 << 10
+	for len(buf) < n {
+		step := min(n-len(buf), chunk)
+		if cap(buf)-len(buf) < step {
+			if s.buffered.Add(int64(step)) > s.opts.MaxBufferedBytes {
+				s.buffered.Add(-int64(step))
+				return buf, errServerBusy
+			}
+			held += int64(step)
+			buf = slices.Grow(buf, step)
+		}
+		m, err := io.ReadFull(br, buf[len(buf):len(buf)+step])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return buf, fmt.Errorf("truncated frame (%d of %d bytes): %w", len(buf), n, err)
+		}
+	}
+	return buf, nil
 }
 
 // AppendReply appends the response frame for rep to dst.
@@ -275,4 +333,14 @@ func (s *Server) serve(req *Request) (rep Reply) {
 		}
 	}()
 	return s.handler(req)
+}
+
+// FileLimitConns returns a connection cap that keeps a process under its open-file limit:
+// the limit minus reserve descriptors, at least 16 (no cap, 0, when the limit is unknown).
+func FileLimitConns(reserve int) int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 0
+	}
+	return max(int(rl.Cur)-reserve, 16)
 }
