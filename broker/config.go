@@ -46,8 +46,8 @@ type Config struct {
 	// BindAddress is the interface to listen on (default 0.0.0.0).
 	BindAddress string `prop:"bindAddress" help:"the interface to listen on (default 0.0.0.0)"`
 	// BrokerIP1 is the address advertised to NameServers and clients (default: the bind address,
-	// or 127.0.0.1 when binding all interfaces).
-	BrokerIP1 string `prop:"brokerIP1" help:"the address advertised to NameServers and clients (default: the bind address, or 127.0.0.1 when binding all interfaces)"`
+	// or the host's first non-loopback IPv4 address when binding all interfaces).
+	BrokerIP1 string `prop:"brokerIP1" help:"the address advertised to NameServers and clients (default: the bind address, or the host's first non-loopback IPv4 address when binding all interfaces)"`
 	// StorePathRootDir holds the commit log, consume queues, offsets and topic configs.
 	StorePathRootDir string `prop:"storePathRootDir" help:"holds the commit log, consume queues, offsets and topic configs"`
 	// MappedFileSizeCommitLog is the commit-log segment size (bytes, default 1 GiB).
@@ -297,13 +297,41 @@ func (c *Config) listenAddr() string {
 	return net.JoinHostPort(c.BindAddress, strconv.Itoa(c.ListenPort))
 }
 
-// advertisedHost returns the host part clients should dial.
+// advertisedHost returns the host part clients should dial: brokerIP1, else the bind address,
+// else (bound to all interfaces) the host's first non-loopback IPv4 address, as RocketMQ
+// picks its local address, else 127.0.0.1.
 func (c *Config) advertisedHost() string {
 	if c.BrokerIP1 != "" {
 		return c.BrokerIP1
 	}
-	if c.BindAddress == "" || c.BindAddress == "0.0.0.0" || c.BindAddress == "::" {
-		return "127.0.0.1"
+	if c.BindAddress != "" && c.BindAddress != "0.0.0.0" && c.BindAddress != "::" {
+		return c.BindAddress
 	}
-	return c.BindAddress
+	if ip := localIPv4(); ip != "" {
+		return ip
+	}
+	return "127.0.0.1"
+}
+
+// localIPv4 returns the first IPv4 address of an up, non-loopback interface, or "".
+func localIPv4() string {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
+				return n.IP.String()
+			}
+		}
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,5 +75,25 @@ func TestLoadConfigFile(t *testing.T) {
 	}
 	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "brokerNmae") {
 		t.Fatalf("unknown key: %v", err)
+	}
+}
+
+func TestAdvertisedHost(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BrokerIP1 = "10.1.2.3"
+	if h := cfg.advertisedHost(); h != "10.1.2.3" {
+		t.Fatalf("brokerIP1: %s", h)
+	}
+	cfg.BrokerIP1, cfg.BindAddress = "", "127.0.0.1"
+	if h := cfg.advertisedHost(); h != "127.0.0.1" {
+		t.Fatalf("bind address: %s", h)
+	}
+	cfg.BindAddress = "0.0.0.0"
+	h := cfg.advertisedHost()
+	if ip := net.ParseIP(h); ip == nil || (h != "127.0.0.1" && ip.IsLoopback()) {
+		t.Fatalf("all interfaces: advertised %q", h)
+	}
+	if want := localIPv4(); want != "" && h != want {
+		t.Fatalf("all interfaces: advertised %q, want the host's address %q", h, want)
 	}
 }
