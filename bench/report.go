@@ -111,7 +111,8 @@ type Result struct {
 	Resent               int64 `json:"resent"`
 	Foreign              int64 `json:"foreign"`
 	// Verified says the run checked every message (--verify); Passed that the verification
-	// found no error (always true without --verify).
+	// found no error and had something to check: a run in which no message was acknowledged
+	// fails (Passed is always true without --verify).
 	Verified bool     `json:"verified"`
 	Passed   bool     `json:"passed"`
 	Problems []string `json:"problems,omitempty"`
@@ -276,6 +277,12 @@ func (r *Result) setVerification(c VerifyCounts, problems []string) {
 	r.Unknown = c.Unknown
 	r.Problems = problems
 	r.Passed = c.OK()
+	if c.Acked == 0 {
+		// Nothing lost out of nothing stored is no pass: the run verified nothing.
+		r.Passed = false
+		r.Problems = append([]string{fmt.Sprintf("no message was acknowledged (%d sent: %d failed, %d unknown): nothing could be verified",
+			c.Sent-c.Abandoned, c.Failed, c.Unknown)}, r.Problems...)
+	}
 }
 
 // WriteJSON writes the result to path, indented.

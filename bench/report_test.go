@@ -198,7 +198,7 @@ func TestResultJSONShape(t *testing.T) {
 
 func TestSummaryLastLine(t *testing.T) {
 	res := newResult()
-	res.setVerification(VerifyCounts{}, nil)
+	res.setVerification(VerifyCounts{Sent: 1, Acked: 1, Delivered: 1}, nil)
 	res.Drained = true
 	var b bytes.Buffer
 	res.writeSummary(&b, summary{})
@@ -214,5 +214,25 @@ func TestSummaryLastLine(t *testing.T) {
 	res.writeSummary(&b, summary{})
 	if !strings.Contains(b.String(), "FAIL") || !strings.Contains(b.String(), "reordered: here") || !strings.HasSuffix(b.String(), "reordered=2 corrupted=0 phantom=0\n") {
 		t.Fatalf("failing summary:\n%s", b.String())
+	}
+}
+
+// TestNothingAckedFails: a verified run in which no message was acknowledged has verified
+// nothing; it fails with a problem that says so.
+func TestNothingAckedFails(t *testing.T) {
+	res := newResult()
+	res.setVerification(VerifyCounts{Sent: 27, Failed: 27}, nil)
+	res.Drained = true
+	if res.OK() {
+		t.Fatal("a run with nothing acknowledged passed")
+	}
+	want := "no message was acknowledged (27 sent: 27 failed, 0 unknown): nothing could be verified"
+	if len(res.Problems) != 1 || res.Problems[0] != want {
+		t.Fatalf("problems %q, want [%q]", res.Problems, want)
+	}
+	var b bytes.Buffer
+	res.writeSummary(&b, summary{})
+	if !strings.Contains(b.String(), "problem           "+want) || !strings.Contains(b.String(), "verification      FAIL") {
+		t.Fatalf("summary:\n%s", b.String())
 	}
 }

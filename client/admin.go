@@ -13,8 +13,10 @@ import (
 
 // Admin runs administrative requests against NameServers and brokers: the calls behind
 // petrelctl's mqadmin-like commands (updateTopic, topicRoute, clusterList, topicStatus,
-// consumerProgress, brokerStatus). Its methods are safe for concurrent use. A context without a
-// deadline is bounded by the client's request timeout per request.
+// consumerProgress, brokerStatus). A Client made WithNoNameServer serves the requests that name
+// a broker address. Its methods are safe for concurrent use. Each request is
+// bounded by the client's request timeout (WithRequestTimeout), or by ctx's deadline when it is
+// earlier.
 type Admin struct {
 	c *Client
 }
@@ -29,6 +31,14 @@ type BrokerTarget struct {
 	BrokerName string
 	// Addr is the master's address (host:port).
 	Addr string
+}
+
+// String returns "ADDR (BROKERNAME)", or the address alone when the target has no broker name.
+func (t BrokerTarget) String() string {
+	if t.BrokerName == "" {
+		return t.Addr
+	}
+	return t.Addr + " (" + t.BrokerName + ")"
 }
 
 // CreateTopic creates or updates a topic (queue counts and permission). target is a broker
@@ -59,7 +69,7 @@ func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.Top
 	var errs []error
 	for _, t := range targets {
 		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeUpdateAndCreateTopic, &cfg, nil, nil, nil); err != nil {
-			errs = append(errs, fmt.Errorf("cannot create topic %q on %s (%s): %w", cfg.Topic, t.Addr, t.BrokerName, err))
+			errs = append(errs, fmt.Errorf("cannot create topic %q on %s: %w", cfg.Topic, t, err))
 			continue
 		}
 		done = append(done, t)
@@ -165,7 +175,7 @@ func (a *Admin) TopicStats(ctx context.Context, topic string) ([]BrokerTopicStat
 	for _, t := range routeMasters(data) {
 		var st protocol.TopicStatsTable
 		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeGetTopicStatsInfo, &protocol.TopicHeader{Topic: topic}, nil, nil, &st); err != nil {
-			errs = append(errs, fmt.Errorf("cannot get the stats of %q from %s (%s): %w", topic, t.Addr, t.BrokerName, err))
+			errs = append(errs, fmt.Errorf("cannot get the stats of %q from %s: %w", topic, t, err))
 			continue
 		}
 		out = append(out, BrokerTopicStats{BrokerName: t.BrokerName, Addr: t.Addr, Stats: st})
@@ -189,30 +199,61 @@ func (a *Admin) ConsumeStats(ctx context.Context, group, topic string) ([]Broker
 	if err := protocol.ValidateGroup([]byte(group)); err != nil {
 		return nil, err
 	}
-	var targets []BrokerTarget
-	if topic == "" {
-		var err error
-		if targets, err = a.ClusterMasters(ctx, ""); err != nil {
-			return nil, err
-		}
-	} else {
-		data, err := a.TopicRoute(ctx, topic)
-		if err != nil {
-			return nil, err
-		}
-		targets = routeMasters(data)
+	targets, err := a.topicMasters(ctx, topic)
+	if err != nil {
+		return nil, err
 	}
 	var out []BrokerConsumeStats
 	var errs []error
 	for _, t := range targets {
 		var st protocol.ConsumeStats
 		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeGetConsumeStats, &protocol.GroupHeader{ConsumerGroup: group, Topic: topic}, nil, nil, &st); err != nil {
-			errs = append(errs, fmt.Errorf("cannot get the consume stats of %q from %s (%s): %w", group, t.Addr, t.BrokerName, err))
+			errs = append(errs, fmt.Errorf("cannot get the consume stats of %q from %s: %w", group, t, err))
 			continue
 		}
 		out = append(out, BrokerConsumeStats{BrokerName: t.BrokerName, Addr: t.Addr, Stats: st})
 	}
 	return out, errors.Join(errs...)
+}
+
+// ConsumerClients returns the client ids of the consumer group's live members, as the brokers
+// know them from the members' heartbeats (GET_CONSUMER_LIST_BY_GROUP), asked of every master
+// serving topic, or of every master of every cluster when topic is "": the union, sorted. With a
+// topic, only the members consuming it are listed. Errors of single brokers are joined; the ids
+// the others gave are still returned. Which member pulls which queue is decided by the members
+// themselves and known to no broker.
+func (a *Admin) ConsumerClients(ctx context.Context, group, topic string) ([]string, error) {
+	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+		return nil, err
+	}
+	targets, err := a.topicMasters(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	var errs []error
+	for _, t := range targets {
+		var l protocol.StringList
+		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeGetConsumerListByGroup, &protocol.GroupHeader{ConsumerGroup: group, Topic: topic}, nil, nil, &l); err != nil {
+			errs = append(errs, fmt.Errorf("cannot get the clients of %q from %s: %w", group, t, err))
+			continue
+		}
+		ids = append(ids, l.Items...)
+	}
+	return normalizeClientIDs(ids), errors.Join(errs...)
+}
+
+// topicMasters returns the masters of the groups serving topic (from its route), or of every
+// group of every cluster when topic is "".
+func (a *Admin) topicMasters(ctx context.Context, topic string) ([]BrokerTarget, error) {
+	if topic == "" {
+		return a.ClusterMasters(ctx, "")
+	}
+	data, err := a.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	return routeMasters(data), nil
 }
 
 // routeMasters returns the master of every group of a route that has one, sorted by name.

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +119,76 @@ func TestAdmin(t *testing.T) {
 	}
 	if _, err := admin.QueryConsumerOffset(ctx, a[0].addr, "G3", "T", 1); !errors.Is(err, ErrQueryNotFound) {
 		t.Fatal(err)
+	}
+}
+
+// TestAdminErrorNamesTarget: an error names the broker by address, with its group name in
+// parentheses only when it has one.
+func TestAdminErrorNamesTarget(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
+	c := newTestClient(t, "127.0.0.1:1")
+	_, err = NewAdmin(c).CreateTopic(testCtx(t, 10*time.Second), dead, protocol.TopicConfig{Topic: "zt", ReadQueueNums: 1, WriteQueueNums: 1})
+	if want := `cannot create topic "zt" on ` + dead + ": "; err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "()") {
+		t.Fatalf("err = %v; want it to start %q", err, want)
+	}
+	if got := (BrokerTarget{Addr: "h:1"}).String(); got != "h:1" {
+		t.Fatalf("String without a name: %q", got)
+	}
+	if got := (BrokerTarget{Addr: "h:1", BrokerName: "b"}).String(); got != "h:1 (b)" {
+		t.Fatalf("String with a name: %q", got)
+	}
+}
+
+// TestAdminConsumerClients: the group's live members, as the masters know them.
+func TestAdminConsumerClients(t *testing.T) {
+	fc, _, _ := twoGroups(t, 2)
+	c := newTestClient(t, fc.addr)
+	admin := NewAdmin(c)
+	ctx := testCtx(t, 10*time.Second)
+	if ids, err := admin.ConsumerClients(ctx, "G", "T"); err != nil || len(ids) != 0 {
+		t.Fatalf("before any consumer: %q %v", ids, err)
+	}
+	co := newTestConsumer(t, c, "G", "T")
+	runConsumer(t, co, func(context.Context, []MessageExt) error { return nil })
+	for _, topic := range []string{"T", ""} {
+		eventually(t, "the consumer listed", func() bool {
+			ids, err := admin.ConsumerClients(ctx, "G", topic)
+			return err == nil && len(ids) == 1 && ids[0] == co.ClientID()
+		})
+	}
+	if _, err := admin.ConsumerClients(ctx, "bad group!", ""); !errors.Is(err, ErrGroupInvalid) {
+		t.Fatal(err)
+	}
+}
+
+// TestNoNameServer: a client made WithNoNameServer reaches brokers by address; what needs a
+// NameServer fails with ErrNameServerUnavailable.
+func TestNoNameServer(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	c, err := New(context.Background(), WithNoNameServer(), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	admin := NewAdmin(c)
+	ctx := testCtx(t, 10*time.Second)
+	if kv, err := admin.BrokerRuntimeInfo(ctx, a.addr); err != nil || len(kv.Entries) == 0 {
+		t.Fatalf("runtime info: %+v %v", kv, err)
+	}
+	if _, err := admin.CreateTopic(ctx, a.addr, protocol.TopicConfig{Topic: "U", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ClusterInfo(ctx); !errors.Is(err, ErrNameServerUnavailable) {
+		t.Fatalf("cluster info: %v", err)
+	}
+	p := newTestProducer(t, c)
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); !errors.Is(err, ErrNameServerUnavailable) {
+		t.Fatalf("send: %v", err)
 	}
 }

@@ -31,13 +31,18 @@ const (
 // is used by one goroutine at a time; its callback is the only other party and hands over
 // through done.
 type pendingCall struct {
-	conn  *rpc.Conn
-	id    uint32
-	done  chan struct{} // receives one value when the callback has run
-	resp  *rpc.Response
-	err   error
-	cb    rpc.Callback // complete, bound once so CallAsync gets no new closure
-	timer *time.Timer
+	pool   *connPool
+	conn   *rpc.Conn
+	id     uint32
+	sentAt time.Time // when the request was queued on conn
+	// longPoll marks a pull, which the broker may hold for its poll timeout: only the wait's
+	// own deadline, not ctx's, says it timed out.
+	longPoll bool
+	done     chan struct{} // receives one value when the callback has run
+	resp     *rpc.Response
+	err      error
+	cb       rpc.Callback // complete, bound once so CallAsync gets no new closure
+	timer    *time.Timer
 }
 
 var pendingPool = sync.Pool{New: func() any {
@@ -52,11 +57,12 @@ func (p *pendingCall) complete(resp *rpc.Response, err error) {
 	p.done <- struct{}{}
 }
 
-// startCall sends a request on conn. The result is awaited with wait, which also recycles the
-// pendingCall.
-func startCall(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte) *pendingCall {
+// startCall sends a request on conn, a connection of the pool. The result is awaited with wait,
+// which also recycles the pendingCall.
+func (cp *connPool) startCall(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte) *pendingCall {
 	p := pendingPool.Get().(*pendingCall)
-	p.conn = conn
+	p.pool, p.conn = cp, conn
+	p.sentAt, p.longPoll = time.Now(), code == protocol.CodePullMessage
 	// CallAsync returns 0 when it did not send the request; the callback then already ran.
 	p.id = conn.CallAsync(code, h, body, p.cb)
 	return p
@@ -64,7 +70,9 @@ func startCall(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, bod
 
 // wait waits for the response until ctx ends or deadline passes (zero: no deadline) and
 // recycles p. The caller owns a returned response and must Release it. On callUnknown the error
-// says why the wait ended; on callRejected it is the *protocol.Error.
+// says why the wait ended; on callRejected it is the *protocol.Error. A request that times out
+// (deadline passes, or ctx's deadline for any request but a long-polling pull) with nothing
+// received on its connection since it was sent closes the connection (connPool.closeIfSilent).
 func (p *pendingCall) wait(ctx context.Context, deadline time.Time) (*rpc.Response, callState, error) {
 	defer p.recycle()
 	if p.id == 0 {
@@ -81,14 +89,21 @@ func (p *pendingCall) wait(ctx context.Context, deadline time.Time) (*rpc.Respon
 	case <-p.done:
 		return p.result()
 	case <-ctx.Done():
-		return p.abandon(ctx.Err())
+		// A pull's ctx ends with the consumer (Run's ctx may have a deadline) while the broker
+		// rightly holds it: that is no timeout of the request.
+		return p.abandon(ctx.Err(), errors.Is(ctx.Err(), context.DeadlineExceeded) && !p.longPoll)
 	case <-timeout:
-		return p.abandon(context.DeadlineExceeded)
+		return p.abandon(context.DeadlineExceeded, true)
 	}
 }
 
-func (p *pendingCall) abandon(why error) (*rpc.Response, callState, error) {
+// abandon ends a wait that gave up for why (ctx's error, or DeadlineExceeded for deadline);
+// timedOut says the request itself timed out.
+func (p *pendingCall) abandon(why error, timedOut bool) (*rpc.Response, callState, error) {
 	if p.conn.Forget(p.id) {
+		if timedOut {
+			p.pool.closeIfSilent(p.conn, p.sentAt)
+		}
 		return nil, callUnknown, fmt.Errorf("no response from %s: %w", p.conn.Addr(), why)
 	}
 	<-p.done // the answer raced with the end of the wait: the callback has run or is running
@@ -101,6 +116,9 @@ func (p *pendingCall) result() (*rpc.Response, callState, error) {
 	}
 	var pe *protocol.Error
 	if errors.As(p.err, &pe) {
+		if pe.Status == protocol.StatusShuttingDown {
+			p.pool.shuttingDown(p.conn.Addr())
+		}
 		return nil, callRejected, p.err
 	}
 	// The connection failed after the request was queued: it may have been written.
@@ -108,6 +126,6 @@ func (p *pendingCall) result() (*rpc.Response, callState, error) {
 }
 
 func (p *pendingCall) recycle() {
-	p.conn, p.id, p.resp, p.err = nil, 0, nil, nil
+	p.pool, p.conn, p.id, p.sentAt, p.longPoll, p.resp, p.err = nil, nil, 0, time.Time{}, false, nil, nil
 	pendingPool.Put(p)
 }

@@ -24,7 +24,9 @@ const minForcedRefreshGap = 100 * time.Millisecond
 //
 // Routes are fetched on first use, refreshed every RouteRefreshInterval and, at most every
 // 100 ms per topic, after a send or pull error. A connection that breaks is dialled again on
-// next use, with a backoff after a failed dial, so the client survives a broker restart.
+// next use, with a backoff after a failed dial, so the client survives a broker restart; a
+// connection on which a request timed out with nothing received since is closed and replaced;
+// a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so it can drain and stop.
 type Client struct {
 	cfg  clientConfig
 	log  *slog.Logger
@@ -32,6 +34,8 @@ type Client struct {
 	now  func() time.Time
 
 	nsFirst atomic.Uint32 // index of the NameServer to ask first: the last one that answered
+
+	pullFailLog failureLog // the consumers' pull failure warnings, per broker
 
 	routesMu sync.RWMutex // guards routes
 	routes   map[string]*routeSlot
@@ -58,7 +62,8 @@ type routeSlot struct {
 	lastAttempt time.Time
 }
 
-// New returns a Client for the NameServers given by WithNameServers (required). It does no I/O:
+// New returns a Client for the NameServers given by WithNameServers (required unless
+// WithNoNameServer is given). It does no I/O:
 // connections are made on first use, so New succeeds while the cluster is down. ctx is only
 // checked for having ended.
 func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
@@ -69,7 +74,7 @@ func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if len(cfg.nameServers) == 0 {
+	if len(cfg.nameServers) == 0 && !cfg.noNameServer {
 		return nil, errors.New("client: no NameServer address: use WithNameServers(\"host:port;...\")")
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -80,7 +85,7 @@ func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 			DialTimeout:  cfg.dialTimeout,
 			MaxFrameSize: cfg.maxFrameSize,
 			MaxInFlight:  cfg.maxInFlight,
-		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff),
+		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff, cfg.logger),
 		now:    time.Now,
 		routes: make(map[string]*routeSlot),
 		ctx:    rctx,
@@ -249,6 +254,9 @@ func (c *Client) refreshLoop() {
 // as is (a *protocol.Error), without asking the others.
 func (c *Client) callNameServer(ctx context.Context, code protocol.RequestCode, h protocol.Header, respHdr, respBody interface{ ReadFrom([]byte) error }) error {
 	ns := c.cfg.nameServers
+	if len(ns) == 0 {
+		return fmt.Errorf("%w: the client has no NameServer address (WithNoNameServer)", ErrNameServerUnavailable)
+	}
 	first := c.nsFirst.Load()
 	var errs []error
 	for i := range len(ns) {
@@ -274,16 +282,37 @@ func (c *Client) callNameServer(ctx context.Context, code protocol.RequestCode, 
 	return fmt.Errorf("%w: %w", ErrNameServerUnavailable, errors.Join(errs...))
 }
 
-// callAddr sends a request to addr and decodes the success response, bounding the call by the
-// request timeout when ctx has no deadline.
+// callAddr sends a request to addr and decodes the success response (either target may be
+// nil). The call, dial included, is bounded by the request timeout, or by ctx's deadline when
+// it is earlier: a long ctx never lifts the per-request timeout. A non-success answer is
+// returned as the *protocol.Error.
 func (c *Client) callAddr(ctx context.Context, addr string, code protocol.RequestCode, h protocol.Header, body []byte, respHdr, respBody interface{ ReadFrom([]byte) error }) error {
-	ctx, cancel := withDefaultTimeout(ctx, c.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
 	defer cancel()
 	conn, err := c.pool.get(ctx, addr)
 	if err != nil {
 		return err
 	}
-	return conn.CallDecode(ctx, code, h, body, respHdr, respBody)
+	resp, state, err := c.pool.startCall(conn, code, h, body).wait(ctx, time.Time{})
+	switch state {
+	case callOK:
+	case callRejected:
+		return err
+	default:
+		return fmt.Errorf("request %s: %w", code, err)
+	}
+	defer resp.Release()
+	if respHdr != nil {
+		if err := respHdr.ReadFrom(resp.Header); err != nil {
+			return fmt.Errorf("cannot decode %s response header from %s: %w", code, addr, err)
+		}
+	}
+	if respBody != nil {
+		if err := respBody.ReadFrom(resp.Body); err != nil {
+			return fmt.Errorf("cannot decode %s response body from %s: %w", code, addr, err)
+		}
+	}
+	return nil
 }
 
 // clusterInfo asks a NameServer for the cluster table.

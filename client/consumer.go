@@ -98,6 +98,43 @@ type Consumer struct {
 	rebalances atomic.Int64
 }
 
+// failureLogInterval is the least time between two warnings about one broker's failing pulls.
+const failureLogInterval = 5 * time.Second
+
+// failureLog rate-limits warnings per key (a broker). During an outage every puller of the
+// broker's queues, in every consumer of the Client, fails on each retry; the first failure of a
+// key is logged at once, later ones at most once per failureLogInterval, each line counting
+// those left out since the last. It is safe for concurrent use.
+type failureLog struct {
+	mu   sync.Mutex // guards keys
+	keys map[string]*failureLogKey
+}
+
+type failureLogKey struct {
+	last     time.Time // when a line was last logged
+	unlogged int       // failures since then not logged
+}
+
+// allow records a failure of key at now and reports whether to log it, with the count of the
+// failures of key not logged since the last line.
+func (l *failureLog) allow(key string, now time.Time) (ok bool, unlogged int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.keys[key]
+	if k == nil {
+		if l.keys == nil {
+			l.keys = make(map[string]*failureLogKey)
+		}
+		k = &failureLogKey{}
+		l.keys[key] = k
+	} else if now.Sub(k.last) < failureLogInterval {
+		k.unlogged++
+		return false, 0
+	}
+	unlogged, k.unlogged, k.last = k.unlogged, 0, now
+	return true, unlogged
+}
+
 // queueState is what the consumer knows of one assigned queue. A queue given again after a
 // release gets a new state, read from the broker's committed offset.
 type queueState struct {
@@ -307,13 +344,21 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 	mq := qs.mq
 	offset := qs.offsets.consumed.Load()
 	backoff := time.Duration(0)
-	fail := func(what string, err error) bool {
+	// fail counts and logs a failure involving broker (an address, or the broker group's name
+	// when no address is known) and waits before the retry; false means ctx ended.
+	fail := func(what, broker string, err error) bool {
 		if ctx.Err() != nil {
 			return false
 		}
 		co.pullErrors.Add(1)
 		backoff = min(max(2*backoff, 50*time.Millisecond), co.cfg.retryDelay)
-		co.log.Warn(what, "queue", mq.String(), "err", err, "retry_in", backoff)
+		if ok, unlogged := co.c.pullFailLog.allow(broker, time.Now()); ok {
+			args := []any{"broker", broker, "queue", mq.String(), "err", err, "retry_in", backoff}
+			if unlogged > 0 {
+				args = append(args, "similar_failures_not_logged", unlogged)
+			}
+			co.log.Warn(what, args...)
+		}
 		return sleepCtx(ctx, backoff)
 	}
 	for offset < 0 {
@@ -323,7 +368,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			offset = off
 			break
 		}
-		if !fail("cannot find the queue's start offset", err) {
+		if !fail("cannot find the queue's start offset", mq.BrokerName, err) {
 			return
 		}
 	}
@@ -332,7 +377,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 	for ctx.Err() == nil {
 		route, err := co.c.route(ctx, co.topic)
 		if err != nil {
-			if !fail("no route", err) {
+			if !fail("no route", mq.BrokerName, err) {
 				return
 			}
 			continue
@@ -340,7 +385,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		addr, brokerID, ok := pickBrokerAddr(route.groups[mq.BrokerName], suggest)
 		if !ok {
 			_, rerr := co.c.refreshRoute(ctx, co.topic, route)
-			if !fail("broker group has no live member", errors.Join(fmt.Errorf("group %s", mq.BrokerName), rerr)) {
+			if !fail("broker group has no live member", mq.BrokerName, errors.Join(fmt.Errorf("group %s", mq.BrokerName), rerr)) {
 				return
 			}
 			continue
@@ -364,13 +409,13 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		if err != nil {
 			suggest = 0
 			_, _ = co.c.refreshRoute(ctx, co.topic, route)
-			if !fail("cannot connect to pull", err) {
+			if !fail("cannot connect to pull", addr, err) {
 				return
 			}
 			continue
 		}
 		deadline := time.Now().Add(co.cfg.pollTimeout + co.c.cfg.requestTimeout)
-		resp, state, err := startCall(conn, protocol.CodePullMessage, &hdr, nil).wait(ctx, deadline)
+		resp, state, err := co.c.pool.startCall(conn, protocol.CodePullMessage, &hdr, nil).wait(ctx, deadline)
 		if state != callOK {
 			if ctx.Err() != nil {
 				return
@@ -380,7 +425,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			if state != callRejected || (errors.As(err, &pe) && (pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusQueueNotExist)) {
 				_, _ = co.c.refreshRoute(ctx, co.topic, route)
 			}
-			if !fail("pull failed", fmt.Errorf("from %s: %w", addr, err)) {
+			if !fail("pull failed", addr, err) {
 				return
 			}
 			continue
@@ -392,7 +437,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		var rh protocol.PullResponseHeader
 		if err := rh.ReadFrom(resp.Header); err != nil {
 			resp.Release()
-			if !fail("cannot decode the pull response", err) {
+			if !fail("cannot decode the pull response", addr, err) {
 				return
 			}
 			continue
@@ -423,7 +468,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 				return
 			}
 			if !progressed {
-				if !fail("pull found nothing at or after the offset", fmt.Errorf("offset %d", offset)) {
+				if !fail("pull found nothing at or after the offset", addr, fmt.Errorf("offset %d", offset)) {
 					return
 				}
 				continue
@@ -446,7 +491,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			qs.offsets.reset(offset)
 		default:
 			resp.Release()
-			if !fail("unknown pull result", fmt.Errorf("result %d", rh.Result)) {
+			if !fail("unknown pull result", addr, fmt.Errorf("result %d", rh.Result)) {
 				return
 			}
 		}
@@ -554,10 +599,12 @@ func (co *Consumer) startOffset(ctx context.Context, mq MessageQueue, logIt bool
 	return oh.Offset, false, nil
 }
 
-// commitLoop commits consumed offsets every CommitInterval until ctx ends.
+// commitLoop commits consumed offsets every CommitInterval until ctx ends. Failures are logged
+// at most once per failureLogInterval (the next commit retries them anyway).
 func (co *Consumer) commitLoop(ctx context.Context) {
 	t := time.NewTicker(co.cfg.commitInterval)
 	defer t.Stop()
+	var failLog failureLog
 	for {
 		select {
 		case <-ctx.Done():
@@ -566,7 +613,13 @@ func (co *Consumer) commitLoop(ctx context.Context) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, co.c.cfg.requestTimeout)
 		if err := co.commit(cctx); err != nil && ctx.Err() == nil {
-			co.log.Warn("offset commit failed", "err", err)
+			if ok, unlogged := failLog.allow("", time.Now()); ok {
+				args := []any{"err", err}
+				if unlogged > 0 {
+					args = append(args, "similar_failures_not_logged", unlogged)
+				}
+				co.log.Warn("offset commit failed", args...)
+			}
 		}
 		cancel()
 	}
@@ -619,7 +672,7 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 			continue
 		}
 		hdr := &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: qs.mq.QueueID, Offset: v}
-		calls = append(calls, pending{qs: qs, v: v, addr: addr, hdr: hdr, call: startCall(conn, protocol.CodeUpdateConsumerOffset, hdr, nil)})
+		calls = append(calls, pending{qs: qs, v: v, addr: addr, hdr: hdr, call: co.c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, hdr, nil)})
 	}
 	for _, p := range calls {
 		resp, state, err := p.call.wait(ctx, time.Time{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -466,4 +467,51 @@ func TestConsumerClose(t *testing.T) {
 	if err := never.Run(context.Background(), col.handle); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatal(err)
 	}
+}
+
+// TestConsumerPullFailureLogIsRateLimited: while a broker is down, every puller of its queues
+// fails on each retry, but the warnings come at most once per broker per failureLogInterval.
+func TestConsumerPullFailureLogIsRateLimited(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": 8})[0]
+	var logs lockedBuffer
+	c := newTestClient(t, fc.addr, WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	p := newTestProducer(t, c)
+	produce(t, p, "T", 0, 80)
+	col := newCollector(t)
+	co := newTestConsumer(t, c, "G", "T", WithRetryDelay(50*time.Millisecond))
+	runConsumer(t, co, col.handle)
+	eventually(t, "everything consumed", func() bool { return col.count() >= 80 })
+	before := co.Stats().PullErrors
+	a.stop()
+	eventually(t, "many pull failures", func() bool { return co.Stats().PullErrors >= before+80 })
+	// The pullers' messages; the keys are the broker's address or, once the route has dropped
+	// the group, the group's name: at most one line each so far.
+	n := 0
+	for _, what := range []string{"cannot connect to pull", "pull failed", "broker group has no live member", "no route", "cannot find the queue's start offset"} {
+		n += logs.count("msg=\"" + what)
+	}
+	if n == 0 || n > 2 {
+		t.Fatalf("%d pull failure warnings for %d failures, want 1 or 2:\n%s", n, co.Stats().PullErrors-before, logs.buf.String())
+	}
+}
+
+func TestFailureLog(t *testing.T) {
+	var l failureLog
+	t0 := time.Now()
+	f := func(key string, at time.Duration, wantOK bool, wantUnlogged int) {
+		t.Helper()
+		ok, unlogged := l.allow(key, t0.Add(at))
+		if ok != wantOK || unlogged != wantUnlogged {
+			t.Fatalf("allow(%q, +%v) = %v, %d; want %v, %d", key, at, ok, unlogged, wantOK, wantUnlogged)
+		}
+	}
+	f("a", 0, true, 0)
+	f("a", time.Second, false, 0)
+	f("b", time.Second, true, 0) // keys are independent
+	f("a", 2*time.Second, false, 0)
+	f("a", failureLogInterval, true, 2)
+	f("a", failureLogInterval+time.Second, false, 0)
+	f("a", 3*failureLogInterval, true, 1)
+	f("a", 5*failureLogInterval, true, 0)
 }

@@ -34,7 +34,10 @@
 // refresh goroutine renews them every RouteRefreshInterval and send/pull errors renew one at
 // most every 100 ms. NameServers are tried in turn starting with the last that answered. The
 // connection pool (connPool) holds one rpc.Conn per address, dialled on first use and again
-// after it closes; a failed dial starts a backoff during which requests fail at once.
+// after it closes; a failed dial starts a backoff during which requests fail at once, and so
+// does a SHUTTING_DOWN answer (the stopping broker waits for its clients to go quiet). A request
+// that times out with nothing received on its connection since it was sent closes the
+// connection (rpc.Conn.LastReceive), so a hung connection is replaced rather than reused.
 //
 // Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
 // AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled
@@ -68,7 +71,7 @@
 //	routeSlot.mu -> connPool.mu, poolConn.mu (a route fetch holds routeSlot.mu across the
 //	                NameServer request; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
-//	pendingCounter.mu, Consumer.mu, Producer.seqMu, Producer.rrMu: leaves
+//	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu: leaves
 //
 // No callback of the user runs under a lock of the client.
 package client

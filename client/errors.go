@@ -24,8 +24,9 @@ var (
 	// ErrNoQueue is returned when a topic's route has no queue the request can use (no group
 	// with a live master and the needed permission).
 	ErrNoQueue = errors.New("client: the topic's route has no usable queue")
-	// ErrBrokerUnavailable is returned when no connection to a broker can be made; the request
-	// was not sent. The client retries the dial after a backoff.
+	// ErrBrokerUnavailable is returned when no connection to a broker can be made, or while a
+	// broker that answered SHUTTING_DOWN is left alone to stop; the request was not sent. The
+	// client tries again after a backoff.
 	ErrBrokerUnavailable = errors.New("client: broker unavailable")
 	// ErrNameServerUnavailable is returned when no NameServer answered.
 	ErrNameServerUnavailable = errors.New("client: no NameServer answered")

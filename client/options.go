@@ -13,8 +13,8 @@ const (
 	// DefaultRouteRefreshInterval is how often cached topic routes are refreshed (RocketMQ's
 	// pollNameServerInterval).
 	DefaultRouteRefreshInterval = 30 * time.Second
-	// DefaultRequestTimeout bounds a request whose context has no deadline (RocketMQ's
-	// sendMsgTimeout and admin timeouts are 3 s).
+	// DefaultRequestTimeout bounds each request (RocketMQ's sendMsgTimeout and admin timeouts
+	// are 3 s); a context with an earlier deadline bounds it more.
 	DefaultRequestTimeout = 3 * time.Second
 	// DefaultDialTimeout bounds establishing a connection.
 	DefaultDialTimeout = 3 * time.Second
@@ -68,6 +68,7 @@ type ClientOption func(*clientConfig)
 
 type clientConfig struct {
 	nameServers         []string
+	noNameServer        bool
 	routeRefresh        time.Duration
 	requestTimeout      time.Duration
 	dialTimeout         time.Duration
@@ -104,6 +105,14 @@ func WithNameServers(addrs string) ClientOption {
 	}
 }
 
+// WithNoNameServer lets New succeed without NameServer addresses, for a client that only talks
+// to brokers by address: Admin's per-broker requests (BrokerRuntimeInfo, AllTopicConfig,
+// CreateTopic on an address, the offset requests). Everything that needs a NameServer (routes,
+// the cluster table, so producers and consumers too) then fails with ErrNameServerUnavailable.
+func WithNoNameServer() ClientOption {
+	return func(c *clientConfig) { c.noNameServer = true }
+}
+
 // WithRouteRefreshInterval sets how often cached topic routes are refreshed from the NameServer
 // (default 30 s). Routes are also refreshed at once after send or pull errors.
 func WithRouteRefreshInterval(d time.Duration) ClientOption {
@@ -114,8 +123,10 @@ func WithRouteRefreshInterval(d time.Duration) ClientOption {
 	}
 }
 
-// WithRequestTimeout sets the timeout of requests whose context has no deadline (default 3 s):
-// NameServer queries, admin requests, offset commits.
+// WithRequestTimeout sets the timeout of each request other than sends and pulls (default 3 s):
+// NameServer queries, admin requests, heartbeats, offset commits. A context with an earlier
+// deadline ends a request sooner; a later one does not lift the timeout. A pull's timeout is
+// its poll timeout plus this.
 func WithRequestTimeout(d time.Duration) ClientOption {
 	return func(c *clientConfig) {
 		if d > 0 {
@@ -135,7 +146,8 @@ func WithDialTimeout(d time.Duration) ClientOption {
 
 // WithReconnectBackoff sets the wait before re-dialling an address whose dial failed (default
 // 100 ms), doubling per failure up to max (default 3 s). During the wait requests to that address
-// fail at once with ErrBrokerUnavailable, so producers move to another broker group.
+// fail at once with ErrBrokerUnavailable, so producers move to another broker group. A broker
+// that answers SHUTTING_DOWN gets the same backoff before it is sent anything again.
 func WithReconnectBackoff(initial, max time.Duration) ClientOption {
 	return func(c *clientConfig) {
 		if initial > 0 {
@@ -246,8 +258,9 @@ func WithRetries(n int) ProducerOption {
 	}
 }
 
-// WithSendTimeout bounds a send (all its attempts) when the context has no deadline, and every
-// asynchronous batch (default 3 s).
+// WithSendTimeout bounds a send, all its attempts included, and every asynchronous batch
+// (default 3 s). A context with an earlier deadline ends a synchronous send sooner; a later one
+// does not lift the timeout (RocketMQ's sendMsgTimeout).
 func WithSendTimeout(d time.Duration) ProducerOption {
 	return func(c *producerConfig) {
 		if d > 0 {

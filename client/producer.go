@@ -126,8 +126,8 @@ func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
 func (p *Producer) ID() int64 { return p.id }
 
 // SendSync sends one message as a batch of one, at once (it never waits for a linger time), and
-// waits for the broker's answer. When ctx has no deadline the send, retries included, is
-// bounded by WithSendTimeout.
+// waits for the broker's answer. The send, retries included, is bounded by WithSendTimeout, or
+// by ctx's deadline when it is earlier.
 //
 // Errors: a validation error (ErrMessageInvalid, ErrMessageTooLarge, ErrTopicInvalid); no
 // route or queue (ErrTopicNotExist, ErrNoQueue); ErrUnknownOutcome when the request was written
@@ -259,11 +259,15 @@ func (p *Producer) isClosed() bool {
 	return p.closed
 }
 
+// deadline returns when a send starting now must end: WithSendTimeout from now, or ctx's
+// deadline when it is earlier. As RocketMQ's sendMsgTimeout, the send timeout always applies; a
+// longer ctx does not lift it.
 func (p *Producer) deadline(ctx context.Context) time.Time {
-	if d, ok := ctx.Deadline(); ok {
-		return d
+	d := time.Now().Add(p.cfg.sendTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
 	}
-	return time.Now().Add(p.cfg.sendTimeout)
+	return d
 }
 
 func (p *Producer) checkBody(m *Message) error {
@@ -484,7 +488,7 @@ func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string,
 	if err != nil {
 		return SendResult{}, callNotSent, err
 	}
-	resp, state, err := startCall(conn, protocol.CodeSendMessage, nil, job.batch).wait(ctx, deadline)
+	resp, state, err := p.c.pool.startCall(conn, protocol.CodeSendMessage, nil, job.batch).wait(ctx, deadline)
 	if state != callOK {
 		return SendResult{}, state, err
 	}

@@ -441,6 +441,14 @@ func TestUnknownOutcome(t *testing.T) {
 	if _, err := p2.SendSync(context.Background(), &Message{Topic: "T", Body: []byte("x")}); !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("send timeout: %v", err)
 	}
+	// A context with a later deadline does not lift the send timeout.
+	start := time.Now()
+	if _, err := p2.SendSync(testCtx(t, time.Minute), &Message{Topic: "T", Body: []byte("x")}); !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send timeout under a long ctx: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the send took %v: the minute-long ctx overrode the 50ms send timeout", d)
+	}
 	// And asynchronously.
 	errc := make(chan error, 1)
 	if err := p2.SendAsync(context.Background(), &Message{Topic: "T", Body: []byte("x")}, func(_ SendResult, err error) { errc <- err }); err != nil {
@@ -709,7 +717,7 @@ func TestRouteRefresh(t *testing.T) {
 }
 
 func TestConnPoolBackoff(t *testing.T) {
-	pool := newConnPool(rpc.Options{DialTimeout: time.Second}, 50*time.Millisecond, 200*time.Millisecond)
+	pool := newConnPool(rpc.Options{DialTimeout: time.Second}, 50*time.Millisecond, 200*time.Millisecond, testLogger(t))
 	defer pool.close()
 	// A closed port.
 	fc := newFakeCluster(t)

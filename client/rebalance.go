@@ -314,7 +314,7 @@ func (co *Consumer) call(ctx context.Context, addr string, code protocol.Request
 	if err != nil {
 		return nil, err
 	}
-	resp, state, err := startCall(conn, code, h, nil).wait(ctx, time.Time{})
+	resp, state, err := co.c.pool.startCall(conn, code, h, nil).wait(ctx, time.Time{})
 	if state != callOK {
 		return nil, fmt.Errorf("%s to %s: %w", code, addr, err)
 	}

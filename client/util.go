@@ -15,14 +15,6 @@ func unsafeBytes(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
-// withDefaultTimeout bounds ctx by d when it has no deadline. The returned cancel must be called.
-func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
-}
-
 // sleepCtx waits for d or ctx's end; it reports whether the full wait passed.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {

@@ -35,10 +35,11 @@ func NameServers(flag string, getenv func(string) string) (string, error) {
 	return addrs, nil
 }
 
-// NewAdmin returns a Client for the ';'-separated NameServers and an Admin on it. It does no
-// I/O: connections are made by the first request. Every request, and every dial, is bounded by
-// timeout (DefaultTimeout when <= 0). The client's warnings go to logw (nothing when nil). The
-// caller closes the Client.
+// NewAdmin returns a Client for the ';'-separated NameServers and an Admin on it. With no
+// NameServer ("") the Admin reaches brokers by address only (client.WithNoNameServer), which is
+// all brokerStatus -b and updateTopic -b need. It does no I/O: connections are made by the first
+// request. Every request, and every dial, is bounded by timeout (DefaultTimeout when <= 0). The
+// client's warnings go to logw (nothing when nil). The caller closes the Client.
 func NewAdmin(ctx context.Context, nameServers string, timeout time.Duration, logw io.Writer) (*client.Client, *client.Admin, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -46,12 +47,17 @@ func NewAdmin(ctx context.Context, nameServers string, timeout time.Duration, lo
 	if logw == nil {
 		logw = io.Discard
 	}
-	c, err := client.New(ctx,
-		client.WithNameServers(nameServers),
+	opts := []client.ClientOption{
 		client.WithRequestTimeout(timeout),
 		client.WithDialTimeout(timeout),
 		client.WithLogger(slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))),
-	)
+	}
+	if strings.Trim(nameServers, "; ") == "" {
+		opts = append(opts, client.WithNoNameServer())
+	} else {
+		opts = append(opts, client.WithNameServers(nameServers))
+	}
+	c, err := client.New(ctx, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

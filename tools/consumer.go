@@ -13,8 +13,9 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-// notAvailable fills cells Petrel cannot know: brokers keep no registry of consumer clients
-// (#Client IP) and no consume rate per group (Consume TPS).
+// notAvailable fills cells Petrel cannot know: which client pulls a queue (#Client IP; the
+// members of a group share the queues among themselves, and brokers only know who the members
+// are) and the consume rate of a group (Consume TPS; brokers keep none).
 const notAvailable = "N/A"
 
 // ErrNoConsumeStats is returned by ConsumerProgress when no broker has an offset of the group.
@@ -23,9 +24,12 @@ var ErrNoConsumeStats = errors.New("no consume stats: the group has committed no
 // ConsumerProgress prints a consumer group's progress on every queue it has committed an offset
 // for, on the groups serving topic (or on every master when topic is ""), as mqadmin
 // consumerProgress -g: broker offset (the queue's max offset), consumer offset, their difference
-// and the store time of the queue's last message, then the totals. #Client IP and Consume TPS
-// are "N/A": brokers keep no consumer registry and no per-group rate. Brokers that fail are
-// left out and their errors returned after the table.
+// and the store time of the last consumed message, then the totals, then the client ids of the
+// group's live members ("Clients: id1, id2", or "none"), which the brokers know from the
+// members' heartbeats (Admin.ConsumerClients). #Client IP and Consume TPS are "N/A": the members
+// assign the queues among themselves, so no broker knows which member pulls a queue, and
+// brokers keep no per-group rate. Brokers that fail are left out and their errors returned
+// after the table.
 func ConsumerProgress(ctx context.Context, w io.Writer, a *client.Admin, group, topic string) error {
 	stats, err := a.ConsumeStats(ctx, group, topic)
 	type row struct {
@@ -64,5 +68,13 @@ func ConsumerProgress(ctx context.Context, w io.Writer, a *client.Admin, group, 
 		return ferr
 	}
 	fmt.Fprintf(w, "\nConsume TPS: %s\nDiff Total: %d\n", notAvailable, diffTotal)
-	return err
+	ids, cerr := a.ConsumerClients(ctx, group, topic)
+	clients := "none"
+	if len(ids) > 0 {
+		clients = strings.Join(ids, ", ")
+	} else if cerr != nil {
+		clients = notAvailable
+	}
+	_, werr := fmt.Fprintf(w, "Clients: %s\n", clients)
+	return errors.Join(err, cerr, werr)
 }

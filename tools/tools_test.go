@@ -252,13 +252,18 @@ func TestConsumerProgress(t *testing.T) {
 	tc.createTopic("ProgressTopic", 2)
 	results := tc.send("ProgressTopic", "m1", "m2", "m3", "m4", "m5")
 	maxOff := map[int32]int64{}
-	last := map[int32]int64{}
+	stored := map[int32]map[int64]int64{} // queue -> offset -> store time
 	for _, r := range results {
 		maxOff[r.QueueID] = max(maxOff[r.QueueID], r.QueueOffset+1)
-		last[r.QueueID] = max(last[r.QueueID], r.StoreTimestamp)
+		if stored[r.QueueID] == nil {
+			stored[r.QueueID] = map[int64]int64{}
+		}
+		stored[r.QueueID][r.QueueOffset] = r.StoreTimestamp
 	}
 	// Queue 0 consumed one message; queue 1 everything.
 	commits := map[int32]int64{0: 1, 1: maxOff[1]}
+	// #LastTime is, as mqadmin's, the store time of the last consumed message.
+	last := map[int32]int64{0: stored[0][commits[0]-1], 1: stored[1][commits[1]-1]}
 	for q, off := range commits {
 		if err := tc.admin.UpdateConsumerOffset(ctx5s(t), addr, "GroupA", "ProgressTopic", q, off); err != nil {
 			t.Fatal(err)
@@ -270,8 +275,8 @@ func TestConsumerProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 		rows := lines(out.String())
-		if len(rows) != 6 {
-			t.Fatalf("topic %q: want a header, 2 rows and 3 total lines:\n%s", topic, out.String())
+		if len(rows) != 7 {
+			t.Fatalf("topic %q: want a header, 2 rows, 3 total lines and the clients:\n%s", topic, out.String())
 		}
 		header := []string{"#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Client IP", "#Diff", "#LastTime"}
 		if got := cells(rows[0]); !slices.Equal(got, header) {
@@ -287,10 +292,37 @@ func TestConsumerProgress(t *testing.T) {
 				t.Errorf("topic %q row %d: %q, want %q", topic, q, got, want)
 			}
 		}
-		wantTail := []string{"", "Consume TPS: N/A", fmt.Sprintf("Diff Total: %d", total)}
+		wantTail := []string{"", "Consume TPS: N/A", fmt.Sprintf("Diff Total: %d", total), "Clients: none"}
 		if got := rows[3:]; !slices.Equal(got, wantTail) {
 			t.Errorf("topic %q: tail %q, want %q", topic, got, wantTail)
 		}
+	}
+
+	// A live member of the group is listed under the table.
+	co, err := client.NewConsumer(tc.client, "GroupA", "ProgressTopic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- co.Run(runCtx, func(context.Context, []client.MessageExt) error { return nil }) }()
+	defer func() {
+		stopRun()
+		<-ran
+	}()
+	want := "Clients: " + co.ClientID()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var out bytes.Buffer
+		err := ConsumerProgress(ctx5s(t), &out, tc.admin, "GroupA", "")
+		rows := lines(out.String())
+		if err == nil && len(rows) > 0 && rows[len(rows)-1] == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q line: err %v, output:\n%s", want, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	var out bytes.Buffer
@@ -331,6 +363,20 @@ func TestBrokerStatus(t *testing.T) {
 		if !slices.Contains(rows, want) {
 			t.Errorf("no line %q in:\n%s", want, out.String())
 		}
+	}
+
+	// Without a NameServer: -b still works, -c needs the cluster table.
+	c, direct, err := NewAdmin(context.Background(), "", 2*time.Second, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var direct1 bytes.Buffer
+	if err := BrokerStatus(ctx5s(t), &direct1, direct, addrA, ""); err != nil || !strings.Contains(direct1.String(), "brokerName") {
+		t.Fatalf("brokerStatus -b without a NameServer: %v\n%s", err, direct1.String())
+	}
+	if err := BrokerStatus(ctx5s(t), &direct1, direct, "", "DefaultCluster"); !errors.Is(err, client.ErrNameServerUnavailable) {
+		t.Fatalf("brokerStatus -c without a NameServer: %v", err)
 	}
 
 	// The cluster: every broker, each line prefixed with its address, broker-a first.

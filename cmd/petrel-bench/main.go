@@ -97,6 +97,10 @@ subscription, every line sent once as fast as possible, then drained.`,
 				}
 				cfg.SetBacklogGB(backlogGB)
 			}
+			if cmd.Flags().Changed("duration") && cfg.Duration <= 0 {
+				// 0 would mean "unset" below: the workload's testDurationMinutes.
+				return fmt.Errorf("--duration %v: must be positive (leave it out to use the workload's testDurationMinutes)", cfg.Duration)
+			}
 			if cmd.Flags().Changed("warmup") {
 				cfg.Warmup = warmup
 			} else {
@@ -131,7 +135,7 @@ subscription, every line sent once as fast as possible, then drained.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.WorkloadFile, "workload", "", "OpenMessaging Benchmark workload file (YAML)")
 	f.StringVar(&cfg.PayloadDir, "payload-dir", "", "directory whose files' lines are message bodies (*.log, or every file but LICENSE/README/NOTICE); replayed once without --workload, cycled with one")
-	f.DurationVar(&cfg.Duration, "duration", 0, "test length, overriding the workload's testDurationMinutes (a replay: upper bound)")
+	f.DurationVar(&cfg.Duration, "duration", 0, "test length (positive), overriding the workload's testDurationMinutes (a replay: upper bound)")
 	f.DurationVar(&warmup, "warmup", 0, "warm-up, excluded from results (default: the workload's warmupDurationMinutes, at most a quarter of --duration; none for a replay)")
 	f.IntVar(&rate, "producer-rate", 0, "override the workload's producerRate (msg/s over all producers; 0 = as fast as possible)")
 	f.Int64Var(&backlogGB, "backlog-gb", 0, "override the workload's consumerBacklogSizeGB (GiB; 0 = no backlog)")

@@ -57,6 +57,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--payload-dir", "x", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--payload-dir", "x", "--flush", "LATER"}, "flush type"},
 		{[]string{"--workload", "nope.yaml"}, "cannot read workload"},
+		{[]string{"--payload-dir", "x", "--duration", "0s"}, "--duration 0s: must be positive"},
+		{[]string{"--payload-dir", "x", "--duration", "-1s"}, "--duration -1s: must be positive"},
 	} {
 		code, _, stderr := run(t.Context(), tt.args...)
 		if code != exitCantRun || !strings.Contains(stderr, tt.want) {

@@ -1,21 +1,23 @@
 // Command petrelctl is Petrel's admin CLI, modelled on RocketMQ's mqadmin: the same verbs and
 // short flags, and the same output.
 //
-//	petrelctl updateTopic -n NAMESRV (-c CLUSTER | -b BROKERADDR) -t TOPIC [-r 8] [-w 8] [-p 6]
+//	petrelctl updateTopic (-n NAMESRV -c CLUSTER | -b BROKERADDR) -t TOPIC [-r 8] [-w 8] [-p 6]
 //	petrelctl topicRoute -n NAMESRV -t TOPIC
 //	petrelctl topicList -n NAMESRV [-c CLUSTER]
 //	petrelctl topicStatus -n NAMESRV -t TOPIC
 //	petrelctl clusterList -n NAMESRV [-c CLUSTER]
-//	petrelctl brokerStatus -n NAMESRV (-b BROKERADDR | -c CLUSTER)
+//	petrelctl brokerStatus (-b BROKERADDR | -n NAMESRV -c CLUSTER)
 //	petrelctl consumerProgress -n NAMESRV -g GROUP [-t TOPIC]
 //
-// -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; --timeout bounds
-// each request (default 5s). Errors go to stderr as "petrelctl: VERB: reason" and exit with 1.
-// The commands live in package tools.
+// -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; a verb given a
+// broker address (-b) talks to that broker directly and needs none. --timeout bounds each
+// request (default 5s). Errors go to stderr as "petrelctl: VERB: reason" and exit with 1. The
+// commands live in package tools.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -65,12 +67,17 @@ type globals struct {
 }
 
 // withAdmin returns a RunE that connects to the NameServers and runs fn with the command's
-// context and stdout.
-func (g *globals) withAdmin(fn func(ctx context.Context, w io.Writer, a *client.Admin) error) func(*cobra.Command, []string) error {
+// context and stdout. needNameServer (nil: always) says, once the flags are parsed, whether the
+// command needs a NameServer; one that does not (it was given a broker address) runs without
+// -n and $NAMESRV_ADDR, and uses them when they are set.
+func (g *globals) withAdmin(needNameServer func() bool, fn func(ctx context.Context, w io.Writer, a *client.Admin) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
 		addrs, err := tools.NameServers(g.nameServers, g.getenv)
 		if err != nil {
-			return err
+			if !errors.Is(err, tools.ErrNoNameServer) || needNameServer == nil || needNameServer() {
+				return err
+			}
+			addrs = "" // a broker address is all the command needs
 		}
 		c, a, err := tools.NewAdmin(cmd.Context(), addrs, g.timeout, g.stderr)
 		if err != nil {
@@ -115,13 +122,13 @@ func updateTopicCommand(g *globals) *cobra.Command {
 		Short: "Create a topic or update its queue counts and permission",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+	cmd.RunE = g.withAdmin(func() bool { return o.BrokerAddr == "" }, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.UpdateTopic(ctx, w, a, o)
 	})
 	f := cmd.Flags()
 	f.StringVarP(&o.Topic, "topic", "t", "", "topic name")
-	f.StringVarP(&o.BrokerAddr, "brokerAddr", "b", "", "create the topic on this broker (host:port)")
-	f.StringVarP(&o.Cluster, "clusterName", "c", "", "create the topic on every master of this cluster")
+	f.StringVarP(&o.BrokerAddr, "brokerAddr", "b", "", "create the topic on this broker (host:port; no NameServer needed)")
+	f.StringVarP(&o.Cluster, "clusterName", "c", "", "create the topic on every master of this cluster (needs -n)")
 	f.Int32VarP(&o.ReadQueueNums, "readQueueNums", "r", tools.DefaultQueueNums, "read queue count")
 	f.Int32VarP(&o.WriteQueueNums, "writeQueueNums", "w", tools.DefaultQueueNums, "write queue count")
 	f.Int32VarP(&o.Perm, "perm", "p", tools.DefaultPerm, "permission: 2 (W), 4 (R) or 6 (RW)")
@@ -138,7 +145,7 @@ func topicRouteCommand(g *globals) *cobra.Command {
 		Short: "Print a topic's route (JSON)",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.TopicRoute(ctx, w, a, topic)
 	})
 	cmd.Flags().StringVarP(&topic, "topic", "t", "", "topic name")
@@ -153,7 +160,7 @@ func topicListCommand(g *globals) *cobra.Command {
 		Short: "List the topics stored on the masters",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.TopicList(ctx, w, a, cluster)
 	})
 	cmd.Flags().StringVarP(&cluster, "clusterName", "c", "", "only the masters of this cluster")
@@ -167,7 +174,7 @@ func topicStatusCommand(g *globals) *cobra.Command {
 		Short: "Print min/max offset and last update of every queue of a topic",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.TopicStatus(ctx, w, a, topic)
 	})
 	cmd.Flags().StringVarP(&topic, "topic", "t", "", "topic name")
@@ -182,7 +189,7 @@ func clusterListCommand(g *globals) *cobra.Command {
 		Short: "List the brokers of the cluster table with version and rates",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.ClusterList(ctx, w, a, cluster)
 	})
 	cmd.Flags().StringVarP(&cluster, "clusterName", "c", "", "only this cluster")
@@ -196,12 +203,12 @@ func brokerStatusCommand(g *globals) *cobra.Command {
 		Short: "Print a broker's runtime statistics",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+	cmd.RunE = g.withAdmin(func() bool { return brokerAddr == "" }, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.BrokerStatus(ctx, w, a, brokerAddr, cluster)
 	})
 	f := cmd.Flags()
-	f.StringVarP(&brokerAddr, "brokerAddr", "b", "", "broker address (host:port)")
-	f.StringVarP(&cluster, "clusterName", "c", "", "every broker of this cluster")
+	f.StringVarP(&brokerAddr, "brokerAddr", "b", "", "broker address (host:port; no NameServer needed)")
+	f.StringVarP(&cluster, "clusterName", "c", "", "every broker of this cluster (needs -n)")
 	cmd.MarkFlagsOneRequired("brokerAddr", "clusterName")
 	cmd.MarkFlagsMutuallyExclusive("brokerAddr", "clusterName")
 	return cmd
@@ -214,7 +221,7 @@ func consumerProgressCommand(g *globals) *cobra.Command {
 		Short: "Print a consumer group's offsets against the queues' max offsets",
 		Args:  cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(func(ctx context.Context, w io.Writer, a *client.Admin) error {
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.ConsumerProgress(ctx, w, a, group, topic)
 	})
 	f := cmd.Flags()

@@ -57,6 +57,12 @@ func TestErrors(t *testing.T) {
 	}{
 		{"no NameServer", "", []string{"topicRoute", "-t", "T"},
 			"petrelctl: topicRoute: no NameServer address: use -n host:port[;host:port...] or set NAMESRV_ADDR\n"},
+		{"no NameServer for a cluster", "", []string{"brokerStatus", "-c", "C"},
+			"petrelctl: brokerStatus: no NameServer address: use -n host:port[;host:port...] or set NAMESRV_ADDR\n"},
+		{"no NameServer for a cluster topic", "", []string{"updateTopic", "-c", "C", "-t", "T"},
+			"petrelctl: updateTopic: no NameServer address: use -n host:port[;host:port...] or set NAMESRV_ADDR\n"},
+		{"unreachable broker without a NameServer", "", []string{"brokerStatus", "-b", dead, "--timeout", "1s"},
+			"petrelctl: brokerStatus: cannot get the runtime info of " + dead + ": client: broker unavailable: "},
 		{"unreachable NameServer from -n", "", []string{"clusterList", "-n", dead, "--timeout", "1s"},
 			"petrelctl: clusterList: cannot get the cluster info: client: no NameServer answered: "},
 		{"unreachable NameServer from NAMESRV_ADDR", dead, []string{"topicStatus", "-t", "T"},
@@ -180,6 +186,13 @@ func TestCommands(t *testing.T) {
 	}
 	if out := mustRun("brokerStatus", "-c", "DefaultCluster"); !strings.HasPrefix(out, addr) {
 		t.Errorf("brokerStatus -c printed %q", out)
+	}
+	// A broker address is all -b needs: no -n, no NAMESRV_ADDR.
+	if code, stdout, stderr := petrelctl("", "brokerStatus", "-b", addr); code != 0 || !strings.Contains(stdout, "brokerAddr                      : "+addr+"\n") {
+		t.Errorf("brokerStatus -b without a NameServer: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := petrelctl("", "updateTopic", "-b", addr, "-t", "CliTopic2", "-r", "1", "-w", "1"); code != 0 || !strings.HasPrefix(stdout, "create topic to "+addr+" success.\n") {
+		t.Errorf("updateTopic -b without a NameServer: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
 	code, stdout, stderr := petrelctl(nsAddr, "topicRoute", "-t", "NoSuchTopic")

@@ -1,0 +1,275 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// lockedBuffer collects log output written from many goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) count(sub string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), sub)
+}
+
+// rawBroker is a raw TCP server speaking just enough of the protocol to answer every request
+// with an empty success. A connection accepted while answering is false is never answered nor
+// closed (its requests are read and dropped): a hung server, or a connection left to a listener
+// that is going away. A request whose ConsumerOffsetHeader names queue 1 is never answered
+// either, and its arrival is signalled on held.
+type rawBroker struct {
+	ln        net.Listener
+	answering atomic.Bool
+	accepted  atomic.Int32
+	held      chan struct{}
+
+	mu    sync.Mutex // guards conns
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startRawBroker(t *testing.T) *rawBroker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := &rawBroker{ln: ln, held: make(chan struct{}, 16)}
+	rb.wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			rb.accepted.Add(1)
+			rb.mu.Lock()
+			rb.conns = append(rb.conns, nc)
+			rb.mu.Unlock()
+			answer := rb.answering.Load()
+			rb.wg.Go(func() { rb.serve(nc, answer) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		rb.mu.Lock()
+		for _, nc := range rb.conns {
+			_ = nc.Close()
+		}
+		rb.mu.Unlock()
+		rb.wg.Wait()
+	})
+	return rb
+}
+
+func (rb *rawBroker) addr() string { return rb.ln.Addr().String() }
+
+func (rb *rawBroker) serve(nc net.Conn, answer bool) {
+	br := bufio.NewReader(nc)
+	var prefix [protocol.FramePrefixSize]byte
+	for {
+		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			return
+		}
+		fh, err := protocol.ParseFrameHeader(prefix[:], protocol.DefaultMaxFrameSize)
+		if err != nil {
+			return
+		}
+		rest := make([]byte, fh.TotalSize()-protocol.FramePrefixSize)
+		if _, err := io.ReadFull(br, rest); err != nil {
+			return
+		}
+		if !answer {
+			continue
+		}
+		var h protocol.ConsumerOffsetHeader
+		if protocol.RequestCode(fh.Code) == protocol.CodeUpdateConsumerOffset && h.ReadFrom(rest[:fh.HeaderLength]) == nil && h.QueueID == 1 {
+			rb.held <- struct{}{}
+			continue
+		}
+		out := protocol.AppendFrame(nil, uint16(protocol.StatusSuccess), protocol.FlagResponse, fh.RequestID, nil, nil)
+		if _, err := nc.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+const silentWarning = "closing a connection that received nothing"
+
+// TestSilentConnectionIsReplaced: a request that times out on a connection that received
+// nothing since it was sent closes that connection (one warning), so the next request dials a
+// new one instead of timing out forever on the dead one. A request whose context is cancelled
+// (not timed out) closes nothing, nor does the end of a long-polling pull's context, and a long
+// context does not lift the request timeout.
+func TestSilentConnectionIsReplaced(t *testing.T) {
+	rb := startRawBroker(t)
+	var logs lockedBuffer
+	c := newTestClient(t, "127.0.0.1:1", WithRequestTimeout(300*time.Millisecond),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	admin := NewAdmin(c)
+	ctx := testCtx(t, time.Minute)
+
+	// Cancelled, not timed out: the connection stays.
+	conn, err := c.pool.get(ctx, rb.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, state, err := c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "G", Topic: "T"}, nil).wait(cctx, time.Time{}); state != callUnknown || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: state %d, err %v", state, err)
+	}
+	if !isOpen(conn) {
+		t.Fatal("a cancelled call closed the connection")
+	}
+	// A pull whose ctx deadline passes (the consumer's Run ending) while the broker holds it:
+	// the connection stays too.
+	dctx, dcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer dcancel()
+	if _, state, err := c.pool.startCall(conn, protocol.CodePullMessage, &protocol.PullRequestHeader{ConsumerGroup: "G", Topic: "T", PollTimeoutMs: 15000}, nil).wait(dctx, time.Now().Add(time.Minute)); state != callUnknown || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("held pull: state %d, err %v", state, err)
+	}
+	if !isOpen(conn) {
+		t.Fatal("the end of a long poll's ctx closed the connection")
+	}
+
+	start := time.Now()
+	err = admin.UpdateConsumerOffset(ctx, rb.addr(), "G", "T", 0, 1)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first call on the hung connection: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the call took %v: the minute-long ctx lifted the 300ms request timeout", d)
+	}
+	if isOpen(conn) {
+		t.Fatal("the silent connection is still open")
+	}
+	if n := logs.count(silentWarning); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.buf.String())
+	}
+
+	// The server now answers new connections (the hung one stays hung).
+	rb.answering.Store(true)
+	for i := range 2 {
+		if err := admin.UpdateConsumerOffset(ctx, rb.addr(), "G", "T", 0, int64(2+i)); err != nil {
+			t.Fatalf("call %d after the timeout: %v", 2+i, err)
+		}
+	}
+	if n := rb.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections accepted, want 2 (the hung one and its replacement)", n)
+	}
+	if n := logs.count(silentWarning); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.buf.String())
+	}
+}
+
+// TestSlowConnectionIsKept: a request that times out on a connection that did receive something
+// since it was sent (here the answer to a later request) leaves the connection open.
+func TestSlowConnectionIsKept(t *testing.T) {
+	rb := startRawBroker(t)
+	rb.answering.Store(true)
+	var logs lockedBuffer
+	c := newTestClient(t, "127.0.0.1:1", WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	admin := NewAdmin(c)
+	ctx := testCtx(t, time.Minute)
+
+	conn, err := c.pool.get(ctx, rb.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "G", Topic: "T", QueueID: 1}, nil)
+	<-rb.held // the server has the request: anything it answers from now on comes after it
+	if err := admin.UpdateConsumerOffset(ctx, rb.addr(), "G", "T", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, state, err := held.wait(ctx, time.Now()); state != callUnknown || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("held call: state %d, err %v", state, err)
+	}
+	if !isOpen(conn) {
+		t.Fatal("a connection that received an answer was closed")
+	}
+	if err := admin.UpdateConsumerOffset(ctx, rb.addr(), "G", "T", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := rb.accepted.Load(); n != 1 {
+		t.Fatalf("%d connections accepted, want 1", n)
+	}
+	if n := logs.count(silentWarning); n != 0 {
+		t.Fatalf("unexpected warning:\n%s", logs.buf.String())
+	}
+}
+
+// TestShuttingDownBrokerIsLeftAlone: after a SHUTTING_DOWN answer the client sends the broker
+// nothing for a backoff (requests fail at once with ErrBrokerUnavailable), so a stopping broker
+// sees its clients go quiet; the backoff doubles while the answers go on, and once the broker
+// serves again sends succeed.
+func TestShuttingDownBrokerIsLeftAlone(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	// Backoffs of an hour on a clock the test moves: real time never ends one.
+	c := newTestClient(t, fc.addr, WithReconnectBackoff(time.Hour, 4*time.Hour))
+	var skew atomic.Int64
+	c.pool.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	p := newTestProducer(t, c, WithRetries(2))
+	ctx := testCtx(t, 10*time.Second)
+	send := func() error {
+		_, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		return err
+	}
+	if err := send(); err != nil {
+		t.Fatal(err)
+	}
+	var refusing atomic.Bool
+	refusing.Store(true)
+	a.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		if refusing.Load() {
+			return rpc.Errorf(protocol.StatusShuttingDown, "fake: shutting down"), true
+		}
+		return rpc.Reply{}, false
+	})
+	sends := a.sends.Load()
+	expect := func(what string, wantSends int64) {
+		t.Helper()
+		if err := send(); !errors.Is(err, ErrBrokerUnavailable) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := a.sends.Load() - sends; n != wantSends {
+			t.Fatalf("%s: the broker got %d sends, want %d", what, n, wantSends)
+		}
+	}
+	// One send reaches the broker; its retries do not, nor do the sends after it.
+	expect("first send to the stopping broker", 1)
+	expect("during the backoff", 1)
+	skew.Add(int64(time.Hour + time.Second))
+	expect("after the first backoff", 2) // refused again: the next backoff is 2 h
+	skew.Add(int64(time.Hour + time.Second))
+	expect("during the doubled backoff", 2)
+	refusing.Store(false)
+	skew.Add(int64(time.Hour))
+	if err := send(); err != nil {
+		t.Fatalf("after the broker serves again: %v", err)
+	}
+}
