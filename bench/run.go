@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -17,8 +16,10 @@ import (
 	"unsafe"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/ratelog"
 )
 
 // Phases of a run.
@@ -116,7 +117,7 @@ type runner struct {
 	paused        atomic.Bool
 	resume        chan struct{}
 
-	errLog rateLimitedLog
+	errLog ratelog.Limiter
 
 	// Owned by the main goroutine.
 	last                        tickCounts
@@ -132,30 +133,6 @@ type runner struct {
 // tickCounts are the counters at a progress tick.
 type tickCounts struct {
 	acked, ackedBytes, errors, consumed, consumedBytes int64
-}
-
-// rateLimitedLog logs send errors at most once a second, with the count of those it skipped.
-type rateLimitedLog struct {
-	mu      sync.Mutex
-	last    time.Time
-	skipped int
-}
-
-func (l *rateLimitedLog) warn(log *slog.Logger, msg string, args ...any) {
-	l.mu.Lock()
-	now := time.Now()
-	if now.Sub(l.last) < time.Second {
-		l.skipped++
-		l.mu.Unlock()
-		return
-	}
-	skipped := l.skipped
-	l.last, l.skipped = now, 0
-	l.mu.Unlock()
-	if skipped > 0 {
-		args = append(args, "similar_errors_not_logged", skipped)
-	}
-	log.Warn(msg, args...)
 }
 
 // Run runs a benchmark as cfg says: it starts an embedded cluster unless cfg.NameServers is
@@ -741,7 +718,7 @@ func (r *runner) send(ctx context.Context, ps *prodState, e retryEntry, due time
 	}
 	r.sendErrors.Add(1)
 	ps.errStreak.Add(1)
-	r.errLog.warn(r.log, "send refused", "topic", ps.topic, "err", err)
+	r.errLog.Warn(r.log, "send refused", "topic", ps.topic, "err", err)
 	if r.v != nil {
 		r.v.Failed(ps.id, e.seq, e.attempt, false)
 	}
@@ -769,7 +746,7 @@ func (r *runner) onSendResult(ps *prodState, e retryEntry, size int64, start tim
 	unknown := errors.Is(err, client.ErrUnknownOutcome)
 	r.sendErrors.Add(1)
 	ps.errStreak.Add(1)
-	r.errLog.warn(r.log, "send failed", "topic", ps.topic, "unknownOutcome", unknown, "err", err)
+	r.errLog.Warn(r.log, "send failed", "topic", ps.topic, "unknownOutcome", unknown, "err", err)
 	if r.v != nil {
 		r.v.Failed(ps.id, e.seq, e.attempt, unknown)
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -50,7 +51,7 @@ type Broker struct {
 	connSet        connSet
 	conns          atomic.Int64
 	maxConns       int
-	connLog        rateLimitedLog
+	connLog        ratelog.Limiter
 	inboundPartial atomic.Int64 // bytes of incomplete frames over all connections
 	fatal          chan error
 	workers        sync.WaitGroup // admin request goroutines

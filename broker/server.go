@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +60,7 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	b := h.b
 	if n := b.conns.Add(1); n > int64(b.maxConns) {
 		b.conns.Add(-1)
-		b.connLog.warn(b.log, "refusing connection: maxConnections reached", "remote", c.RemoteAddr().String(), "maxConnections", b.maxConns)
+		b.connLog.Warn(b.log, "refusing connection: maxConnections reached", "remote", c.RemoteAddr().String(), "maxConnections", b.maxConns)
 		return nil, gnet.Close
 	}
 	cs := &connState{c: c, remote: c.RemoteAddr().String()}
@@ -344,28 +343,4 @@ func (s *connSet) snapshot() []*connState {
 		out = append(out, cs)
 	}
 	return out
-}
-
-// rateLimitedLog logs a warning at most once a second, with the count of those it skipped.
-type rateLimitedLog struct {
-	mu      sync.Mutex // a leaf
-	last    time.Time
-	skipped int
-}
-
-func (l *rateLimitedLog) warn(log *slog.Logger, msg string, args ...any) {
-	l.mu.Lock()
-	now := time.Now()
-	if now.Sub(l.last) < time.Second {
-		l.skipped++
-		l.mu.Unlock()
-		return
-	}
-	skipped := l.skipped
-	l.last, l.skipped = now, 0
-	l.mu.Unlock()
-	if skipped > 0 {
-		args = append(args, "skippedSinceLastLog", skipped)
-	}
-	log.Warn(msg, args...)
 }
