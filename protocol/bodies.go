@@ -334,3 +334,153 @@ func (l *StringList) ReadFrom(src []byte) error {
 	}
 	return r.Done()
 }
+
+// ConsumerOffset is one committed offset.
+type ConsumerOffset struct {
+	ConsumerGroup string
+	Topic         string
+	QueueID       int32
+	Offset        int64
+}
+
+// ConsumerOffsetTable is a set of committed offsets (CodeGetAllConsumerOffset response body,
+// CodeMergeConsumerOffsets request body).
+type ConsumerOffsetTable struct {
+	Offsets []ConsumerOffset
+}
+
+// AppendTo appends the encoded table.
+func (t *ConsumerOffsetTable) AppendTo(dst []byte) []byte {
+	dst = AppendU32(dst, uint32(len(t.Offsets)))
+	for _, o := range t.Offsets {
+		dst = AppendString(dst, o.ConsumerGroup)
+		dst = AppendString(dst, o.Topic)
+		dst = AppendI32(dst, o.QueueID)
+		dst = AppendI64(dst, o.Offset)
+	}
+	return dst
+}
+
+// ReadFrom decodes the table from exactly src.
+func (t *ConsumerOffsetTable) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	n := r.Count(2 + 2 + 12)
+	t.Offsets = make([]ConsumerOffset, n)
+	for i := range t.Offsets {
+		o := &t.Offsets[i]
+		o.ConsumerGroup = r.Str(MaxGroupLength)
+		o.Topic = r.Str(MaxTopicLength)
+		o.QueueID = r.I32()
+		o.Offset = r.I64()
+	}
+	return r.Done()
+}
+
+// SlaveStatus is the master's view of one slave.
+type SlaveStatus struct {
+	BrokerID int64
+	// Addr is the slave's client address; HAAddr the remote address of its replication link.
+	Addr   string
+	HAAddr string
+	// AckedOffset is the offset the slave last asked from (it holds everything before it).
+	AckedOffset int64
+	// LagBytes is the master's log end minus AckedOffset; LagMs the time since the slave last
+	// was caught up (0 when caught up).
+	LagBytes int64
+	LagMs    int64
+	InSync   bool
+	// Connected tells whether the slave pulled within the last few seconds.
+	Connected bool
+	// RawBytes and WireBytes count what was replicated to the slave before and after
+	// compression (bytes).
+	RawBytes  int64
+	WireBytes int64
+}
+
+// HAStatus is the CodeGetHAStatus response body: the broker's replication state. A master
+// lists its slaves; a slave describes its link to the master.
+type HAStatus struct {
+	Role            string
+	BrokerID        int64
+	Epoch           uint32
+	LogMin          int64
+	LogEnd          int64
+	ConfirmedOffset int64
+	// MasterAddr and MasterHAAddr name the master (a slave's view).
+	MasterAddr   string
+	MasterHAAddr string
+	// MasterEnd is the master's log end as the slave last heard it; Connected whether the
+	// slave's link is up.
+	MasterEnd int64
+	Connected bool
+	// InSyncReplicas counts the members of the in-sync set, the master included.
+	InSyncReplicas int32
+	Slaves         []SlaveStatus
+}
+
+// AppendTo appends the encoded status.
+func (s *HAStatus) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, s.Role)
+	dst = AppendI64(dst, s.BrokerID)
+	dst = AppendU32(dst, s.Epoch)
+	dst = AppendI64(dst, s.LogMin)
+	dst = AppendI64(dst, s.LogEnd)
+	dst = AppendI64(dst, s.ConfirmedOffset)
+	dst = AppendString(dst, s.MasterAddr)
+	dst = AppendString(dst, s.MasterHAAddr)
+	dst = AppendI64(dst, s.MasterEnd)
+	dst = append(dst, boolByte(s.Connected))
+	dst = AppendI32(dst, s.InSyncReplicas)
+	dst = AppendU32(dst, uint32(len(s.Slaves)))
+	for _, sl := range s.Slaves {
+		dst = AppendI64(dst, sl.BrokerID)
+		dst = AppendString(dst, sl.Addr)
+		dst = AppendString(dst, sl.HAAddr)
+		dst = AppendI64(dst, sl.AckedOffset)
+		dst = AppendI64(dst, sl.LagBytes)
+		dst = AppendI64(dst, sl.LagMs)
+		dst = append(dst, boolByte(sl.InSync), boolByte(sl.Connected))
+		dst = AppendI64(dst, sl.RawBytes)
+		dst = AppendI64(dst, sl.WireBytes)
+	}
+	return dst
+}
+
+// ReadFrom decodes the status from exactly src.
+func (s *HAStatus) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	s.Role = r.Str(maxNameLength)
+	s.BrokerID = r.I64()
+	s.Epoch = r.U32()
+	s.LogMin = r.I64()
+	s.LogEnd = r.I64()
+	s.ConfirmedOffset = r.I64()
+	s.MasterAddr = r.Str(maxNameLength)
+	s.MasterHAAddr = r.Str(maxNameLength)
+	s.MasterEnd = r.I64()
+	s.Connected = r.Bool()
+	s.InSyncReplicas = r.I32()
+	n := r.Count(8 + 2 + 2 + 24 + 2 + 16)
+	s.Slaves = make([]SlaveStatus, n)
+	for i := range s.Slaves {
+		sl := &s.Slaves[i]
+		sl.BrokerID = r.I64()
+		sl.Addr = r.Str(maxNameLength)
+		sl.HAAddr = r.Str(maxNameLength)
+		sl.AckedOffset = r.I64()
+		sl.LagBytes = r.I64()
+		sl.LagMs = r.I64()
+		sl.InSync = r.Bool()
+		sl.Connected = r.Bool()
+		sl.RawBytes = r.I64()
+		sl.WireBytes = r.I64()
+	}
+	return r.Done()
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -53,6 +53,20 @@ const (
 	// CodeGetConsumeStats returns a consumer group's progress on a broker. Response body:
 	// ConsumeStats.
 	CodeGetConsumeStats RequestCode = 208
+	// CodeGetLogChecksum returns a SHA-256 of the broker's commit log over a range of physical
+	// offsets (LogChecksumRequest -> LogChecksumResponse), so replicas can be compared.
+	CodeGetLogChecksum RequestCode = 320
+	// CodeGetHAStatus returns the broker's replication state (response body HAStatus).
+	CodeGetHAStatus RequestCode = 321
+	// CodeGetAllConsumerOffset returns every committed consumer offset of the broker (response
+	// body ConsumerOffsetTable); slaves and masters exchange them.
+	CodeGetAllConsumerOffset RequestCode = 322
+	// CodeMergeConsumerOffsets merges a ConsumerOffsetTable body into the broker's offsets,
+	// keeping the larger offset of each queue (a committed offset never moves backwards).
+	CodeMergeConsumerOffsets RequestCode = 323
+	// CodeHAPull is a slave's replication pull on the master's HA port (HAPullRequest ->
+	// HAPullResponse; body: commit-log bytes, compressed as the response header says).
+	CodeHAPull RequestCode = 330
 )
 
 var requestCodeNames = map[RequestCode]string{
@@ -74,6 +88,11 @@ var requestCodeNames = map[RequestCode]string{
 	CodeGetBrokerClusterInfo:   "GET_BROKER_CLUSTER_INFO",
 	CodeGetTopicStatsInfo:      "GET_TOPIC_STATS_INFO",
 	CodeGetConsumeStats:        "GET_CONSUME_STATS",
+	CodeGetLogChecksum:         "GET_LOG_CHECKSUM",
+	CodeGetHAStatus:            "GET_HA_STATUS",
+	CodeGetAllConsumerOffset:   "GET_ALL_CONSUMER_OFFSET",
+	CodeMergeConsumerOffsets:   "MERGE_CONSUMER_OFFSETS",
+	CodeHAPull:                 "HA_PULL",
 }
 
 // String returns RocketMQ's name of the code, or "REQUEST_CODE(n)".

@@ -545,7 +545,9 @@ var allRequestCodes = map[string]RequestCode{
 	"CodeUnregisterBroker": CodeUnregisterBroker, "CodeGetRouteInfoByTopic": CodeGetRouteInfoByTopic,
 	"CodeGetBrokerClusterInfo": CodeGetBrokerClusterInfo, "CodeGetTopicStatsInfo": CodeGetTopicStatsInfo,
 	"CodeGetConsumeStats": CodeGetConsumeStats, "CodeHeartbeat": CodeHeartbeat, "CodeUnregisterClient": CodeUnregisterClient,
-	"CodeGetConsumerListByGroup": CodeGetConsumerListByGroup,
+	"CodeGetConsumerListByGroup": CodeGetConsumerListByGroup, "CodeGetLogChecksum": CodeGetLogChecksum,
+	"CodeGetHAStatus": CodeGetHAStatus, "CodeGetAllConsumerOffset": CodeGetAllConsumerOffset,
+	"CodeMergeConsumerOffsets": CodeMergeConsumerOffsets, "CodeHAPull": CodeHAPull,
 }
 
 // constsOfType returns the names of the package-level constants declared with type typ in the

@@ -33,6 +33,9 @@ const (
 	// PullOffsetMoved means the requested offset is outside [min, max] of the queue; the
 	// consumer continues at NextQueueOffset.
 	PullOffsetMoved PullResult = 2
+	// PullNotHere means this broker (a slave) has not replicated the requested offset yet: pull
+	// it from SuggestBrokerID (the master). It never means the queue is caught up.
+	PullNotHere PullResult = 3
 )
 
 // String returns the result's name.
@@ -44,6 +47,8 @@ func (r PullResult) String() string {
 		return "NO_NEW_MSG"
 	case PullOffsetMoved:
 		return "OFFSET_MOVED"
+	case PullNotHere:
+		return "NOT_HERE"
 	}
 	return "PULL_RESULT(?)"
 }
@@ -434,5 +439,156 @@ func (h *ConsumerHeartbeatHeader) ReadFrom(src []byte) error {
 	h.ClientID = r.Str(maxNameLength)
 	h.ConsumerGroup = r.Str(MaxGroupLength)
 	h.Topic = r.Str(MaxTopicLength)
+	return r.Done()
+}
+
+// LogChecksumRequest asks for the checksum of the commit log over [From, To) (physical
+// offsets; From -1: the log's min offset, To -1: its end).
+type LogChecksumRequest struct {
+	From int64
+	To   int64
+}
+
+// AppendTo implements Header.
+func (h *LogChecksumRequest) AppendTo(dst []byte) []byte {
+	dst = AppendI64(dst, h.From)
+	return AppendI64(dst, h.To)
+}
+
+// ReadFrom implements Header.
+func (h *LogChecksumRequest) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.From = r.I64()
+	h.To = r.I64()
+	return r.Done()
+}
+
+// LogChecksumResponse answers CodeGetLogChecksum: the range covered and its SHA-256 in hex.
+type LogChecksumResponse struct {
+	From     int64
+	To       int64
+	Checksum string
+}
+
+// AppendTo implements Header.
+func (h *LogChecksumResponse) AppendTo(dst []byte) []byte {
+	dst = AppendI64(dst, h.From)
+	dst = AppendI64(dst, h.To)
+	return AppendString(dst, h.Checksum)
+}
+
+// ReadFrom implements Header.
+func (h *LogChecksumResponse) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.From = r.I64()
+	h.To = r.I64()
+	h.Checksum = r.Str(128)
+	return r.Done()
+}
+
+// HA pull results (HAPullResponse.Result).
+const (
+	// HAOK: the body holds whole batches starting at Offset (empty after a wait with nothing new).
+	HAOK uint8 = 0
+	// HAOutOfRange: the requested offset is past the master's end or not on a batch boundary;
+	// it acknowledges nothing. The slave must truncate or resync (MasterMin, MasterEnd tell).
+	HAOutOfRange uint8 = 1
+	// HAResync: the master no longer has the requested offset (retention); the slave must
+	// restart from Offset (the master's min offset) with an empty log.
+	HAResync uint8 = 2
+	// HAFenced: the request's epoch is stale (older than the master's) or the master is not
+	// master any more; the slave must find the current master.
+	HAFenced uint8 = 3
+)
+
+// Replication compression codecs (HAPullResponse.Codec).
+const (
+	HACodecNone uint8 = 0
+	HACodecS2   uint8 = 1
+	HACodecZstd uint8 = 2
+)
+
+// HAPullRequest is a slave's replication pull: send me commit-log bytes from Offset. Offset
+// acknowledges every byte before it once the master verified it is a batch boundary.
+type HAPullRequest struct {
+	BrokerName string
+	// SlaveID is the slave's brokerId; SlaveAddr its client address (for read suggestions).
+	SlaveID   int64
+	SlaveAddr string
+	Offset    int64
+	// MaxBytes caps the uncompressed bytes of the answer.
+	MaxBytes int32
+	// WaitMs is how long the master may hold the request when it has nothing past Offset (ms).
+	WaitMs int32
+	// Epoch is the newest master epoch the slave knows (0: none).
+	Epoch uint32
+}
+
+// AppendTo implements Header.
+func (h *HAPullRequest) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.BrokerName)
+	dst = AppendI64(dst, h.SlaveID)
+	dst = AppendString(dst, h.SlaveAddr)
+	dst = AppendI64(dst, h.Offset)
+	dst = AppendI32(dst, h.MaxBytes)
+	dst = AppendI32(dst, h.WaitMs)
+	return AppendU32(dst, h.Epoch)
+}
+
+// ReadFrom implements Header.
+func (h *HAPullRequest) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.BrokerName = r.Str(maxNameLength)
+	h.SlaveID = r.I64()
+	h.SlaveAddr = r.Str(maxNameLength)
+	h.Offset = r.I64()
+	h.MaxBytes = r.I32()
+	h.WaitMs = r.I32()
+	h.Epoch = r.U32()
+	return r.Done()
+}
+
+// HAPullResponse answers CodeHAPull.
+type HAPullResponse struct {
+	Result uint8
+	// Offset is where the body's bytes go in the log: the requested offset, or the start of
+	// the next segment when the request pointed at a segment's end (the slave then writes the
+	// segment-end marker and rolls), or the resync point.
+	Offset int64
+	// MasterMin and MasterEnd are the master's log bounds; ConfirmedOffset is the offset every
+	// in-sync member holds.
+	MasterMin       int64
+	MasterEnd       int64
+	ConfirmedOffset int64
+	// Codec is the body's compression (HACodec*); RawLength its uncompressed size (bytes).
+	Codec     uint8
+	RawLength int32
+	// Epoch is the master's epoch.
+	Epoch uint32
+}
+
+// AppendTo implements Header.
+func (h *HAPullResponse) AppendTo(dst []byte) []byte {
+	dst = append(dst, h.Result)
+	dst = AppendI64(dst, h.Offset)
+	dst = AppendI64(dst, h.MasterMin)
+	dst = AppendI64(dst, h.MasterEnd)
+	dst = AppendI64(dst, h.ConfirmedOffset)
+	dst = append(dst, h.Codec)
+	dst = AppendI32(dst, h.RawLength)
+	return AppendU32(dst, h.Epoch)
+}
+
+// ReadFrom implements Header.
+func (h *HAPullResponse) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Result = r.U8()
+	h.Offset = r.I64()
+	h.MasterMin = r.I64()
+	h.MasterEnd = r.I64()
+	h.ConfirmedOffset = r.I64()
+	h.Codec = r.U8()
+	h.RawLength = r.I32()
+	h.Epoch = r.U32()
 	return r.Done()
 }

@@ -43,6 +43,10 @@ func sampleHeaders() []codec {
 		&BrokerHeader{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerID: 0, BrokerAddr: "127.0.0.1:10911", HAServerAddr: "127.0.0.1:10912", DataVersion: 9},
 		&RegisterBrokerResponseHeader{MasterAddr: "127.0.0.1:10911", HAServerAddr: "127.0.0.1:10912"},
 		&ConsumerHeartbeatHeader{ClientID: "10.0.0.1@4242@a1b2", ConsumerGroup: "cg-orders", Topic: "TopicA"},
+		&LogChecksumRequest{From: -1, To: 1 << 30},
+		&LogChecksumResponse{From: 0, To: 1 << 30, Checksum: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
+		&HAPullRequest{BrokerName: "broker-a", SlaveID: 1, SlaveAddr: "127.0.0.1:10921", Offset: 1 << 31, MaxBytes: 1 << 20, WaitMs: 5000, Epoch: 3},
+		&HAPullResponse{Result: HAOK, Offset: 1 << 31, MasterMin: 0, MasterEnd: 1<<31 + 4096, ConfirmedOffset: 1 << 31, Codec: HACodecS2, RawLength: 4096, Epoch: 3},
 	}
 }
 
@@ -73,6 +77,14 @@ func newHeader(i int) codec {
 		return new(RegisterBrokerResponseHeader)
 	case 11:
 		return new(ConsumerHeartbeatHeader)
+	case 12:
+		return new(LogChecksumRequest)
+	case 13:
+		return new(LogChecksumResponse)
+	case 14:
+		return new(HAPullRequest)
+	case 15:
+		return new(HAPullResponse)
 	}
 	panic(fmt.Sprintf("BUG: no header %d", i))
 }
@@ -117,6 +129,23 @@ func sampleConsumeStats() []*ConsumeStats {
 	return []*ConsumeStats{
 		{Queues: []ConsumeQueueStats{}},
 		{Queues: []ConsumeQueueStats{{"TopicA", 0, 100, 90, 1732890000000}, {"TopicA", 1, 7, 7, 0}}},
+	}
+}
+
+func sampleOffsetTables() []*ConsumerOffsetTable {
+	return []*ConsumerOffsetTable{
+		{Offsets: []ConsumerOffset{}},
+		{Offsets: []ConsumerOffset{{"cg-a", "TopicA", 0, 42}, {"cg-a", "TopicA", 7, 1 << 40}, {"cg-b", "T", 1, 0}}},
+	}
+}
+
+func sampleHAStatuses() []*HAStatus {
+	return []*HAStatus{
+		{Role: "SLAVE", BrokerID: 2, MasterAddr: "127.0.0.1:10911", MasterHAAddr: "127.0.0.1:10912", MasterEnd: 1 << 30, Connected: true, Slaves: []SlaveStatus{}},
+		{Role: "SYNC_MASTER", Epoch: 4, LogEnd: 1 << 31, ConfirmedOffset: 1 << 31, InSyncReplicas: 2, Slaves: []SlaveStatus{
+			{BrokerID: 1, Addr: "127.0.0.1:10921", HAAddr: "127.0.0.1:40122", AckedOffset: 1 << 31, InSync: true, Connected: true, RawBytes: 1 << 31, WireBytes: 1 << 29},
+			{BrokerID: 2, Addr: "127.0.0.1:10931", AckedOffset: 5, LagBytes: 1<<31 - 5, LagMs: 15000},
+		}},
 	}
 }
 

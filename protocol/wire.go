@@ -20,6 +20,10 @@ var ErrTooLong = errors.New("protocol: field longer than allowed")
 // ErrTrailingBytes is returned when a header or body has bytes after its last field.
 var ErrTrailingBytes = errors.New("protocol: trailing bytes after the last field")
 
+// ErrBadValue is returned when a field holds a value outside its domain (a boolean byte other
+// than 0 or 1).
+var ErrBadValue = errors.New("protocol: field value out of range")
+
 // MaxStringLen is the largest string a u16 length prefix can carry (bytes).
 const MaxStringLen = 1<<16 - 1
 
@@ -106,6 +110,15 @@ func (r *Reader) U8() uint8 {
 		return 0
 	}
 	return p[0]
+}
+
+// Bool reads one byte that must be 0 or 1.
+func (r *Reader) Bool() bool {
+	v := r.U8()
+	if v > 1 && r.err == nil {
+		r.err = fmt.Errorf("%w: boolean byte %d", ErrBadValue, v)
+	}
+	return v == 1
 }
 
 // U16 reads a big-endian u16.
