@@ -221,6 +221,12 @@ func (s *Store) loadSegments() ([]*mappedFile, error) {
 	}
 	var bases []int64
 	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), resetSuffix) { // left over by a ResetTo that crashed
+			if err := os.Remove(filepath.Join(s.logDir, e.Name())); err != nil {
+				return nil, fmt.Errorf("cannot remove %q: %w", e.Name(), err)
+			}
+			continue
+		}
 		b, ok := parseFileName(e.Name())
 		if !ok || !e.Type().IsRegular() {
 			s.logger.Warn("commitlog: ignoring unexpected file in the log directory", "name", e.Name())

@@ -34,6 +34,8 @@ type Store struct {
 	closed   bool        // (mu)
 	active   *mappedFile // (mu) segment appends go to
 	writePos int64       // (mu) physical offset of the next append (== end)
+	// replInfos is AppendReplicated's scratch list of checked batches. (mu)
+	replInfos []replInfo
 
 	closedFlag atomic.Bool
 	segs       atomic.Pointer[[]*mappedFile] // copy-on-write, written under mu
@@ -307,31 +309,7 @@ func (s *Store) DeleteQueues(topic []byte) {
 	if t == nil {
 		return
 	}
-	s.qmu.Lock()
-	delete(s.topics, t.name)
-	s.qmu.Unlock()
-	dir := filepath.Join(s.cqDir, t.dirName)
-	trash := filepath.Join(s.cqDir, fmt.Sprintf(".trash-%d-%s", time.Now().UnixNano(), t.dirName))
-	renamed := os.Rename(dir, trash) == nil
-	if !renamed {
-		s.logger.Warn("commitlog: cannot move deleted queues aside; files are kept", "dir", dir)
-	} else {
-		s.markDirDirty(s.cqDir)
-		s.gcMu.Lock()
-		s.trashDirs = append(s.trashDirs, trash)
-		s.gcMu.Unlock()
-	}
-	for _, q := range t.queues {
-		q.deleted.Store(true)
-		for _, f := range *q.files.Load() {
-			if renamed {
-				p := filepath.Join(trash, filepath.Base(q.dir), filepath.Base(f.path()))
-				f.pathp.Store(&p)
-				f.remove.Store(true)
-			}
-			f.release()
-		}
-	}
+	s.deleteQueuesLocked(t)
 	kick(s.qflushKick)
 	s.logger.Info("commitlog: deleted consume queues", "topic", t.name, "queues", len(t.queues))
 }

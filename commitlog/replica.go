@@ -1,0 +1,368 @@
+package commitlog
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Replication errors.
+var (
+	// ErrBeyondEnd is wrapped by ReadReplication when the offset is past the log end.
+	ErrBeyondEnd = errors.New("commitlog: offset beyond the log end")
+	// ErrBelowMin is wrapped by ReadReplication when the offset was deleted by retention.
+	ErrBelowMin = errors.New("commitlog: offset below the log's min offset")
+	// ErrNotBatchBoundary is wrapped by ReadReplication when no batch starts at the offset.
+	ErrNotBatchBoundary = errors.New("commitlog: offset is not a batch boundary")
+	// ErrReplicaMismatch is wrapped by AppendReplicated when the replicated bytes do not go
+	// where the log ends, do not fit the segment, or break a queue's offsets.
+	ErrReplicaMismatch = errors.New("commitlog: replicated data does not continue the log")
+)
+
+// isMarkerAt reports whether a segment-end marker (or a tail too short for one) is at rel.
+func isMarkerAt(f *mappedFile, rel int64) bool {
+	if f.size-rel < markerSize {
+		return true
+	}
+	return binary.BigEndian.Uint32(f.data[rel:]) == 0 && binary.BigEndian.Uint32(f.data[rel+4:]) == SegmentEndMagic
+}
+
+// ReadReplication calls fn with whole batches of the log starting at from, as a master sends
+// them to its slaves. When from is the end of a segment's data (its segment-end marker, or a
+// tail too short for one) the batches start at the next segment's base instead: start tells.
+// It returns at most maxBytes of batches, but always the first batch whole. data is a view of
+// the mapping, valid only during fn. At the log end fn gets (end, nil).
+//
+// Every batch is checked with the Parser (CRC and stored offset), so a request for an offset
+// that is not a batch start fails with ErrNotBatchBoundary. Other errors wrap ErrBeyondEnd,
+// ErrBelowMin (retention removed it) or ErrClosed, or are fn's. Any goroutine.
+func (s *Store) ReadReplication(from int64, maxBytes int, fn func(start int64, data []byte) error) error {
+	for range maxReadAttempts {
+		if s.closedFlag.Load() {
+			return ErrClosed
+		}
+		end, lo := s.end.Load(), s.minOffset.Load()
+		switch {
+		case from > end:
+			return fmt.Errorf("cannot replicate from %d (log is [%d, %d)): %w", from, lo, end, ErrBeyondEnd)
+		case from < lo:
+			return fmt.Errorf("cannot replicate from %d (log is [%d, %d)): %w", from, lo, end, ErrBelowMin)
+		case from == end:
+			return fn(end, nil)
+		}
+		seg := findSegment(*s.segs.Load(), from)
+		if seg == nil || !seg.tryAcquire() {
+			continue // removed by retention meanwhile
+		}
+		start := from
+		if isMarkerAt(seg, from-seg.base) {
+			next := seg.end()
+			seg.release()
+			if next >= end {
+				return fn(next, nil)
+			}
+			if seg = findSegment(*s.segs.Load(), next); seg == nil || seg.base != next || !seg.tryAcquire() {
+				continue
+			}
+			start = next
+		}
+		err := s.readBatches(seg, start, min(end, seg.end()), maxBytes, fn)
+		seg.release()
+		return err
+	}
+	return fmt.Errorf("cannot replicate from %d: %w", from, errRetry)
+}
+
+// readBatches passes fn the whole batches of seg in [start, limit), up to maxBytes.
+func (s *Store) readBatches(seg *mappedFile, start, limit int64, maxBytes int, fn func(int64, []byte) error) error {
+	pos := start
+	for pos < limit {
+		rel := pos - seg.base
+		if pos > start && isMarkerAt(seg, rel) {
+			break
+		}
+		info, err := s.cfg.Parser(seg.data[rel:limit-seg.base], pos)
+		if err != nil {
+			if pos == start {
+				return fmt.Errorf("cannot replicate from %d: %w: %v", start, ErrNotBatchBoundary, err)
+			}
+			return fmt.Errorf("cannot replicate: damaged batch at %d: %w: %v", pos, ErrCorrupt, err)
+		}
+		if pos > start && pos+int64(info.Size)-start > int64(maxBytes) {
+			break
+		}
+		pos += int64(info.Size)
+	}
+	a, b := start-seg.base, pos-seg.base
+	return fn(start, seg.data[a:b:b])
+}
+
+// AppendReplicated writes batches copied from the master's log at start, which must be the log
+// end or, when the master rolled there, the base of the next segment (this log then writes its
+// own segment-end marker and rolls, so both logs stay byte-identical). data holds whole
+// batches, checked with the Parser before anything is written; each batch's stored base queue
+// offset must continue its queue. It returns the new log end. Errors wrap ErrReplicaMismatch,
+// ErrDiskFull, ErrClosed, or the Parser's. Master and slave must use the same segment size.
+// Slave only: the log must not take Appends meanwhile.
+func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	if len(data) == 0 {
+		return s.writePos, nil
+	}
+	seg := s.active
+	if start != s.writePos {
+		if start != seg.end() {
+			return 0, fmt.Errorf("cannot append replicated data at %d: log ends at %d: %w", start, s.writePos, ErrReplicaMismatch)
+		}
+	}
+	limit := seg.end()
+	if start == seg.end() {
+		limit = start + s.cfg.SegmentSize
+	}
+	if start+int64(len(data)) > limit {
+		return 0, fmt.Errorf("cannot append %d replicated bytes at %d: they cross the segment end %d (same mappedFileSizeCommitLog on master and slave?): %w",
+			len(data), start, limit, ErrReplicaMismatch)
+	}
+	// Check everything before writing anything.
+	s.replInfos = s.replInfos[:0]
+	for pos := 0; pos < len(data); {
+		info, err := s.cfg.Parser(data[pos:], start+int64(pos))
+		if err != nil {
+			return 0, fmt.Errorf("cannot append replicated batch at %d: %w", start+int64(pos), err)
+		}
+		if q := s.queueLocked(info.Topic, info.QueueID); q != nil && q.cnt > 0 && info.BaseQueueOffset != s.pendingNext(q, info) {
+			return 0, fmt.Errorf("replicated batch at %d has queue offset %d for %s/%d, which continues at %d: %w",
+				start+int64(pos), info.BaseQueueOffset, info.Topic, info.QueueID, s.pendingNext(q, info), ErrReplicaMismatch)
+		}
+		s.replInfos = append(s.replInfos, replInfo{BatchInfo: info, pos: start + int64(pos)})
+		pos += info.Size
+	}
+	if start != s.writePos {
+		if err := s.rollLocked(); err != nil {
+			return 0, err
+		}
+		seg = s.active
+	}
+	rel := s.writePos - seg.base
+	copy(seg.data[rel:rel+int64(len(data))], data)
+	for i := range s.replInfos {
+		ri := &s.replInfos[i]
+		q := s.queueLocked(ri.Topic, ri.QueueID)
+		if q == nil {
+			var err error
+			if q, err = s.createQueueLocked(string(ri.Topic), ri.QueueID); err != nil {
+				return s.publishReplicatedLocked(seg, ri.pos), err
+			}
+		}
+		if err := q.ensureRoomLocked(); err != nil {
+			return s.publishReplicatedLocked(seg, ri.pos), err
+		}
+		if q.cnt == 0 {
+			q.next = ri.BaseQueueOffset
+		}
+		q.writeEntryLocked(ri.pos, ri.Size, ri.BaseQueueOffset, ri.Count, ri.TagHash, ri.StoreTimestamp)
+		seg.newestTS.Store(ri.StoreTimestamp)
+	}
+	return s.publishReplicatedLocked(seg, start+int64(len(data))), nil
+}
+
+// replInfo is a checked replicated batch waiting to be indexed.
+type replInfo struct {
+	BatchInfo
+	pos int64
+}
+
+// pendingNext returns where q continues, counting batches of this call already checked.
+func (s *Store) pendingNext(q *consumeQueue, info BatchInfo) int64 {
+	next := q.next
+	for i := range s.replInfos {
+		if ri := &s.replInfos[i]; ri.QueueID == info.QueueID && string(ri.Topic) == string(info.Topic) {
+			next = ri.BaseQueueOffset + int64(ri.Count)
+		}
+	}
+	return next
+}
+
+// publishReplicatedLocked makes the log end at end visible. Caller holds mu.
+func (s *Store) publishReplicatedLocked(seg *mappedFile, end int64) int64 {
+	if end < s.writePos {
+		end = s.writePos // an indexing failure: the bytes before stay, the batch is re-sent
+	}
+	s.writePos = end
+	s.end.Store(end)
+	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
+		kick(s.flushKick)
+	}
+	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault {
+		kick(s.allocKick)
+	}
+	_ = seg
+	return end
+}
+
+// resetSuffix marks segment files a ResetTo moved aside; Open deletes leftovers.
+const resetSuffix = ".reset"
+
+// ResetTo discards the whole log and every consume queue and starts an empty log at base, for
+// a slave that must copy the master's log afresh (its own is below the master's min offset,
+// or diverged). base must be a segment boundary of the master. Crash-safe: queues go first,
+// then segments oldest first, so a crash leaves a shorter log that replication resets again.
+// Any goroutine; the log must not take Appends meanwhile.
+func (s *Store) ResetTo(base int64) error {
+	if base < 0 || base%s.cfg.SegmentSize != 0 {
+		return fmt.Errorf("cannot reset the log to %d: not a multiple of the segment size %d: %w", base, s.cfg.SegmentSize, ErrInvalidConfig)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	for _, t := range s.topicsSnapshotLocked() {
+		s.deleteQueuesLocked(t)
+	}
+	// Move the old segments out of the way, oldest first (a crash leaves a shorter log, and
+	// Open deletes the moved files); they are removed once no reader maps them.
+	old := *s.segs.Load()
+	for _, f := range old {
+		p := f.path() + resetSuffix
+		if err := os.Rename(f.path(), p); err != nil {
+			return fmt.Errorf("cannot reset the log: %w", err)
+		}
+		f.pathp.Store(&p)
+	}
+	if err := fsyncDir(s.logDir); err != nil {
+		return fmt.Errorf("cannot reset the log: %w", err)
+	}
+	seg, err := s.takeSegmentLocked(base)
+	if err != nil {
+		return err
+	}
+	list := []*mappedFile{seg}
+	s.segs.Store(&list)
+	s.active = seg
+	s.writePos = base
+	s.minOffset.Store(base)
+	s.end.Store(base)
+	s.flushed.Store(base)
+	s.prefaultedTo.Store(base)
+	for _, f := range old {
+		f.remove.Store(true)
+		f.release()
+	}
+	if err := fsyncDir(s.logDir); err != nil {
+		return fmt.Errorf("cannot reset the log: %w", err)
+	}
+	kick(s.allocKick)
+	kick(s.qflushKick)
+	s.logger.Warn("commitlog: log reset for a resync", "base", base, "segmentsDropped", len(old))
+	return nil
+}
+
+// topicsSnapshotLocked lists the topics. Caller holds mu.
+func (s *Store) topicsSnapshotLocked() []*topicQueues {
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	out := make([]*topicQueues, 0, len(s.topics))
+	for _, t := range s.topics {
+		out = append(out, t)
+	}
+	return out
+}
+
+// QueuePhysicalOffset returns the physical offset of the batch holding queueOffset in the
+// queue, or the log end when queueOffset is at or past the queue's end (the next batch is yet
+// to be written) or the queue does not exist. Read suggestions use it to measure how far
+// behind the log end a consumer reads. Any goroutine.
+func (s *Store) QueuePhysicalOffset(topic []byte, queueID int32, queueOffset int64) int64 {
+	q := s.lookupQueue(topic, queueID)
+	if q == nil {
+		return s.end.Load()
+	}
+	var c cqCursor
+	defer c.close()
+	b, err := q.bounds(&c)
+	if err != nil || queueOffset >= b.maxOff {
+		return s.end.Load()
+	}
+	if queueOffset < b.minOff {
+		queueOffset = b.minOff
+	}
+	i, err := q.find(&c, b, queueOffset)
+	if err != nil || i >= b.cnt {
+		return s.end.Load()
+	}
+	e, err := c.entry(i)
+	if err != nil {
+		return s.end.Load()
+	}
+	return e.phys
+}
+
+// Checksum returns the SHA-256, in hex, of the log's bytes over [from, to) as stored, segment
+// padding included, so that two replicas holding the same log give the same checksum. from < 0
+// means the log's min offset, to < 0 its end; both are clamped to the log. It returns the range
+// covered. Reads the mapping on the calling goroutine (it may fault pages in): call it off any
+// event loop. Any goroutine.
+func (s *Store) Checksum(from, to int64) (int64, int64, string, error) {
+	lo, end := s.minOffset.Load(), s.end.Load()
+	if from < 0 || from < lo {
+		from = lo
+	}
+	if to < 0 || to > end {
+		to = end
+	}
+	if to < from {
+		to = from
+	}
+	h := sha256.New()
+	for pos := from; pos < to; {
+		seg := findSegment(*s.segs.Load(), pos)
+		if seg == nil || !seg.tryAcquire() {
+			return from, pos, "", fmt.Errorf("cannot checksum the log at %d: segment gone (retention?): %w", pos, ErrOffsetOutOfRange)
+		}
+		hi := min(to, seg.end())
+		h.Write(seg.data[pos-seg.base : hi-seg.base])
+		seg.release()
+		pos = hi
+	}
+	return from, to, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// deleteQueuesLocked removes the queues of t, moving their directory to a trash directory the
+// retention goroutine deletes. Caller holds mu.
+func (s *Store) deleteQueuesLocked(t *topicQueues) {
+	s.qmu.Lock()
+	delete(s.topics, t.name)
+	s.qmu.Unlock()
+	dir := filepath.Join(s.cqDir, t.dirName)
+	trash := filepath.Join(s.cqDir, fmt.Sprintf(".trash-%d-%s", time.Now().UnixNano(), t.dirName))
+	renamed := os.Rename(dir, trash) == nil
+	if !renamed {
+		s.logger.Warn("commitlog: cannot move deleted queues aside; files are kept", "dir", dir)
+	} else {
+		s.markDirDirty(s.cqDir)
+		s.gcMu.Lock()
+		s.trashDirs = append(s.trashDirs, trash)
+		s.gcMu.Unlock()
+	}
+	for _, q := range t.queues {
+		q.deleted.Store(true)
+		for _, f := range *q.files.Load() {
+			if renamed {
+				p := filepath.Join(trash, filepath.Base(q.dir), filepath.Base(f.path()))
+				f.pathp.Store(&p)
+				f.remove.Store(true)
+			}
+			f.release()
+		}
+	}
+}

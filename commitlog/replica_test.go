@@ -1,0 +1,223 @@
+package commitlog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// replicate copies master to slave with ReadReplication/AppendReplicated until the slave's
+// end reaches the master's, in chunks of at most chunk bytes.
+func replicate(t *testing.T, master, slave *Store, chunk int) {
+	t.Helper()
+	for i := 0; slave.LogEndOffset() < master.LogEndOffset(); i++ {
+		if i > 1<<20 {
+			t.Fatal("replication does not progress")
+		}
+		from := slave.LogEndOffset()
+		err := master.ReadReplication(from, chunk, func(start int64, data []byte) error {
+			if start < from {
+				return fmt.Errorf("start %d before the request %d", start, from)
+			}
+			_, err := slave.AppendReplicated(start, data)
+			if len(data) == 0 && start > from {
+				// Only a segment jump at the very end: nothing to copy yet.
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("replicate from %d: %v", from, err)
+		}
+	}
+}
+
+func TestReplicationByteIdentical(t *testing.T) {
+	master := mustOpen(t, testConfig(t.TempDir()))
+	defer master.Close()
+	slave := mustOpen(t, testConfig(t.TempDir()))
+	defer slave.Close()
+	r := rand.New(rand.NewPCG(1, 2))
+	m := newModel()
+	for i := 0; i < 600; i++ { // ~10 segments of 64 KiB: many rolls with markers
+		appendRec(t, master, m, fmt.Sprintf("t%d", i%3), int32(i%4), 1+int32(r.IntN(3)), randPayload(r, 10, 2000))
+		if i%97 == 0 {
+			replicate(t, master, slave, 1+r.IntN(8000))
+		}
+	}
+	replicate(t, master, slave, 4096)
+	if slave.LogEndOffset() != master.LogEndOffset() {
+		t.Fatalf("slave ends at %d, master at %d", slave.LogEndOffset(), master.LogEndOffset())
+	}
+	_, _, mc, err := master.Checksum(-1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, sc, err := slave.Checksum(-1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc != sc {
+		t.Fatalf("checksums differ: master %s slave %s", mc, sc)
+	}
+	// The slave's consume queues serve the same batches at the same queue offsets.
+	for k, recs := range m.queues {
+		if got := slave.MaxOffset([]byte(k.topic), k.qid); got != m.maxOffset(k) {
+			t.Fatalf("%v: slave max offset %d, want %d", k, got, m.maxOffset(k))
+		}
+		var rr ReadResult
+		for _, rc := range recs {
+			if err := slave.Read([]byte(k.topic), k.qid, rc.base, 1, 1, &rr); err != nil || rr.Status != Found {
+				t.Fatalf("%v offset %d: %v %v", k, rc.base, rr.Status, err)
+			}
+			if !bytes.Equal(payloadOf(rr.Slices[0].B), rc.payload) {
+				t.Fatalf("%v offset %d: payload differs", k, rc.base)
+			}
+			rr.Release()
+		}
+	}
+	// Reopened, the slave recovers the same log.
+	slave.Close()
+	reopened := mustOpen(t, testConfig(slave.cfg.Dir))
+	defer reopened.Close()
+	if _, _, sc2, _ := reopened.Checksum(-1, -1); sc2 != mc {
+		t.Fatal("slave log changed across a restart")
+	}
+}
+
+func TestReadReplicationErrors(t *testing.T) {
+	s := mustOpen(t, testConfig(t.TempDir()))
+	defer s.Close()
+	m := newModel()
+	rec := appendRec(t, s, m, "a", 0, 1, make([]byte, 100))
+	appendRec(t, s, m, "a", 0, 1, make([]byte, 100))
+	nop := func(int64, []byte) error { return nil }
+	if err := s.ReadReplication(s.LogEndOffset()+1, 1<<20, nop); !errors.Is(err, ErrBeyondEnd) {
+		t.Fatalf("beyond end: %v", err)
+	}
+	if err := s.ReadReplication(rec.phys+3, 1<<20, nop); !errors.Is(err, ErrNotBatchBoundary) {
+		t.Fatalf("inside a batch: %v", err)
+	}
+	var got []byte
+	if err := s.ReadReplication(rec.phys, 1, func(start int64, data []byte) error {
+		got = append(got, data...)
+		return nil
+	}); err != nil || len(got) != rec.size {
+		t.Fatalf("first batch whole even past maxBytes: %d bytes, %v", len(got), err)
+	}
+	calledAtEnd := false
+	if err := s.ReadReplication(s.LogEndOffset(), 1<<20, func(start int64, data []byte) error {
+		calledAtEnd = start == s.LogEndOffset() && len(data) == 0
+		return nil
+	}); err != nil || !calledAtEnd {
+		t.Fatalf("at the end: %v %v", calledAtEnd, err)
+	}
+}
+
+func TestAppendReplicatedRejectsBadData(t *testing.T) {
+	master := mustOpen(t, testConfig(t.TempDir()))
+	defer master.Close()
+	slave := mustOpen(t, testConfig(t.TempDir()))
+	defer slave.Close()
+	m := newModel()
+	appendRec(t, master, m, "a", 0, 2, make([]byte, 300))
+	appendRec(t, master, m, "a", 0, 2, make([]byte, 300))
+	var chunk []byte
+	_ = master.ReadReplication(0, 1<<20, func(_ int64, d []byte) error { chunk = append([]byte(nil), d...); return nil })
+	bad := append([]byte(nil), chunk...)
+	bad[len(bad)-1] ^= 1 // CRC breaks in the second batch
+	if _, err := slave.AppendReplicated(0, bad); err == nil {
+		t.Fatal("a corrupt batch was replicated")
+	}
+	if slave.LogEndOffset() != 0 {
+		t.Fatalf("a rejected chunk wrote %d bytes", slave.LogEndOffset())
+	}
+	if _, err := slave.AppendReplicated(100, chunk); !errors.Is(err, ErrReplicaMismatch) {
+		t.Fatalf("wrong offset: %v", err)
+	}
+	if end, err := slave.AppendReplicated(0, chunk); err != nil || end != master.LogEndOffset() {
+		t.Fatalf("good chunk: end %d, %v", end, err)
+	}
+}
+
+func TestResetTo(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := mustOpen(t, cfg)
+	m := newModel()
+	for i := 0; i < 200; i++ {
+		appendRec(t, s, m, "a", 0, 1, make([]byte, 1000))
+	}
+	var held Slice
+	held, err := s.ReadLog(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := 4 * cfg.SegmentSize
+	if err := s.ResetTo(base); err != nil {
+		t.Fatal(err)
+	}
+	held.Release() // the old mapping stayed valid until now
+	if s.LogMinOffset() != base || s.LogEndOffset() != base || s.MaxOffset([]byte("a"), 0) != 0 {
+		t.Fatalf("after reset: log [%d, %d), queue max %d", s.LogMinOffset(), s.LogEndOffset(), s.MaxOffset([]byte("a"), 0))
+	}
+	if err := s.ResetTo(base + 1); err == nil {
+		t.Fatal("reset to a non-segment boundary accepted")
+	}
+	// A master whose log starts at base feeds the reset slave; queue offsets continue from the
+	// master's, not from 0.
+	master := mustOpen(t, testConfig(t.TempDir()))
+	defer master.Close()
+	mm := newModel()
+	for int64(master.LogEndOffset()) < base+cfg.SegmentSize/2 {
+		appendRec(t, master, mm, "a", 0, 1, make([]byte, 1000))
+	}
+	master.cfg.RetentionBytes = 1
+	master.runRetention()
+	if master.LogMinOffset() != base {
+		t.Fatalf("master min %d, want %d", master.LogMinOffset(), base)
+	}
+	replicate(t, master, s, 1<<20)
+	if got, want := s.MaxOffset([]byte("a"), 0), master.MaxOffset([]byte("a"), 0); got != want {
+		t.Fatalf("queue max %d, want %d", got, want)
+	}
+	s.Close()
+	s = mustOpen(t, cfg)
+	defer s.Close()
+	if s.LogMinOffset() != base || s.LogEndOffset() != master.LogEndOffset() {
+		t.Fatalf("reopened after reset: log [%d, %d)", s.LogMinOffset(), s.LogEndOffset())
+	}
+}
+
+func TestQueuePhysicalOffsetAndChecksum(t *testing.T) {
+	s := mustOpen(t, testConfig(t.TempDir()))
+	defer s.Close()
+	m := newModel()
+	var recs []rec
+	for i := 0; i < 10; i++ {
+		recs = append(recs, appendRec(t, s, m, "q", 0, 3, make([]byte, 500)))
+	}
+	for _, r := range recs {
+		for off := r.base; off < r.base+int64(r.count); off++ {
+			if got := s.QueuePhysicalOffset([]byte("q"), 0, off); got != r.phys {
+				t.Fatalf("offset %d: phys %d, want %d", off, got, r.phys)
+			}
+		}
+	}
+	if got := s.QueuePhysicalOffset([]byte("q"), 0, 30); got != s.LogEndOffset() {
+		t.Fatalf("at the queue end: %d, want the log end %d", got, s.LogEndOffset())
+	}
+	if got := s.QueuePhysicalOffset([]byte("none"), 0, 0); got != s.LogEndOffset() {
+		t.Fatalf("missing queue: %d", got)
+	}
+	from, to, a, err := s.Checksum(-1, recs[5].phys)
+	if err != nil || from != 0 || to != recs[5].phys || len(a) != 64 {
+		t.Fatalf("checksum [%d, %d) %q %v", from, to, a, err)
+	}
+	_, _, b, _ := s.Checksum(0, recs[5].phys)
+	_, _, c, _ := s.Checksum(0, recs[6].phys)
+	if a != b || a == c {
+		t.Fatal("checksum not a function of the range")
+	}
+}
