@@ -1,0 +1,740 @@
+package ha
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/petrel-mq/petrel/internal/ratelog"
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// Defaults of MasterConfig.
+const (
+	DefaultMaxChunkBytes     = 1 << 20
+	DefaultMaxWait           = 5 * time.Second
+	DefaultInSyncMaxLagBytes = 256 << 20
+	DefaultInSyncMaxLagTime  = 3 * time.Second
+	// tickInterval is how often the master re-evaluates the in-sync set, so silent slaves leave
+	// it without an acknowledgement to trigger the evaluation.
+	tickInterval = 100 * time.Millisecond
+	// idleTimeout closes a replication connection that sends no request for this long (a slave
+	// sends its next pull as soon as it has stored the previous answer).
+	idleTimeout = time.Minute
+)
+
+// MasterConfig configures a Master. Zero values take the defaults.
+type MasterConfig struct {
+	// BrokerName is the broker group; pulls naming another group are fenced.
+	BrokerName string
+	// Log is the commit log replicated.
+	Log MasterLog
+	// ListenAddr is the HA address to listen on (host:port; the broker picks listenPort+1).
+	ListenAddr string
+	// Codec compresses chunks: CodecS2 (default), CodecZstd or CodecNone.
+	Codec Codec
+	// MaxChunkBytes caps the uncompressed bytes of one answer (default 1 MiB); a single batch
+	// larger than this is sent whole.
+	MaxChunkBytes int
+	// MaxWait caps how long a pull with nothing to return is held (default 5 s).
+	MaxWait time.Duration
+	// InSyncMaxLagBytes and InSyncMaxLagTime: a slave lagging more than InSyncMaxLagBytes
+	// (default 256 MiB, RocketMQ's haMaxGapNotInSync) for longer than InSyncMaxLagTime (default
+	// 3 s), or not heard from for InSyncMaxLagTime, leaves the in-sync set.
+	InSyncMaxLagBytes int64
+	InSyncMaxLagTime  time.Duration
+	// InSyncRejoinLagBytes: a slave joins the set once it lags at most this much (default 0:
+	// fully caught up).
+	InSyncRejoinLagBytes int64
+	// Logger receives replication events; default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of the in-sync rules; default time.Now.
+	Now func() time.Time
+}
+
+// Master serves replication pulls on its own TCP port (RocketMQ's HAService with one
+// HAConnection per slave) and tracks the slaves' acknowledgements, the in-sync set and the
+// SYNC_MASTER waiters.
+//
+// All methods are safe for concurrent use. NotifyAppend, WaitReplicated, ConfirmedOffset,
+// InSyncCount, ConnectedSlaves, SlavesForRead and Epoch never block on I/O or on a lock held
+// across I/O, so the broker may call them from its event loops.
+//
+// Goroutines: the rpc server's accept loop and one goroutine per slave connection (which serves
+// that slave's pulls in order, holding a pull while there is nothing new), a notifier that wakes
+// held pulls after NotifyAppend, and a service goroutine that ticks the in-sync rules and times
+// out WaitReplicated waiters.
+type Master struct {
+	cfg   MasterConfig
+	rules SyncRules
+	codec uint8
+	log   *slog.Logger
+	warn  ratelog.Limiter
+
+	// end is the highest end passed to NotifyAppend: held pulls wake when it moves.
+	end   atomic.Int64
+	epoch atomic.Uint32
+	// ackLimit is the lowest offset acknowledged by a member of the in-sync set, MaxInt64 when
+	// the set is empty: every waiter whose end is at most ackLimit is complete.
+	ackLimit  atomic.Int64
+	inSyncN   atomic.Int32
+	connected atomic.Int32
+	reads     atomic.Pointer[[]SlaveRead]
+
+	appendKick chan struct{} // NotifyAppend -> notifier, capacity 1
+	waitKick   chan struct{} // WaitReplicated -> service goroutine, capacity 1
+	done       chan struct{} // closed by Close
+	wg         sync.WaitGroup
+
+	// poll wakes held pulls: a held pull takes the current channel; the notifier closes it.
+	poll struct {
+		sync.Mutex
+		ch chan struct{}
+	}
+
+	waiters waitQueue
+
+	mu       sync.Mutex // guards the fields below
+	slaves   map[int64]*slaveState
+	sessions map[uint64]*session // by rpc.Peer ID
+	started  bool
+	closed   bool
+	srv      *rpc.Server
+	addr     string
+}
+
+// slaveState is the master's record of one slave (by SlaveID). Guarded by Master.mu, except the
+// byte counters.
+type slaveState struct {
+	id           int64
+	addr         string // client address
+	haAddr       string // remote address of its replication connection
+	acked        int64  // -1: nothing acknowledged
+	readEnd      int64  // master's end when it last read for the slave; -1 before the first read
+	lastSeen     time.Time
+	lastCaughtUp time.Time
+	inSync       bool
+	regressed    bool
+	session      uint64 // peer id of its current connection, 0 when none
+	holding      int    // pulls of the slave being held
+	rawBytes     atomic.Int64
+	wireBytes    atomic.Int64
+}
+
+func (s *slaveState) progressLocked(now time.Time) SlaveProgress {
+	p := SlaveProgress{
+		Acked:        s.acked,
+		ReadEnd:      s.readEnd,
+		LastSeen:     s.lastSeen,
+		LastCaughtUp: s.lastCaughtUp,
+		Regressed:    s.regressed,
+		Connected:    s.session != 0,
+	}
+	if s.holding > 0 {
+		p.LastSeen = now
+	}
+	return p
+}
+
+// session is one slave connection. Its fields are used only by the connection's goroutine,
+// except slave, which is set under Master.mu.
+type session struct {
+	peer  *rpc.Peer
+	slave *slaveState
+	enc   chunkEncoder
+	resp  protocol.HAPullResponse // the reply header: read by the server after the handler returns
+	timer *time.Timer
+	ready []*waiter // scratch for completed waiters
+}
+
+// NewMaster returns a Master; Start makes it listen.
+func NewMaster(cfg MasterConfig) *Master {
+	if cfg.MaxChunkBytes <= 0 {
+		cfg.MaxChunkBytes = DefaultMaxChunkBytes
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
+	if cfg.InSyncMaxLagBytes <= 0 {
+		cfg.InSyncMaxLagBytes = DefaultInSyncMaxLagBytes
+	}
+	if cfg.InSyncMaxLagTime <= 0 {
+		cfg.InSyncMaxLagTime = DefaultInSyncMaxLagTime
+	}
+	if cfg.InSyncRejoinLagBytes < 0 {
+		cfg.InSyncRejoinLagBytes = 0
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := &Master{
+		cfg: cfg,
+		rules: SyncRules{
+			MaxLagBytes:    cfg.InSyncMaxLagBytes,
+			MaxLagTime:     cfg.InSyncMaxLagTime,
+			RejoinLagBytes: cfg.InSyncRejoinLagBytes,
+		},
+		log:        cfg.Logger.With("component", "ha-master"),
+		appendKick: make(chan struct{}, 1),
+		waitKick:   make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		slaves:     make(map[int64]*slaveState),
+		sessions:   make(map[uint64]*session),
+	}
+	m.ackLimit.Store(math.MaxInt64)
+	m.reads.Store(&[]SlaveRead{})
+	return m
+}
+
+// Start listens on ListenAddr and starts serving pulls. It fails on a bad config or when the
+// address cannot be bound.
+func (m *Master) Start() error {
+	codec, err := ParseCodec(string(m.cfg.Codec))
+	if err != nil {
+		return err
+	}
+	if m.cfg.Log == nil {
+		return errors.New("ha: master has no log")
+	}
+	m.codec = codec.wire()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if m.started {
+		return errors.New("ha: master already started")
+	}
+	ln, err := net.Listen("tcp", m.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("cannot listen for replication on %s: %w", m.cfg.ListenAddr, err)
+	}
+	m.started = true
+	m.addr = ln.Addr().String()
+	m.end.Store(m.cfg.Log.LogEndOffset())
+	m.srv = rpc.NewServer(m.handle, rpc.ServerOptions{
+		IdleTimeout:  idleTimeout,
+		OnDisconnect: m.onDisconnect,
+		Logger:       m.log,
+	})
+	m.wg.Add(3)
+	go func() {
+		defer m.wg.Done()
+		_ = m.srv.Serve(ln)
+	}()
+	go m.notifier()
+	go m.service()
+	m.log.Info("replication master listening", "addr", m.addr, "broker", m.cfg.BrokerName, "codec", codec)
+	return nil
+}
+
+// Addr returns the address the master listens on ("" before Start).
+func (m *Master) Addr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addr
+}
+
+// Close stops serving: held pulls are answered with an error, connections are closed, the
+// goroutines stop, and WaitReplicated callbacks still waiting run with ErrClosed. It is
+// idempotent.
+func (m *Master) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	srv := m.srv
+	m.mu.Unlock()
+	close(m.done)
+	if srv != nil {
+		_ = srv.Close()
+	}
+	m.wg.Wait()
+	runAll(m.waiters.close(nil), ErrClosed)
+	return nil
+}
+
+// SetEpoch sets the master's epoch: pulls that carry a newer epoch are fenced, and answers carry
+// it. Safe for concurrent use.
+func (m *Master) SetEpoch(e uint32) { m.epoch.Store(e) }
+
+// Epoch returns the master's epoch.
+func (m *Master) Epoch() uint32 { return m.epoch.Load() }
+
+// NotifyAppend tells the master that the log end moved to end, waking held pulls. The broker
+// calls it after every append, from its event loop: it is an atomic update and a non-blocking
+// channel send, and takes no lock.
+func (m *Master) NotifyAppend(end int64) {
+	for {
+		cur := m.end.Load()
+		if end <= cur {
+			return
+		}
+		if m.end.CompareAndSwap(cur, end) {
+			break
+		}
+	}
+	select {
+	case m.appendKick <- struct{}{}:
+	default:
+	}
+}
+
+// WaitReplicated calls cb(nil) once every member of the in-sync set has acknowledged end and the
+// set has at least minAcks slaves (the broker's minInSyncReplicas minus the master; with minAcks
+// 0 an empty set completes at once), or cb(ErrReplicationTimeout) after timeout: a slave that
+// leaves the set during the wait never lets a send needing it succeed. It never
+// blocks and never runs cb on the caller's goroutine, except after Close, when cb(ErrClosed) runs
+// at once. cb runs on a Master goroutine and must be short (an AsyncWrite).
+func (m *Master) WaitReplicated(end int64, minAcks int, timeout time.Duration, cb func(err error)) {
+	w := waiterPool.Get().(*waiter)
+	w.end, w.minAcks, w.deadline, w.cb = end, max(minAcks, 0), time.Now().Add(timeout), cb
+	earliest, closed := m.waiters.add(w)
+	if closed {
+		w.run(ErrClosed)
+		return
+	}
+	// NB: ackLimit is read after the waiter is queued: an acknowledgement that completed the
+	// queue just before either sees this waiter or moved ackLimit before this load.
+	if earliest || end <= m.ackLimit.Load() {
+		select {
+		case m.waitKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ConfirmedOffset returns the offset every in-sync slave holds: the lowest acknowledged offset of
+// the in-sync set, at most the log end; the log end when no slave is in sync.
+func (m *Master) ConfirmedOffset() int64 {
+	return min(m.ackLimit.Load(), m.cfg.Log.LogEndOffset())
+}
+
+// InSyncCount returns the number of slaves in the in-sync set (the master not counted).
+func (m *Master) InSyncCount() int { return int(m.inSyncN.Load()) }
+
+// ConnectedSlaves returns the number of slaves with a replication connection open.
+func (m *Master) ConnectedSlaves() int { return int(m.connected.Load()) }
+
+// SlavesForRead returns the slaves for read suggestions, sorted by BrokerID. The slice is shared
+// and replaced, never modified, on every change: callers must not modify it. One atomic load.
+func (m *Master) SlavesForRead() []SlaveRead { return *m.reads.Load() }
+
+// Status returns a snapshot of the replication state for CodeGetHAStatus. Role is "MASTER" and
+// BrokerID 0; the broker may override them (e.g. with its brokerRole).
+func (m *Master) Status() protocol.HAStatus {
+	logMin, logEnd := m.cfg.Log.LogMinOffset(), m.cfg.Log.LogEndOffset()
+	now := m.cfg.Now()
+	st := protocol.HAStatus{
+		Role:            "MASTER",
+		Epoch:           m.Epoch(),
+		LogMin:          logMin,
+		LogEnd:          logEnd,
+		ConfirmedOffset: min(m.ackLimit.Load(), logEnd),
+		Connected:       true,
+	}
+	m.mu.Lock()
+	for _, s := range m.slaves {
+		p := s.progressLocked(now)
+		lagMs := int64(0)
+		if !CaughtUp(p, logEnd, m.rules) {
+			lagMs = now.Sub(s.lastCaughtUp).Milliseconds()
+		}
+		st.Slaves = append(st.Slaves, protocol.SlaveStatus{
+			BrokerID:    s.id,
+			Addr:        s.addr,
+			HAAddr:      s.haAddr,
+			AckedOffset: s.acked,
+			LagBytes:    LagBytes(p, logEnd),
+			LagMs:       lagMs,
+			InSync:      s.inSync,
+			Connected:   s.session != 0,
+			RawBytes:    s.rawBytes.Load(),
+			WireBytes:   s.wireBytes.Load(),
+		})
+	}
+	st.InSyncReplicas = int32(m.inSyncN.Load()) + 1
+	m.mu.Unlock()
+	slices.SortFunc(st.Slaves, func(a, b protocol.SlaveStatus) int { return cmpInt64(a.BrokerID, b.BrokerID) })
+	return st
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// notifier wakes held pulls after appends.
+func (m *Master) notifier() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-m.appendKick:
+		}
+		m.poll.Lock()
+		if m.poll.ch != nil {
+			close(m.poll.ch)
+			m.poll.ch = nil
+		}
+		m.poll.Unlock()
+	}
+}
+
+// pollChan returns the channel the notifier closes after the next append.
+func (m *Master) pollChan() <-chan struct{} {
+	m.poll.Lock()
+	defer m.poll.Unlock()
+	if m.poll.ch == nil {
+		m.poll.ch = make(chan struct{})
+	}
+	return m.poll.ch
+}
+
+// service ticks the in-sync rules, completes waiters after WaitReplicated kicks and set changes,
+// and times waiters out.
+func (m *Master) service() {
+	defer m.wg.Done()
+	ticker := time.NewTicker(tickInterval)
+	defer ticker.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var armed time.Time
+	var ws []*waiter
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-ticker.C:
+			m.tick()
+		case <-m.waitKick:
+		case <-timer.C:
+			armed = time.Time{}
+		}
+		limit, n := m.ackState()
+		ws = runAll(m.waiters.popReady(limit, n, ws), nil)
+		var next time.Time
+		ws, next = m.waiters.popExpired(time.Now(), ws)
+		ws = runAll(ws, ErrReplicationTimeout)
+		if !next.IsZero() && !next.Equal(armed) {
+			timer.Reset(time.Until(next))
+			armed = next
+		}
+	}
+}
+
+// tick re-evaluates every slave, so that silent slaves leave the set.
+func (m *Master) tick() {
+	end := m.cfg.Log.LogEndOffset()
+	m.mu.Lock()
+	now := m.cfg.Now()
+	changed := false
+	for _, s := range m.slaves {
+		if s.holding > 0 {
+			s.lastSeen = now
+			if CaughtUp(s.progressLocked(now), end, m.rules) {
+				s.lastCaughtUp = now
+			}
+		}
+		changed = m.evalLocked(s, end, now) || changed
+	}
+	if changed {
+		m.publishLocked()
+	}
+	m.mu.Unlock()
+}
+
+// evalLocked applies the in-sync rules to s and reports whether its membership changed.
+// m.mu must be held.
+func (m *Master) evalLocked(s *slaveState, end int64, now time.Time) bool {
+	p := s.progressLocked(now)
+	next, why := NextInSync(s.inSync, p, end, now, m.rules)
+	s.regressed = false
+	if next == s.inSync {
+		return false
+	}
+	s.inSync = next
+	n := m.inSyncN.Load()
+	if next {
+		n++
+	} else {
+		n--
+	}
+	m.inSyncN.Store(n)
+	m.log.Info("in-sync set changed", "slave", s.id, "inSync", next, "reason", string(why),
+		"lagBytes", LagBytes(p, end), "acked", s.acked, "masterEnd", end, "inSyncSlaves", n)
+	return true
+}
+
+// ackState returns ackLimit and the in-sync count as one consistent pair (both change under
+// m.mu: evalLocked moves the count before publishLocked moves the limit).
+func (m *Master) ackState() (limit int64, inSync int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ackLimit.Load(), int(m.inSyncN.Load())
+}
+
+// publishLocked recomputes ackLimit and the SlavesForRead snapshot. m.mu must be held.
+func (m *Master) publishLocked() {
+	limit := int64(math.MaxInt64)
+	reads := make([]SlaveRead, 0, len(m.slaves))
+	for _, s := range m.slaves {
+		if s.inSync {
+			limit = min(limit, s.acked)
+		}
+		reads = append(reads, SlaveRead{BrokerID: s.id, InSync: s.inSync && s.session != 0, Acked: s.acked})
+	}
+	slices.SortFunc(reads, func(a, b SlaveRead) int { return cmpInt64(a.BrokerID, b.BrokerID) })
+	m.ackLimit.Store(limit)
+	m.reads.Store(&reads)
+}
+
+// sessionFor returns the session of the request's connection, binding it to the slave on the
+// first request. A connection keeps the SlaveID of its first request.
+func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sess := m.sessions[p.ID()]; sess != nil {
+		if sess.slave.id != h.SlaveID {
+			return nil, fmt.Errorf("slave id %d on a connection of slave %d", h.SlaveID, sess.slave.id)
+		}
+		return sess, nil
+	}
+	now := m.cfg.Now()
+	s := m.slaves[h.SlaveID]
+	if s == nil {
+		s = &slaveState{id: h.SlaveID, acked: -1, readEnd: -1, lastCaughtUp: now}
+		m.slaves[h.SlaveID] = s
+	} else if s.session != 0 {
+		m.log.Warn("slave connected again while its previous connection is open; the new one takes over",
+			"slave", s.id, "old", s.haAddr, "new", p.RemoteAddr())
+	}
+	if s.session == 0 {
+		m.connected.Add(1)
+	}
+	s.session = p.ID()
+	s.addr = h.SlaveAddr
+	s.haAddr = p.RemoteAddr()
+	s.lastSeen = now
+	s.holding = 0
+	sess := &session{peer: p, slave: s}
+	sess.enc.codec = m.codec
+	m.sessions[p.ID()] = sess
+	m.log.Info("slave connected", "slave", s.id, "addr", s.addr, "haAddr", s.haAddr)
+	m.publishLocked()
+	return sess, nil
+}
+
+// onDisconnect forgets a closed connection (rpc server callback, after its last request).
+func (m *Master) onDisconnect(p *rpc.Peer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sess := m.sessions[p.ID()]
+	if sess == nil {
+		return
+	}
+	delete(m.sessions, p.ID())
+	if sess.timer != nil {
+		sess.timer.Stop()
+	}
+	s := sess.slave
+	if s.session != p.ID() {
+		return // taken over by a newer connection
+	}
+	s.session = 0
+	s.holding = 0
+	m.connected.Add(-1)
+	m.log.Info("slave disconnected", "slave", s.id, "haAddr", s.haAddr, "acked", s.acked, "inSync", s.inSync)
+	m.publishLocked()
+}
+
+// ack records that the slave of sess holds every byte before offset (a request that the log
+// accepted), re-evaluates its membership and completes the waiters this allows. readEnd is the
+// log end read for this request; the evaluation uses the previous one (see SlaveProgress).
+func (m *Master) ack(sess *session, offset, readEnd int64) {
+	m.mu.Lock()
+	s := sess.slave
+	now := m.cfg.Now()
+	if s.acked >= 0 && offset < s.acked {
+		s.regressed = true
+		m.log.Warn("slave's acknowledged offset went back; it no longer counts for what it lost",
+			"slave", s.id, "from", s.acked, "to", offset)
+	}
+	if s.readEnd < 0 {
+		s.readEnd = readEnd
+	}
+	s.acked = offset
+	s.lastSeen = now
+	if CaughtUp(s.progressLocked(now), readEnd, m.rules) {
+		s.lastCaughtUp = now
+	}
+	m.evalLocked(s, readEnd, now)
+	s.readEnd = readEnd
+	m.publishLocked()
+	limit, n := m.ackLimit.Load(), int(m.inSyncN.Load())
+	m.mu.Unlock()
+	sess.ready = runAll(m.waiters.popReady(limit, n, sess.ready), nil)
+}
+
+// readFor records that a held pull of sess woke and read the log up to readEnd: the slave is
+// caught up once it acknowledges that end (SlaveProgress.ReadEnd).
+func (m *Master) readFor(sess *session, readEnd int64) {
+	m.mu.Lock()
+	if sess.slave.session == sess.peer.ID() {
+		sess.slave.readEnd = readEnd
+	}
+	m.mu.Unlock()
+}
+
+// hold marks a pull of sess as held (delta +1) or no longer held (-1).
+func (m *Master) hold(sess *session, delta int) {
+	m.mu.Lock()
+	if sess.slave.session == sess.peer.ID() {
+		sess.slave.holding += delta
+		if delta < 0 {
+			sess.slave.lastSeen = m.cfg.Now()
+		}
+	}
+	m.mu.Unlock()
+}
+
+// handle serves one request of a replication connection.
+func (m *Master) handle(req *rpc.Request) rpc.Reply {
+	if req.Code != protocol.CodeHAPull {
+		return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "the HA port serves only %s, not %s", protocol.CodeHAPull, req.Code)
+	}
+	var h protocol.HAPullRequest
+	if err := h.ReadFrom(req.Header); err != nil {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s header: %v", req.Code, err)
+	}
+	if h.SlaveID <= 0 || h.Offset < 0 {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "slave id %d, offset %d", h.SlaveID, h.Offset)
+	}
+	sess, err := m.sessionFor(req.Peer, &h)
+	if err != nil {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+	}
+	epoch := m.Epoch()
+	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch}
+	reply := rpc.Reply{Header: &sess.resp}
+	if h.BrokerName != m.cfg.BrokerName || h.Epoch > epoch {
+		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", req.Peer.RemoteAddr(),
+			"broker", h.BrokerName, "want", m.cfg.BrokerName, "epoch", h.Epoch, "masterEpoch", epoch)
+		sess.resp.Result = protocol.HAFenced
+		m.fillBounds(&sess.resp)
+		return reply
+	}
+	maxBytes := m.cfg.MaxChunkBytes
+	if h.MaxBytes > 0 && int(h.MaxBytes) < maxBytes {
+		maxBytes = int(h.MaxBytes)
+	}
+	wait := min(time.Duration(max(h.WaitMs, 0))*time.Millisecond, m.cfg.MaxWait)
+	acked, waited := false, false
+	var deadline time.Time
+	for {
+		seen := m.end.Load()
+		readEnd := m.cfg.Log.LogEndOffset()
+		var start int64
+		var body []byte
+		var codec uint8
+		raw := 0
+		err := m.cfg.Log.ReadReplication(h.Offset, maxBytes, func(st int64, data []byte) error {
+			start, raw = st, len(data)
+			body, codec = sess.enc.encode(data)
+			return nil
+		})
+		switch {
+		case errors.Is(err, ErrBeyondEnd), errors.Is(err, ErrNotBatchBoundary):
+			// NB: acknowledges nothing: the slave's log does not match ours at that offset.
+			m.log.Warn("slave asks from an offset this log does not have; answering out of range",
+				"slave", h.SlaveID, "offset", h.Offset, "err", err,
+				"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
+			sess.resp.Result = protocol.HAOutOfRange
+			m.fillBounds(&sess.resp)
+			return reply
+		case errors.Is(err, ErrBelowMin):
+			sess.resp.Result = protocol.HAResync
+			m.fillBounds(&sess.resp)
+			sess.resp.Offset = sess.resp.MasterMin
+			m.log.Warn("slave asks from an offset retention removed; telling it to resync",
+				"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
+			return reply
+		case err != nil:
+			m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", err)
+			return rpc.Errorf(protocol.StatusSystemError, "cannot read the log at %d: %v", h.Offset, err)
+		}
+		if !acked {
+			m.ack(sess, h.Offset, readEnd)
+			acked = true
+		} else if raw > 0 {
+			m.readFor(sess, readEnd)
+		}
+		if raw > 0 || waited || wait <= 0 {
+			sess.resp.Result = protocol.HAOK
+			sess.resp.Offset = start
+			sess.resp.Codec = codec
+			sess.resp.RawLength = int32(raw)
+			m.fillBounds(&sess.resp)
+			sess.slave.rawBytes.Add(int64(raw))
+			sess.slave.wireBytes.Add(int64(len(body)))
+			reply.Body = body
+			return reply
+		}
+		// Nothing after the offset: hold the pull until an append or the wait ends.
+		ch := m.pollChan()
+		if m.end.Load() != seen {
+			continue // appended while we read: read again
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(wait)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			waited = true
+			continue
+		}
+		if sess.timer == nil {
+			sess.timer = time.NewTimer(left)
+		} else {
+			sess.timer.Reset(left)
+		}
+		m.hold(sess, 1)
+		select {
+		case <-ch:
+		case <-sess.timer.C:
+			waited = true // answer with whatever the next read finds, even nothing
+		case <-m.done:
+			sess.timer.Stop()
+			m.hold(sess, -1)
+			return rpc.Errorf(protocol.StatusShuttingDown, "replication master is closing")
+		}
+		sess.timer.Stop()
+		m.hold(sess, -1)
+	}
+}
+
+// fillBounds sets the log bounds and the confirmed offset of an answer.
+func (m *Master) fillBounds(r *protocol.HAPullResponse) {
+	r.MasterMin = m.cfg.Log.LogMinOffset()
+	r.MasterEnd = m.cfg.Log.LogEndOffset()
+	r.ConfirmedOffset = min(m.ackLimit.Load(), r.MasterEnd)
+}

@@ -1,0 +1,675 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// appendN appends count batches of about size bytes to the master's log and notifies the master,
+// as the broker does after every append.
+func (p *pair) appendN(first, count, size int) int64 {
+	for i := 0; i < count; i++ {
+		_, end := p.mlog.Append(payload(first+i*7, size))
+		p.m.NotifyAppend(end)
+	}
+	return p.mlog.LogEndOffset()
+}
+
+func TestReplicateManyChunks(t *testing.T) {
+	for _, codec := range []Codec{CodecS2, CodecZstd, CodecNone} {
+		t.Run(string(codec), func(t *testing.T) {
+			mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+			end := fill(mlog, 0, 400, 1000) // ~400 KB over 7 segments, before the slave starts
+			var progress atomic.Int64
+			p := startPair(t, mlog, slog,
+				MasterConfig{Codec: codec, MaxChunkBytes: 8 << 10},
+				SlaveConfig{MaxChunkBytes: 8 << 10, OnProgress: func(e, _ int64) { progress.Store(e) }})
+			p.waitEqual(t, 10*time.Second)
+			if progress.Load() != end {
+				t.Fatalf("OnProgress saw end %d, want %d", progress.Load(), end)
+			}
+			// And keeps up with appends while it runs.
+			end = p.appendN(1000, 300, 700)
+			p.waitEqual(t, 10*time.Second)
+			eventually(t, 5*time.Second, "confirmed offset", func() bool { return p.m.ConfirmedOffset() == end })
+
+			st := p.m.Status()
+			if len(st.Slaves) != 1 {
+				t.Fatalf("status lists %d slaves", len(st.Slaves))
+			}
+			ss := st.Slaves[0]
+			if ss.BrokerID != 1 || !ss.InSync || !ss.Connected || ss.AckedOffset != end || ss.LagBytes != 0 || st.InSyncReplicas != 2 {
+				t.Fatalf("slave status %+v (in-sync replicas %d)", ss, st.InSyncReplicas)
+			}
+			if ss.RawBytes < end-mlog.LogMinOffset()-64<<10 {
+				t.Fatalf("raw bytes %d for a log of %d", ss.RawBytes, end)
+			}
+			ratio := float64(ss.RawBytes) / float64(ss.WireBytes)
+			t.Logf("codec %s: raw %d wire %d ratio %.2f", codec, ss.RawBytes, ss.WireBytes, ratio)
+			switch codec {
+			case CodecNone:
+				if ss.WireBytes != ss.RawBytes {
+					t.Fatalf("codec none: wire %d != raw %d", ss.WireBytes, ss.RawBytes)
+				}
+			default:
+				if ratio < 2 {
+					t.Fatalf("codec %s: ratio %.2f on log text", codec, ratio)
+				}
+			}
+			if ls := p.s.Status(); !ls.Connected || ls.MasterEnd != end || ls.LogEnd != end || ls.LastContact.IsZero() || p.s.MasterEnd() != end || !p.s.Connected() {
+				t.Fatalf("slave link status %+v", ls)
+			}
+			if sr := p.m.SlavesForRead(); len(sr) != 1 || !sr[0].InSync || sr[0].Acked != end || sr[0].BrokerID != 1 {
+				t.Fatalf("SlavesForRead %+v", sr)
+			}
+		})
+	}
+}
+
+func TestLongPoll(t *testing.T) {
+	mlog, slog := newMemLog(1<<20), newMemLog(1<<20)
+	fill(mlog, 0, 10, 500)
+	cl := &countingLog{MasterLog: mlog}
+	got := make(chan int64, 100)
+	m := startMaster(t, cl, MasterConfig{})
+	s := startSlave(t, slog, m.Addr(), SlaveConfig{WaitMs: 5000, OnProgress: func(e, _ int64) { got <- e }})
+	p := &pair{m: m, s: s, mlog: mlog, slog: slog}
+	p.waitEqual(t, 5*time.Second)
+	// The slave is caught up and its pull is held: no busy polling while nothing happens.
+	eventually(t, 2*time.Second, "a held pull", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.slaves[1] != nil && m.slaves[1].holding == 1
+	})
+	reads := cl.reads.Load()
+	time.Sleep(300 * time.Millisecond)
+	if n := cl.reads.Load() - reads; n != 0 {
+		t.Fatalf("%d log reads in 300 ms of a held pull", n)
+	}
+	for len(got) > 0 {
+		<-got
+	}
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		end := p.appendN(100+i, 1, 300)
+		select {
+		case e := <-got:
+			if e != end {
+				t.Fatalf("slave at %d, want %d", e, end)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("the held pull was not answered after an append")
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("append reached the slave after %v (wait 5 s)", d)
+		} else {
+			t.Logf("append -> slave: %v", d)
+		}
+	}
+	p.waitEqual(t, time.Second)
+}
+
+func TestLongPollTimeoutAnswersEmpty(t *testing.T) {
+	mlog := newMemLog(1 << 20)
+	fill(mlog, 0, 3, 100)
+	m := startMaster(t, mlog, MasterConfig{MaxWait: 50 * time.Millisecond})
+	c := dialMaster(t, m)
+	end := mlog.LogEndOffset()
+	start := time.Now()
+	h := pull(t, c, protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 7, Offset: end, WaitMs: 10_000})
+	if d := time.Since(start); d < 40*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("held for %v, MaxWait 50ms", d)
+	}
+	if h.Result != protocol.HAOK || h.RawLength != 0 || h.Offset != end || h.MasterEnd != end {
+		t.Fatalf("answer %+v", h)
+	}
+	// WaitMs 0 answers at once.
+	start = time.Now()
+	pull(t, c, protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 7, Offset: end})
+	if d := time.Since(start); d > 40*time.Millisecond {
+		t.Fatalf("WaitMs 0 held for %v", d)
+	}
+}
+
+func TestSegmentJump(t *testing.T) {
+	mlog, slog := newMemLog(4<<10), newMemLog(4<<10)
+	// 1500-byte batches: two per 4 KiB segment, each segment ends with a marker.
+	fill(mlog, 0, 9, 1500-memHeader)
+	if len(mlog.markers) < 3 {
+		t.Fatalf("test log has %d markers", len(mlog.markers))
+	}
+	p := startPair(t, mlog, slog, MasterConfig{MaxChunkBytes: 100 << 10}, SlaveConfig{})
+	p.waitEqual(t, 5*time.Second)
+	// The slave stops exactly at a marker; the next append goes to a new segment.
+	p.appendN(50, 1, 1500-memHeader)
+	p.appendN(51, 2, 1500-memHeader)
+	p.waitEqual(t, 5*time.Second)
+	if len(slog.markers) != len(mlog.markers) {
+		t.Fatalf("markers: slave %d, master %d", len(slog.markers), len(mlog.markers))
+	}
+}
+
+func TestSlaveAheadResyncs(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 20, 500)
+	fill(slog, 0, 20, 500)
+	fill(slog, 100, 5, 500) // the slave has more than the master
+	p := startPair(t, mlog, slog, MasterConfig{}, SlaveConfig{})
+	p.waitEqual(t, 5*time.Second)
+	if st := p.s.Status(); st.Resyncs != 1 {
+		t.Fatalf("resyncs %d", st.Resyncs)
+	}
+	p.appendN(200, 10, 500)
+	p.waitEqual(t, 5*time.Second)
+}
+
+func TestSlaveDivergedResyncs(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 20, 500)
+	fill(slog, 0, 3, 777) // ends inside a master batch
+	p := startPair(t, mlog, slog, MasterConfig{}, SlaveConfig{})
+	p.waitEqual(t, 5*time.Second)
+	if st := p.s.Status(); st.Resyncs != 1 {
+		t.Fatalf("resyncs %d", st.Resyncs)
+	}
+}
+
+func TestSlaveBelowMinResyncs(t *testing.T) {
+	mlog, slog := newMemLog(4<<10), newMemLog(4<<10)
+	fill(mlog, 0, 20, 1000)
+	fill(slog, 0, 2, 1000) // the slave replicated the first two batches once
+	mlog.TrimTo(3 * 4 << 10)
+	p := startPair(t, mlog, slog, MasterConfig{}, SlaveConfig{})
+	p.waitEqual(t, 5*time.Second)
+	if slog.LogMinOffset() != 3*4<<10 || p.s.Status().Resyncs != 1 {
+		t.Fatalf("slave min %d, resyncs %d", slog.LogMinOffset(), p.s.Status().Resyncs)
+	}
+}
+
+func TestFreshSlaveAfterRetention(t *testing.T) {
+	mlog, slog := newMemLog(4<<10), newMemLog(4<<10)
+	fill(mlog, 0, 20, 1000)
+	mlog.TrimTo(2 * 4 << 10)
+	p := startPair(t, mlog, slog, MasterConfig{}, SlaveConfig{})
+	p.waitEqual(t, 5*time.Second)
+}
+
+// dialMaster opens a raw replication connection, for tests that play a slave by hand.
+func dialMaster(t *testing.T, m *Master) *rpc.Conn {
+	t.Helper()
+	c, err := rpc.Dial(context.Background(), m.Addr(), rpc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func pull(t *testing.T, c *rpc.Conn, req protocol.HAPullRequest) protocol.HAPullResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var h protocol.HAPullResponse
+	if err := c.CallDecode(ctx, protocol.CodeHAPull, &req, nil, &h, nil); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func ackedOf(m *Master, id int64) int64 {
+	for _, s := range m.Status().Slaves {
+		if s.BrokerID == id {
+			return s.AckedOffset
+		}
+	}
+	return -2
+}
+
+func TestOutOfRangeAcknowledgesNothing(t *testing.T) {
+	mlog := newMemLog(64 << 10)
+	fill(mlog, 0, 10, 100)
+	m := startMaster(t, mlog, MasterConfig{})
+	c := dialMaster(t, m)
+	req := protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 3, Offset: 2 * (100 + memHeader), MaxBytes: 1}
+	h := pull(t, c, req)
+	if h.Result != protocol.HAOK || h.Offset != req.Offset || h.RawLength != 100+memHeader {
+		t.Fatalf("answer %+v", h)
+	}
+	if a := ackedOf(m, 3); a != req.Offset {
+		t.Fatalf("acked %d, want %d", a, req.Offset)
+	}
+	end := mlog.LogEndOffset()
+	for _, bad := range []int64{end + 1, end + 1000, req.Offset + 5} {
+		h := pull(t, c, protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 3, Offset: bad})
+		if h.Result != protocol.HAOutOfRange || h.MasterEnd != end || h.MasterMin != 0 || h.RawLength != 0 {
+			t.Fatalf("pull from %d: %+v", bad, h)
+		}
+		if a := ackedOf(m, 3); a != req.Offset {
+			t.Fatalf("pull from %d moved acked to %d", bad, a)
+		}
+	}
+	// A new slave whose first pull is out of range has acknowledged nothing (-1) and is not in
+	// sync, so it holds no waiter back, and its waiters' set stays empty.
+	c2 := dialMaster(t, m)
+	pull(t, c2, protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 4, Offset: end + 8})
+	if a := ackedOf(m, 4); a != -1 {
+		t.Fatalf("slave 4 acked %d", a)
+	}
+	// Slave 3 acked a position behind the end and joined? It lags (ReadEnd = end): not in sync.
+	if n := m.InSyncCount(); n != 0 {
+		t.Fatalf("in-sync count %d", n)
+	}
+	// The lower offset of a valid pull is recorded (the slave's log is the truth).
+	pull(t, c, protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 3, Offset: 0, MaxBytes: 1})
+	if a := ackedOf(m, 3); a != 0 {
+		t.Fatalf("acked %d after a pull from 0", a)
+	}
+	// A malformed request gets an error status.
+	_, err := c.Call(context.Background(), protocol.CodeHAPull, &protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 0}, nil)
+	if !errors.Is(err, protocol.StatusRequestMalformed) {
+		t.Fatalf("slave id 0: %v", err)
+	}
+	// Another slave id on the same connection is refused.
+	_, err = c.Call(context.Background(), protocol.CodeHAPull, &protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 9}, nil)
+	if !errors.Is(err, protocol.StatusRequestMalformed) {
+		t.Fatalf("slave id change: %v", err)
+	}
+}
+
+func TestFenced(t *testing.T) {
+	mlog := newMemLog(64 << 10)
+	fill(mlog, 0, 3, 100)
+	m := startMaster(t, mlog, MasterConfig{})
+	m.SetEpoch(5)
+	c := dialMaster(t, m)
+	for _, req := range []protocol.HAPullRequest{
+		{BrokerName: "broker-b", SlaveID: 1},
+		{BrokerName: "broker-a", SlaveID: 1, Epoch: 6},
+	} {
+		h := pull(t, c, req)
+		if h.Result != protocol.HAFenced || h.Epoch != 5 {
+			t.Fatalf("%+v: %+v", req, h)
+		}
+	}
+	if a := ackedOf(m, 1); a != -1 {
+		t.Fatalf("fenced pull acknowledged %d", a)
+	}
+	h := pull(t, c, protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 1, Epoch: 4})
+	if h.Result != protocol.HAOK || h.Epoch != 5 || m.Epoch() != 5 {
+		t.Fatalf("older epoch: %+v", h)
+	}
+
+	// A slave of another group keeps backing off and never writes.
+	slog := newMemLog(64 << 10)
+	s := startSlave(t, slog, m.Addr(), SlaveConfig{BrokerName: "broker-b"})
+	time.Sleep(100 * time.Millisecond)
+	if slog.LogEndOffset() != 0 || s.Status().LastContact.IsZero() {
+		t.Fatalf("fenced slave: end %d, status %+v", slog.LogEndOffset(), s.Status())
+	}
+}
+
+func TestSlaveWaitsForMasterAddress(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 10, 100)
+	m := startMaster(t, mlog, MasterConfig{})
+	var addr atomic.Value
+	addr.Store("")
+	s := startSlave(t, slog, "", SlaveConfig{WaitMs: 100, MasterHAAddr: func() string { return addr.Load().(string) }})
+	time.Sleep(50 * time.Millisecond)
+	if s.Connected() || slog.LogEndOffset() != 0 {
+		t.Fatal("slave replicated without an address")
+	}
+	addr.Store(m.Addr())
+	p := &pair{m: m, s: s, mlog: mlog, slog: slog}
+	p.waitEqual(t, 5*time.Second)
+
+	// The master moves: the slave follows the new address.
+	mlog2 := newMemLog(64 << 10)
+	fill(mlog2, 0, 10, 100)
+	fill(mlog2, 50, 10, 100)
+	m2 := startMaster(t, mlog2, MasterConfig{})
+	addr.Store(m2.Addr())
+	p2 := &pair{m: m2, s: s, mlog: mlog2, slog: slog}
+	// The first 10 batches are the same bytes, so the slave continues where it was.
+	p2.waitEqual(t, 10*time.Second)
+	if st := s.Status(); st.MasterHAAddr != m2.Addr() || st.Resyncs != 0 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestBadAppendReconnects: a chunk the slave's log rejects drops the link; nothing bad is
+// written, and the slave reconnects and catches up.
+func TestBadAppendReconnects(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 50, 300)
+	var failed atomic.Int32
+	rl := &rejectingLog{memLog: slog, reject: func() bool { return failed.Add(1) <= 2 }}
+	m := startMaster(t, mlog, MasterConfig{MaxChunkBytes: 2 << 10})
+	s := NewSlave(SlaveConfig{BrokerName: "broker-a", SlaveID: 1, Log: rl, MasterHAAddr: m.Addr,
+		Backoff: 5 * time.Millisecond, Logger: testLogger(t), MaxChunkBytes: 2 << 10})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := &pair{m: m, s: s, mlog: mlog, slog: slog}
+	p.waitEqual(t, 5*time.Second)
+	if failed.Load() < 3 {
+		t.Fatalf("appends %d", failed.Load())
+	}
+}
+
+type rejectingLog struct {
+	*memLog
+	reject func() bool
+}
+
+func (r *rejectingLog) AppendReplicated(start int64, data []byte) (int64, error) {
+	if r.reject() {
+		return r.LogEndOffset(), errors.New("injected CRC mismatch")
+	}
+	return r.memLog.AppendReplicated(start, data)
+}
+
+func TestWaitReplicated(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 5, 100)
+	gate := newGate()
+	slog.appendHook = gate.pass
+	p := startPair(t, mlog, slog, MasterConfig{InSyncMaxLagTime: time.Hour}, SlaveConfig{})
+	t.Cleanup(gate.open) // runs before the pair's cleanup: a failed test must not leave the slave frozen
+	p.waitEqual(t, 5*time.Second)
+	eventually(t, 2*time.Second, "slave in sync", func() bool { return p.m.InSyncCount() == 1 })
+
+	// Completes when the in-sync slave acknowledges.
+	var wg sync.WaitGroup
+	results := make(chan error, 20)
+	for i := 0; i < 10; i++ {
+		end := p.appendN(10+i, 1, 100)
+		wg.Add(1)
+		p.m.WaitReplicated(end, 1, 5*time.Second, func(err error) { results <- err; wg.Done() })
+	}
+	wg.Wait()
+	for i := 0; i < 10; i++ {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An offset already acknowledged completes at once, on a master goroutine.
+	done := make(chan error, 1)
+	p.m.WaitReplicated(p.mlog.LogEndOffset(), 1, time.Second, func(err error) { done <- err })
+	if err := waitErr(t, done, time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// The slave freezes in AppendReplicated: waiters time out.
+	gate.close()
+	end := p.appendN(30, 1, 100)
+	start := time.Now()
+	p.m.WaitReplicated(end, 1, 100*time.Millisecond, func(err error) { done <- err })
+	if err := waitErr(t, done, 2*time.Second); !errors.Is(err, ErrReplicationTimeout) {
+		t.Fatalf("frozen slave: %v", err)
+	}
+	if d := time.Since(start); d < 90*time.Millisecond || d > time.Second {
+		t.Fatalf("timed out after %v, want 100ms", d)
+	}
+	// Many waiters with mixed timeouts all end with a timeout.
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		p.m.WaitReplicated(end+int64(i), 1, time.Duration(10+rand.IntN(50))*time.Millisecond, func(err error) {
+			if !errors.Is(err, ErrReplicationTimeout) {
+				t.Errorf("waiter: %v", err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if n := p.m.waiters.len(); n != 0 {
+		t.Fatalf("%d waiters left", n)
+	}
+	// A waiter pending when the slave thaws completes.
+	p.m.WaitReplicated(end, 1, 5*time.Second, func(err error) { done <- err })
+	gate.open()
+	if err := waitErr(t, done, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWaitReplicatedEmptySet(t *testing.T) {
+	mlog := newMemLog(64 << 10)
+	end := fill(mlog, 0, 5, 100)
+	m := startMaster(t, mlog, MasterConfig{})
+	done := make(chan error, 1)
+	m.WaitReplicated(end+1000, 0, time.Hour, func(err error) { done <- err })
+	if err := waitErr(t, done, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if m.ConfirmedOffset() != end || m.InSyncCount() != 0 || m.ConnectedSlaves() != 0 {
+		t.Fatalf("confirmed %d in-sync %d connected %d", m.ConfirmedOffset(), m.InSyncCount(), m.ConnectedSlaves())
+	}
+}
+
+func TestMasterCloseAnswersWaiters(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 5, 100)
+	gate := newGate()
+	slog.appendHook = gate.pass
+	p := startPair(t, mlog, slog, MasterConfig{InSyncMaxLagTime: time.Hour}, SlaveConfig{})
+	t.Cleanup(gate.open) // runs before the pair's cleanup: a failed test must not leave the slave frozen
+	p.waitEqual(t, 5*time.Second)
+	eventually(t, 2*time.Second, "slave in sync", func() bool { return p.m.InSyncCount() == 1 })
+	// A second, raw slave whose pull is held at the end.
+	c := dialMaster(t, p.m)
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Call(context.Background(), protocol.CodeHAPull,
+			&protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 2, Offset: mlog.LogEndOffset(), WaitMs: 60_000}, nil)
+		held <- err
+	}()
+	eventually(t, 2*time.Second, "held pull", func() bool { return p.m.ConnectedSlaves() == 2 })
+	gate.close()
+	end := p.appendN(9, 1, 100)
+	done := make(chan error, 1)
+	p.m.WaitReplicated(end, 1, time.Hour, func(err error) { done <- err })
+	start := time.Now()
+	_ = p.m.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if err := waitErr(t, done, time.Second); !errors.Is(err, ErrClosed) {
+		t.Fatalf("waiter after Close: %v", err)
+	}
+	if err := waitErr(t, held, 5*time.Second); err == nil {
+		t.Fatal("held pull answered OK after Close")
+	}
+	// After Close, WaitReplicated answers at once.
+	p.m.WaitReplicated(end, 1, time.Hour, func(err error) { done <- err })
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+	gate.open()
+}
+
+func TestInSyncLeaveAndRejoin(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 5, 100)
+	gate := newGate()
+	slog.appendHook = gate.pass
+	const lagTime = 300 * time.Millisecond
+	p := startPair(t, mlog, slog, MasterConfig{InSyncMaxLagTime: lagTime, InSyncMaxLagBytes: 1000}, SlaveConfig{})
+	t.Cleanup(gate.open) // runs before the pair's cleanup: a failed test must not leave the slave frozen
+	p.waitEqual(t, 5*time.Second)
+	eventually(t, 2*time.Second, "slave in sync", func() bool { return p.m.InSyncCount() == 1 })
+	// A caught-up slave whose pull is held for longer than the lag time stays in the set.
+	time.Sleep(2 * lagTime)
+	if p.m.InSyncCount() != 1 {
+		t.Fatal("an idle caught-up slave left the set")
+	}
+
+	// The slave stops pulling (frozen in AppendReplicated) while the master writes on.
+	gate.close()
+	stopped := time.Now()
+	for i := 0; i < 30; i++ {
+		p.appendN(100+i, 1, 200)
+	}
+	needsSlave := make(chan error, 1)
+	p.m.WaitReplicated(p.mlog.LogEndOffset(), 1, 3*lagTime, func(err error) { needsSlave <- err })
+	eventually(t, 5*time.Second, "slave leaves the set", func() bool { return p.m.InSyncCount() == 0 })
+	// The set emptied during the wait: a send that needs one slave must not succeed.
+	if err := waitErr(t, needsSlave, 5*time.Second); !errors.Is(err, ErrReplicationTimeout) {
+		t.Fatalf("waiter needing a slave after the set emptied: %v", err)
+	}
+	if d := time.Since(stopped); d < lagTime-50*time.Millisecond {
+		t.Fatalf("left after %v, lag time %v", d, lagTime)
+	}
+	if p.m.ConfirmedOffset() != p.mlog.LogEndOffset() {
+		t.Fatal("with no slave in sync, the confirmed offset is the log end")
+	}
+	if sr := p.m.SlavesForRead(); sr[0].InSync {
+		t.Fatal("SlavesForRead still says in sync")
+	}
+	st := p.m.Status().Slaves[0]
+	if st.InSync || st.LagBytes == 0 || st.LagMs < int64(lagTime/time.Millisecond)-50 {
+		t.Fatalf("status of a stopped slave: %+v", st)
+	}
+	// With an empty set, waiters complete at once.
+	done := make(chan error, 1)
+	p.m.WaitReplicated(p.mlog.LogEndOffset(), 0, time.Hour, func(err error) { done <- err })
+	if err := waitErr(t, done, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// ... but not one that needs a slave, even for an offset the slave once acknowledged.
+	p.m.WaitReplicated(1, 1, 100*time.Millisecond, func(err error) { done <- err })
+	if err := waitErr(t, done, 5*time.Second); !errors.Is(err, ErrReplicationTimeout) {
+		t.Fatalf("waiter needing a slave with an empty set: %v", err)
+	}
+
+	gate.open()
+	p.waitEqual(t, 5*time.Second)
+	eventually(t, 2*time.Second, "slave rejoins", func() bool { return p.m.InSyncCount() == 1 })
+	if p.m.ConfirmedOffset() != p.mlog.LogEndOffset() {
+		t.Fatal("confirmed offset after rejoining")
+	}
+	p.m.WaitReplicated(p.mlog.LogEndOffset(), 1, 5*time.Second, func(err error) { done <- err })
+	if err := waitErr(t, done, 6*time.Second); err != nil {
+		t.Fatalf("waiter after rejoining: %v", err)
+	}
+}
+
+// TestRejoinUnderLoad: with InSyncRejoinLagBytes 0 a slave rejoins while the master writes
+// continuously (the lag is judged against the master's end at its last answer).
+func TestRejoinUnderLoad(t *testing.T) {
+	mlog, slog := newMemLog(1<<20), newMemLog(1<<20)
+	p := startPair(t, mlog, slog, MasterConfig{InSyncMaxLagTime: 200 * time.Millisecond, InSyncMaxLagBytes: 1}, SlaveConfig{})
+	stop := make(chan struct{})
+	var running atomic.Bool
+	running.Store(true)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer running.Store(false)
+		deadline := time.Now().Add(5 * time.Second)
+		for i := 0; time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p.appendN(i, 1, 200)
+			time.Sleep(20 * time.Microsecond)
+		}
+	}()
+	// Let the load start, then expect the slave in the set while writes go on.
+	time.Sleep(50 * time.Millisecond)
+	eventually(t, 5*time.Second, "slave in sync under load", func() bool { return p.m.InSyncCount() == 1 })
+	if !running.Load() {
+		t.Fatal("the load ended before the slave joined")
+	}
+	// And it stays in while the load goes on.
+	time.Sleep(500 * time.Millisecond)
+	if p.m.InSyncCount() != 1 && running.Load() {
+		t.Fatal("the slave left the set under load")
+	}
+	close(stop)
+	wg.Wait()
+	p.waitEqual(t, 5*time.Second)
+}
+
+func TestTwoSlaves(t *testing.T) {
+	mlog, s1, s2 := newMemLog(16<<10), newMemLog(16<<10), newMemLog(16<<10)
+	fill(mlog, 0, 50, 500)
+	m := startMaster(t, mlog, MasterConfig{Codec: CodecZstd})
+	startSlave(t, s1, m.Addr(), SlaveConfig{SlaveID: 1})
+	startSlave(t, s2, m.Addr(), SlaveConfig{SlaveID: 2})
+	for i := 0; i < 100; i++ {
+		_, end := mlog.Append(payload(i, 300))
+		m.NotifyAppend(end)
+	}
+	for _, sl := range []*memLog{s1, s2} {
+		(&pair{mlog: mlog, slog: sl}).waitEqual(t, 5*time.Second)
+	}
+	eventually(t, 2*time.Second, "both in sync", func() bool { return m.InSyncCount() == 2 && m.ConnectedSlaves() == 2 })
+	sr := m.SlavesForRead()
+	if len(sr) != 2 || sr[0].BrokerID != 1 || sr[1].BrokerID != 2 {
+		t.Fatalf("%+v", sr)
+	}
+	if got := SuggestReadBroker(SuggestInput{SlaveReadEnable: true, Loaded: true, LogEnd: mlog.LogEndOffset(), NextPhys: 0, Slaves: sr}); got != 1 {
+		t.Fatalf("suggested %d", got)
+	}
+}
+
+func waitErr(t *testing.T, ch <-chan error, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("no result within %v", d)
+		return nil
+	}
+}
+
+// gate blocks pass while closed.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{} // nil when open
+}
+
+func newGate() *gate { return &gate{} }
+
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
+}
+
+func (g *gate) pass() {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+var _ = fmt.Sprintf

@@ -1,0 +1,403 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// Defaults of SlaveConfig.
+const (
+	DefaultWaitMs     = 5000
+	DefaultBackoff    = 100 * time.Millisecond
+	DefaultMaxBackoff = 3 * time.Second
+	// DefaultMaxBatchBytes is the largest single batch a slave accepts (bytes): a batch reaches
+	// the master in one frame, so it is smaller than the frame limit.
+	DefaultMaxBatchBytes = protocol.DefaultMaxFrameSize
+	// callMargin is added to WaitMs for a pull's timeout: the master answers a held pull after
+	// at most WaitMs, so an answer later than this means the link or the master is dead.
+	callMargin = 3 * time.Second
+	// frameMargin is the room for the frame prefix and response header above the body.
+	frameMargin = 64 << 10
+)
+
+// SlaveConfig configures a Slave. Zero values take the defaults.
+type SlaveConfig struct {
+	// BrokerName is the broker group; SlaveID this slave's brokerId (> 0); SlaveAddr its client
+	// address (for the master's read suggestions).
+	BrokerName string
+	SlaveID    int64
+	SlaveAddr  func() string
+	// MasterHAAddr returns the master's HA address ("" when unknown: the slave waits). The
+	// broker learns it from its config or from the NameServer's registration answer; it is
+	// called before every connection attempt and before every pull, and a change drops the
+	// current connection. It must be cheap and safe to call from the Slave's goroutine.
+	MasterHAAddr func() string
+	// Log is the slave's commit log.
+	Log SlaveLog
+	// MaxChunkBytes is the most uncompressed bytes asked per pull (default 1 MiB).
+	MaxChunkBytes int
+	// MaxBatchBytes is the largest single batch accepted (default DefaultMaxBatchBytes): the
+	// master sends a batch larger than MaxChunkBytes whole. The decompression bound of a chunk is
+	// max(MaxChunkBytes, MaxBatchBytes); a chunk announcing more closes the link.
+	MaxBatchBytes int
+	// WaitMs is how long the master may hold a pull with nothing new (default 5000).
+	WaitMs int32
+	// Backoff is the first reconnect delay (default 100 ms), doubling up to MaxBackoff (default
+	// 3 s); it starts over after a pull succeeds.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// Logger receives replication events; default slog.Default().
+	Logger *slog.Logger
+	// OnProgress, when set, runs on the Slave's goroutine after every append with the new log
+	// end and the master's end; it must be short.
+	OnProgress func(end, masterEnd int64)
+	// Now is the clock of LastContact; default time.Now.
+	Now func() time.Time
+}
+
+// LinkStatus is a Slave's view of its replication link.
+type LinkStatus struct {
+	Connected    bool
+	MasterHAAddr string
+	// MasterMin, MasterEnd and ConfirmedOffset are the master's log bounds and confirmed offset
+	// as last heard; Epoch the master's epoch.
+	MasterMin       int64
+	MasterEnd       int64
+	ConfirmedOffset int64
+	Epoch           uint32
+	// LogMin and LogEnd are this slave's log bounds.
+	LogMin int64
+	LogEnd int64
+	// LastContact is when the master last answered (the zero Time if never).
+	LastContact time.Time
+	// Resyncs counts the times the slave discarded its log to follow the master.
+	Resyncs int64
+}
+
+// HAStatus returns the status as the CodeGetHAStatus body of a slave (Role "SLAVE"; the broker
+// fills MasterAddr and may override Role).
+func (st LinkStatus) HAStatus(brokerID int64) protocol.HAStatus {
+	return protocol.HAStatus{
+		Role:            "SLAVE",
+		BrokerID:        brokerID,
+		Epoch:           st.Epoch,
+		LogMin:          st.LogMin,
+		LogEnd:          st.LogEnd,
+		ConfirmedOffset: st.ConfirmedOffset,
+		MasterHAAddr:    st.MasterHAAddr,
+		MasterEnd:       st.MasterEnd,
+		Connected:       st.Connected,
+	}
+}
+
+// Slave pulls the master's commit log into its own (RocketMQ's HAClient): one goroutine
+// connects to the master's HA port, pulls from its log end, appends what it gets, and reconnects
+// with backoff after any failure. It never writes a chunk it could not decode or the log
+// rejected. Start and Close may be called from any goroutine; the status methods are safe for
+// concurrent use.
+type Slave struct {
+	cfg   SlaveConfig
+	log   *slog.Logger
+	bound int
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	dec chunkDecoder // the goroutine's
+
+	connected atomic.Bool
+	masterEnd atomic.Int64
+
+	mu sync.Mutex // guards st
+	st LinkStatus
+}
+
+// errFenced and errMasterMoved end a link on purpose.
+var (
+	errFenced      = errors.New("ha: the master fenced the pull (other broker group or newer epoch)")
+	errMasterMoved = errors.New("ha: the master's address changed")
+)
+
+// slaveAddr returns the slave's client address ("" when not configured).
+func (s *Slave) slaveAddr() string {
+	if s.cfg.SlaveAddr == nil {
+		return ""
+	}
+	return s.cfg.SlaveAddr()
+}
+
+// NewSlave returns a Slave; Start starts it.
+func NewSlave(cfg SlaveConfig) *Slave {
+	if cfg.MaxChunkBytes <= 0 {
+		cfg.MaxChunkBytes = DefaultMaxChunkBytes
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.WaitMs <= 0 {
+		cfg.WaitMs = DefaultWaitMs
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MasterHAAddr == nil {
+		cfg.MasterHAAddr = func() string { return "" }
+	}
+	s := &Slave{
+		cfg:   cfg,
+		log:   cfg.Logger.With("component", "ha-slave", "slave", cfg.SlaveID),
+		bound: max(cfg.MaxChunkBytes, cfg.MaxBatchBytes),
+	}
+	s.dec.bound = s.bound
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Start starts the replication goroutine. It returns an error on a bad config.
+func (s *Slave) Start() error {
+	if s.cfg.Log == nil {
+		return errors.New("ha: slave has no log")
+	}
+	if s.cfg.SlaveID <= 0 {
+		return fmt.Errorf("ha: slave id %d, want > 0", s.cfg.SlaveID)
+	}
+	if s.ctx.Err() != nil {
+		return ErrClosed
+	}
+	started := false
+	s.once.Do(func() {
+		started = true
+		s.wg.Add(1)
+		go s.run()
+	})
+	if !started {
+		return errors.New("ha: slave already started")
+	}
+	return nil
+}
+
+// Close stops the goroutine and closes the connection. NB: it waits for an AppendReplicated or
+// ResetTo in progress to return.
+func (s *Slave) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	s.once.Do(func() {}) // a Start after Close does nothing
+	s.dec.close()
+	return nil
+}
+
+// Connected reports whether the link to the master is up.
+func (s *Slave) Connected() bool { return s.connected.Load() }
+
+// MasterEnd returns the master's log end as last heard (0 before the first answer).
+func (s *Slave) MasterEnd() int64 { return s.masterEnd.Load() }
+
+// Status returns a snapshot of the link.
+func (s *Slave) Status() LinkStatus {
+	s.mu.Lock()
+	st := s.st
+	s.mu.Unlock()
+	st.Connected = s.connected.Load()
+	st.LogMin, st.LogEnd = s.cfg.Log.LogMinOffset(), s.cfg.Log.LogEndOffset()
+	return st
+}
+
+func (s *Slave) run() {
+	defer s.wg.Done()
+	backoff := s.cfg.Backoff
+	waitingForAddr := false
+	for s.ctx.Err() == nil {
+		addr := s.cfg.MasterHAAddr()
+		if addr == "" {
+			if !waitingForAddr {
+				s.log.Info("master HA address unknown; waiting for it")
+				waitingForAddr = true
+			}
+			s.sleep(backoff)
+			backoff = min(2*backoff, s.cfg.MaxBackoff)
+			continue
+		}
+		waitingForAddr = false
+		progressed, err := s.link(addr)
+		if s.ctx.Err() != nil {
+			return
+		}
+		if progressed {
+			backoff = s.cfg.Backoff
+		}
+		switch {
+		case errors.Is(err, errMasterMoved):
+			s.log.Info("master HA address changed; reconnecting", "old", addr, "new", s.cfg.MasterHAAddr())
+			continue
+		case errors.Is(err, ErrBadChunk):
+			s.log.Error("closing the replication link: bad chunk from the master", "master", addr, "err", err)
+		default:
+			s.log.Warn("replication link down; reconnecting", "master", addr, "err", err, "retryIn", backoff)
+		}
+		s.sleep(backoff)
+		backoff = min(2*backoff, s.cfg.MaxBackoff)
+	}
+}
+
+// sleep waits for d or Close.
+func (s *Slave) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.ctx.Done():
+	}
+}
+
+// link connects to addr and pulls until an error; progressed tells whether any pull succeeded.
+func (s *Slave) link(addr string) (progressed bool, err error) {
+	conn, err := rpc.Dial(s.ctx, addr, rpc.Options{MaxFrameSize: s.bound + frameMargin, MaxInFlight: 4})
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	s.st.MasterHAAddr = addr
+	s.mu.Unlock()
+	s.connected.Store(true)
+	s.log.Info("connected to the master", "master", addr)
+	defer func() {
+		s.connected.Store(false)
+		_ = conn.Close()
+	}()
+	timeout := time.Duration(s.cfg.WaitMs)*time.Millisecond + callMargin
+	for {
+		if a := s.cfg.MasterHAAddr(); a != addr {
+			return progressed, errMasterMoved
+		}
+		s.mu.Lock()
+		epoch := s.st.Epoch
+		s.mu.Unlock()
+		req := protocol.HAPullRequest{
+			BrokerName: s.cfg.BrokerName,
+			SlaveID:    s.cfg.SlaveID,
+			SlaveAddr:  s.slaveAddr(),
+			Offset:     s.cfg.Log.LogEndOffset(),
+			MaxBytes:   int32(min(s.cfg.MaxChunkBytes, 1<<30)),
+			WaitMs:     s.cfg.WaitMs,
+			Epoch:      epoch,
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, timeout)
+		resp, err := conn.Call(ctx, protocol.CodeHAPull, &req, nil)
+		cancel()
+		if err != nil {
+			return progressed, err
+		}
+		err = s.apply(req.Offset, resp.Header, resp.Body)
+		resp.Release()
+		if err != nil {
+			return progressed, err
+		}
+		progressed = true
+	}
+}
+
+// apply handles one answer to a pull from offset.
+func (s *Slave) apply(offset int64, hdr, body []byte) error {
+	h, raw, err := s.dec.readResponse(offset, hdr, body)
+	if err != nil {
+		return err
+	}
+	s.masterEnd.Store(h.MasterEnd)
+	s.mu.Lock()
+	s.st.MasterMin, s.st.MasterEnd, s.st.ConfirmedOffset = h.MasterMin, h.MasterEnd, h.ConfirmedOffset
+	s.st.Epoch = max(s.st.Epoch, h.Epoch)
+	s.st.LastContact = s.cfg.Now()
+	s.mu.Unlock()
+	switch h.Result {
+	case protocol.HAOK:
+		if len(raw) == 0 {
+			return nil
+		}
+		end, err := s.cfg.Log.AppendReplicated(h.Offset, raw)
+		if err != nil {
+			s.log.Error("cannot append replicated data; dropping the link", "offset", h.Offset, "bytes", len(raw), "err", err)
+			return fmt.Errorf("cannot append %d replicated bytes at %d: %w", len(raw), h.Offset, err)
+		}
+		if s.cfg.OnProgress != nil {
+			s.cfg.OnProgress(end, h.MasterEnd)
+		}
+		return nil
+	case protocol.HAResync:
+		s.log.Error("RESYNC: the master no longer has this slave's end offset (retention); discarding the whole log",
+			"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd, "restartAt", h.Offset)
+		return s.reset(h.Offset)
+	case protocol.HAOutOfRange:
+		// TODO(issue 4, Raft election): truncate to the last epoch shared with the master
+		// (epoch start offsets) instead of discarding the whole log.
+		s.log.Error("RESYNC: this slave's log is ahead of the master's or diverged from it; discarding the whole log",
+			"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd)
+		return s.reset(h.MasterMin)
+	case protocol.HAFenced:
+		return errFenced
+	}
+	return fmt.Errorf("%w: result %d", ErrBadChunk, h.Result)
+}
+
+func (s *Slave) reset(base int64) error {
+	if err := s.cfg.Log.ResetTo(base); err != nil {
+		return fmt.Errorf("cannot reset the log to %d: %w", base, err)
+	}
+	s.mu.Lock()
+	s.st.Resyncs++
+	s.mu.Unlock()
+	return nil
+}
+
+// readResponse decodes and checks an answer to a pull from reqOffset and returns it with the
+// uncompressed chunk (empty unless the result is HAOK with data). Every failure wraps
+// ErrBadChunk. The chunk is body itself or a view of the decoder's buffer (see decode).
+func (d *chunkDecoder) readResponse(reqOffset int64, hdr, body []byte) (protocol.HAPullResponse, []byte, error) {
+	var h protocol.HAPullResponse
+	if err := h.ReadFrom(hdr); err != nil {
+		return h, nil, fmt.Errorf("%w: header: %v", ErrBadChunk, err)
+	}
+	if h.MasterMin < 0 || h.MasterEnd < h.MasterMin {
+		return h, nil, fmt.Errorf("%w: master bounds [%d, %d)", ErrBadChunk, h.MasterMin, h.MasterEnd)
+	}
+	switch h.Result {
+	case protocol.HAOK:
+		if h.Offset < reqOffset || h.RawLength < 0 || h.Offset > h.MasterEnd-int64(h.RawLength) {
+			return h, nil, fmt.Errorf("%w: %d bytes at %d for a pull from %d, master end %d", ErrBadChunk, h.RawLength, h.Offset, reqOffset, h.MasterEnd)
+		}
+		raw, err := d.decode(h.Codec, h.RawLength, body)
+		if err != nil {
+			return h, nil, err
+		}
+		return h, raw, nil
+	case protocol.HAResync:
+		if h.Offset < 0 {
+			return h, nil, fmt.Errorf("%w: resync at %d", ErrBadChunk, h.Offset)
+		}
+	case protocol.HAOutOfRange, protocol.HAFenced:
+	default:
+		return h, nil, fmt.Errorf("%w: unknown result %d", ErrBadChunk, h.Result)
+	}
+	if len(body) != 0 {
+		return h, nil, fmt.Errorf("%w: result %d with a %d-byte body", ErrBadChunk, h.Result, len(body))
+	}
+	return h, nil, nil
+}
