@@ -125,6 +125,35 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 	case protocol.CodeGetBrokerRuntimeInfo:
 		t := b.runtimeInfo()
 		return rpc.Reply{Body: t.AppendTo(nil)}
+
+	case protocol.CodeGetAllConsumerOffset:
+		t := b.offsets.table()
+		return rpc.Reply{Body: t.AppendTo(nil)}
+
+	case protocol.CodeMergeConsumerOffsets:
+		var t protocol.ConsumerOffsetTable
+		if err := t.ReadFrom(body); err != nil {
+			return malformed(err)
+		}
+		if n := b.offsets.merge(&t); n > 0 {
+			b.log.Debug("consumer offsets merged", "moved", n)
+		}
+		return rpc.Reply{}
+
+	case protocol.CodeGetLogChecksum:
+		var h protocol.LogChecksumRequest
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		from, to, sum, err := b.store.Checksum(h.From, h.To)
+		if err != nil {
+			return rpc.Errorf(protocol.StatusSystemError, "%v", err)
+		}
+		return rpc.Reply{Header: &protocol.LogChecksumResponse{From: from, To: to, Checksum: sum}}
+
+	case protocol.CodeGetHAStatus:
+		st := b.haStatus()
+		return rpc.Reply{Body: st.AppendTo(nil)}
 	}
 	return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "request code %s is not supported by the broker", code)
 }
@@ -202,6 +231,8 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 		"namesrvAddr":            b.cfg.NamesrvAddr,
 		"brokerClusterName":      b.cfg.BrokerClusterName,
 		"commitLogDiskRatio":     diskRatio(b.cfg.StorePathRootDir),
+		"haListenAddr":           b.haAdvertised(),
+		"masterAddr":             b.master().clientAddr,
 	}
 	t := protocol.KVTable{}
 	for k, v := range kv {

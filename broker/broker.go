@@ -17,8 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
 // Version is the broker version reported in runtime info.
@@ -55,6 +57,17 @@ type Broker struct {
 	inboundPartial atomic.Int64 // bytes of incomplete frames over all connections
 	fatal          chan error
 	workers        sync.WaitGroup // admin request goroutines
+
+	// Replication (replication.go): a master's server for its slaves, or a slave's link to
+	// its master and what it knows of the master.
+	haMaster   *ha.Master
+	haSlave    *ha.Slave
+	masterAddr atomic.Pointer[masterInfo]
+	slowBytes  int64       // reads further behind the log end than this are old (bytes)
+	loaded     atomic.Bool // the master's put rate is over slaveReadLoadMsgsPerSec
+	syncMu     sync.Mutex  // guards syncConn
+	syncConn   *rpc.Conn   // a slave's connection to its master for the config/offset sync
+	syncLog    ratelog.Limiter
 
 	registrar *registrar
 	stop      chan struct{}
@@ -125,6 +138,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		b.maxConns = defaultMaxConnections()
 	}
 	b.registrar = newRegistrar(b)
+	b.slowBytes = slowReadBytes(&cfg)
 	empty := ""
 	b.addr.Store(&empty)
 	b.stamp = func(dst []byte, phys, baseQueueOffset, storeTimestamp int64) {
@@ -161,6 +175,7 @@ func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
 // returns once the server accepts connections.
 func (b *Broker) Start() error {
 	b.started = time.Now()
+	b.newHA()
 	h := &handler{b: b}
 	loops := b.cfg.NumEventLoop
 	go func() {
@@ -196,6 +211,10 @@ func (b *Broker) Start() error {
 	}
 	addr := net.JoinHostPort(b.cfg.advertisedHost(), strconv.Itoa(port))
 	b.addr.Store(&addr)
+	if err := b.startHA(); err != nil {
+		b.Close()
+		return err
+	}
 	b.bg.Add(2)
 	go b.housekeeping()
 	go b.registrar.run()
@@ -292,6 +311,7 @@ func (b *Broker) shutdown() error {
 		cancel()
 		<-b.runErr
 	}
+	b.closeHA()
 	if err := b.offsets.persist(); err != nil {
 		errs = append(errs, err)
 	}
@@ -336,6 +356,10 @@ func (b *Broker) housekeeping() {
 			}
 		case now := <-statsTick.C:
 			b.stats.sample()
+			if limit := b.cfg.SlaveReadLoadMsgsPerSec; limit > 0 {
+				put, _ := b.stats.rates()
+				b.loaded.Store(put > float64(limit))
+			}
 			b.closeStalled(now)
 			for _, id := range b.consumers.remove(nil, now.Add(-b.cfg.ChannelExpiredTimeout)) {
 				b.log.Info("consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/internal/props"
 	"github.com/petrel-mq/petrel/protocol"
 )
@@ -105,6 +106,41 @@ type Config struct {
 	// FrameReadTimeout closes a connection whose request frame stays incomplete this long (ms
 	// in the file, default 30 s).
 	FrameReadTimeout time.Duration `prop:"frameReadTimeout" unit:"ms" help:"closes a connection whose request frame stays incomplete this long (ms in the file, default 30 s)"`
+	// HAListenPort is the replication port a master serves its slaves on (default listenPort+1,
+	// as RocketMQ's haListenPort; with listenPort 0, a free port).
+	HAListenPort int `prop:"haListenPort" help:"the replication port a master serves its slaves on (default listenPort+1, as RocketMQ's haListenPort; with listenPort 0, a free port)"`
+	// HAMasterAddress is the master's replication address (host:port) a slave pulls from; empty:
+	// learnt from the NameServers' answer to the slave's registration.
+	HAMasterAddress string `prop:"haMasterAddress" help:"the master's replication address (host:port) a slave pulls from; empty: learnt from the NameServers' answer to the slave's registration"`
+	// MinInSyncReplicas is how many members, the master included, must hold a message before a
+	// SYNC_MASTER acknowledges it; fewer in-sync members refuse sends (default 1).
+	MinInSyncReplicas int `prop:"minInSyncReplicas" help:"how many members, the master included, must hold a message before a SYNC_MASTER acknowledges it; fewer in-sync members refuse sends (default 1)"`
+	// SyncReplicationTimeout bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file,
+	// default 3 s); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master only).
+	SyncReplicationTimeout time.Duration `prop:"syncReplicationTimeout" unit:"ms" help:"bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file, default 3 s); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master only)"`
+	// HACompression is the codec of replication chunks: s2 (default), zstd or none.
+	HACompression string `prop:"haCompression" help:"the codec of replication chunks: s2 (default), zstd or none"`
+	// HAMaxChunkBytes caps one replication chunk before compression (bytes, default 1 MiB).
+	HAMaxChunkBytes int `prop:"haMaxChunkBytes" help:"caps one replication chunk before compression (bytes, default 1 MiB)"`
+	// HAInSyncMaxLagBytes and HAInSyncMaxLagTime: a slave lagging more than this many bytes for
+	// longer than this time leaves the in-sync set (defaults 256 MiB as RocketMQ's
+	// haMaxGapNotInSync, and 3 s; ms in the file); it rejoins once caught up.
+	HAInSyncMaxLagBytes int64         `prop:"haInSyncMaxLagBytes" help:"a slave lagging more than this many bytes for longer than haInSyncMaxLagTime leaves the in-sync set (default 256 MiB, RocketMQ's haMaxGapNotInSync); it rejoins once caught up"`
+	HAInSyncMaxLagTime  time.Duration `prop:"haInSyncMaxLagTime" unit:"ms" help:"how long a slave may lag more than haInSyncMaxLagBytes, or stay silent, before it leaves the in-sync set (ms, default 3 s)"`
+	// SlaveReadEnable lets the master suggest that consumers read from slaves (default true).
+	SlaveReadEnable bool `prop:"slaveReadEnable" help:"lets the master suggest that consumers read from slaves (default true)"`
+	// AccessMessageInMemoryMaxRatio: a consumer reading further behind the log end than this
+	// percentage of the machine's memory reads old data, likely out of the page cache, and is
+	// sent to a slave (RocketMQ's key and default, 40).
+	AccessMessageInMemoryMaxRatio int `prop:"accessMessageInMemoryMaxRatio" help:"AccessMessageInMemoryMaxRatio: a consumer reading further behind the log end than this percentage of the machine's memory reads old data, likely out of the page cache, and is sent to a slave (RocketMQ's key and default, 40)"`
+	// SlaveReadBehindBytes overrides that threshold in bytes (0: use the ratio).
+	SlaveReadBehindBytes int64 `prop:"slaveReadBehindBytes" help:"overrides that threshold in bytes (0: use the ratio)"`
+	// SlaveReadLoadMsgsPerSec: above this put rate (messages/s) the master counts as loaded and
+	// sends consumers to in-sync slaves (0: never).
+	SlaveReadLoadMsgsPerSec int64 `prop:"slaveReadLoadMsgsPerSec" help:"SlaveReadLoadMsgsPerSec: above this put rate (messages/s) the master counts as loaded and sends consumers to in-sync slaves (0: never)"`
+	// SlaveSyncInterval is how often a slave syncs topic configs and consumer offsets with its
+	// master (ms in the file, default 3 s).
+	SlaveSyncInterval time.Duration `prop:"slaveSyncInterval" unit:"ms" help:"how often a slave syncs topic configs and consumer offsets with its master (ms in the file, default 3 s)"`
 	// ShutdownGracePeriod bounds the wait for in-flight requests on shutdown (ms in the file).
 	ShutdownGracePeriod time.Duration `prop:"shutdownGracePeriod" unit:"ms" help:"bounds the wait for in-flight requests on shutdown (ms in the file)"`
 }
@@ -112,33 +148,43 @@ type Config struct {
 // DefaultConfig returns the defaults: RocketMQ's where RocketMQ has the setting.
 func DefaultConfig() Config {
 	return Config{
-		BrokerClusterName:           "DefaultCluster",
-		BrokerName:                  "broker-a",
-		BrokerID:                    0,
-		BrokerRole:                  RoleAsyncMaster,
-		FlushDiskType:               AsyncFlush,
-		ListenPort:                  10911,
-		BindAddress:                 "0.0.0.0",
-		StorePathRootDir:            "petrel-store",
-		MappedFileSizeCommitLog:     1 << 30,
-		ConsumeQueueFileEntries:     300_000,
-		FlushIntervalCommitLog:      500 * time.Millisecond,
-		FlushCommitLogDirtyBytes:    16 << 20,
-		FileReservedTime:            72 * time.Hour,
-		MaxMessageSize:              protocol.DefaultMaxMessageSize,
-		MaxFrameSize:                protocol.DefaultMaxFrameSize,
-		MaxPullBytes:                4 << 20,
-		MaxPullMessages:             4096,
-		LongPollingMaxWait:          30 * time.Second,
-		ConnMaxInFlight:             4096,
-		ConnMaxOutboundBytes:        16 << 20,
-		RegisterNameServerPeriod:    30 * time.Second,
-		FlushConsumerOffsetInterval: time.Second,
-		DefaultTopicQueueNums:       8,
-		ChannelExpiredTimeout:       120 * time.Second,
-		ShutdownGracePeriod:         5 * time.Second,
-		MaxInboundBufferedBytes:     256 << 20,
-		FrameReadTimeout:            30 * time.Second,
+		BrokerClusterName:             "DefaultCluster",
+		BrokerName:                    "broker-a",
+		BrokerID:                      0,
+		BrokerRole:                    RoleAsyncMaster,
+		FlushDiskType:                 AsyncFlush,
+		ListenPort:                    10911,
+		BindAddress:                   "0.0.0.0",
+		StorePathRootDir:              "petrel-store",
+		MappedFileSizeCommitLog:       1 << 30,
+		ConsumeQueueFileEntries:       300_000,
+		FlushIntervalCommitLog:        500 * time.Millisecond,
+		FlushCommitLogDirtyBytes:      16 << 20,
+		FileReservedTime:              72 * time.Hour,
+		MaxMessageSize:                protocol.DefaultMaxMessageSize,
+		MaxFrameSize:                  protocol.DefaultMaxFrameSize,
+		MaxPullBytes:                  4 << 20,
+		MaxPullMessages:               4096,
+		LongPollingMaxWait:            30 * time.Second,
+		ConnMaxInFlight:               4096,
+		ConnMaxOutboundBytes:          16 << 20,
+		RegisterNameServerPeriod:      30 * time.Second,
+		FlushConsumerOffsetInterval:   time.Second,
+		DefaultTopicQueueNums:         8,
+		ChannelExpiredTimeout:         120 * time.Second,
+		ShutdownGracePeriod:           5 * time.Second,
+		MaxInboundBufferedBytes:       256 << 20,
+		MinInSyncReplicas:             1,
+		SyncReplicationTimeout:        3 * time.Second,
+		HACompression:                 "s2",
+		HAMaxChunkBytes:               1 << 20,
+		HAInSyncMaxLagBytes:           256 << 20,
+		HAInSyncMaxLagTime:            3 * time.Second,
+		SlaveReadEnable:               true,
+		AccessMessageInMemoryMaxRatio: 40,
+		SlaveReadLoadMsgsPerSec:       200_000,
+		SlaveSyncInterval:             3 * time.Second,
+		FrameReadTimeout:              30 * time.Second,
 	}
 }
 
@@ -183,11 +229,34 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("flushDiskType %q: want ASYNC_FLUSH or SYNC_FLUSH", c.FlushDiskType)
 	}
-	if c.BrokerRole == RoleSlave {
-		return fmt.Errorf("brokerRole SLAVE is not supported by this version (replication is not built yet)")
+	if c.BrokerRole == RoleSlave && c.BrokerID <= 0 {
+		return fmt.Errorf("brokerId %d: a SLAVE has brokerId > 0", c.BrokerID)
 	}
-	if c.BrokerID != 0 {
-		return fmt.Errorf("brokerId %d: a master has brokerId 0", c.BrokerID)
+	if c.BrokerRole != RoleSlave && c.BrokerID != 0 {
+		return fmt.Errorf("brokerId %d: a master (%s) has brokerId 0", c.BrokerID, c.BrokerRole)
+	}
+	if c.HAListenPort < 0 || c.HAListenPort > 65535 || (c.HAListenPort != 0 && c.HAListenPort == c.ListenPort) {
+		return fmt.Errorf("haListenPort %d: out of range or equal to listenPort", c.HAListenPort)
+	}
+	if c.HAMasterAddress != "" {
+		if _, _, err := net.SplitHostPort(c.HAMasterAddress); err != nil {
+			return fmt.Errorf("haMasterAddress %q: %w", c.HAMasterAddress, err)
+		}
+	}
+	if c.MinInSyncReplicas < 1 {
+		return fmt.Errorf("minInSyncReplicas %d: at least 1 (the master)", c.MinInSyncReplicas)
+	}
+	if _, err := ha.ParseCodec(c.HACompression); err != nil {
+		return fmt.Errorf("haCompression: %w", err)
+	}
+	if c.HAMaxChunkBytes < 64<<10 || c.HAMaxChunkBytes > 64<<20 {
+		return fmt.Errorf("haMaxChunkBytes %d: between 64 KiB and 64 MiB", c.HAMaxChunkBytes)
+	}
+	if c.HAInSyncMaxLagBytes < 0 || c.SlaveReadBehindBytes < 0 || c.SlaveReadLoadMsgsPerSec < 0 {
+		return fmt.Errorf("haInSyncMaxLagBytes, slaveReadBehindBytes and slaveReadLoadMsgsPerSec must not be negative")
+	}
+	if c.AccessMessageInMemoryMaxRatio < 1 || c.AccessMessageInMemoryMaxRatio > 100 {
+		return fmt.Errorf("accessMessageInMemoryMaxRatio %d: 1..100 (percent of memory)", c.AccessMessageInMemoryMaxRatio)
 	}
 	for _, n := range []struct{ key, v string }{{"brokerName", c.BrokerName}, {"brokerClusterName", c.BrokerClusterName}} {
 		if err := protocol.ValidateGroup([]byte(n.v)); err != nil {
@@ -251,6 +320,9 @@ func (c *Config) Validate() error {
 		{"frameReadTimeout", c.FrameReadTimeout, 100 * time.Millisecond},
 		{"longPollingMaxWait", c.LongPollingMaxWait, 0},
 		{"shutdownGracePeriod", c.ShutdownGracePeriod, 0},
+		{"syncReplicationTimeout", c.SyncReplicationTimeout, time.Millisecond},
+		{"haInSyncMaxLagTime", c.HAInSyncMaxLagTime, 10 * time.Millisecond},
+		{"slaveSyncInterval", c.SlaveSyncInterval, 10 * time.Millisecond},
 	} {
 		if d.v < d.min {
 			return fmt.Errorf("%s %v: at least %v", d.key, d.v, d.min)
@@ -296,6 +368,19 @@ func (c *Config) NamesrvAddrs() []string {
 func (c *Config) listenAddr() string {
 	return net.JoinHostPort(c.BindAddress, strconv.Itoa(c.ListenPort))
 }
+
+// haListenAddr returns the replication listen address: haListenPort, else listenPort+1, else
+// (listenPort 0) a free port.
+func (c *Config) haListenAddr() string {
+	port := c.HAListenPort
+	if port == 0 && c.ListenPort != 0 {
+		port = c.ListenPort + 1
+	}
+	return net.JoinHostPort(c.BindAddress, strconv.Itoa(port))
+}
+
+// isSlave reports whether the broker is a slave.
+func (c *Config) isSlave() bool { return c.BrokerRole == RoleSlave }
 
 // advertisedHost returns the host part clients should dial: brokerIP1, else the bind address,
 // else (bound to all interfaces) the host's first non-loopback IPv4 address, as RocketMQ

@@ -160,3 +160,48 @@ func (t *offsetTable) persist() error {
 	}
 	return nil
 }
+
+// table returns every committed offset, sorted.
+func (t *offsetTable) table() protocol.ConsumerOffsetTable {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out protocol.ConsumerOffsetTable
+	for group, topics := range t.groups {
+		for topic, queues := range topics {
+			for qid, off := range queues {
+				out.Offsets = append(out.Offsets, protocol.ConsumerOffset{ConsumerGroup: group, Topic: topic, QueueID: qid, Offset: off})
+			}
+		}
+	}
+	sort.Slice(out.Offsets, func(i, j int) bool {
+		a, b := &out.Offsets[i], &out.Offsets[j]
+		if a.ConsumerGroup != b.ConsumerGroup {
+			return a.ConsumerGroup < b.ConsumerGroup
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.QueueID < b.QueueID
+	})
+	return out
+}
+
+// merge takes the larger offset of each queue from tbl (commits never move backwards), and
+// returns how many offsets moved.
+func (t *offsetTable) merge(tbl *protocol.ConsumerOffsetTable) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	moved := 0
+	for _, o := range tbl.Offsets {
+		if o.Offset < 0 || protocol.ValidateGroup([]byte(o.ConsumerGroup)) != nil || protocol.ValidateTopic([]byte(o.Topic)) != nil || o.QueueID < 0 {
+			continue
+		}
+		if cur, ok := t.groups[o.ConsumerGroup][o.Topic][o.QueueID]; ok && cur >= o.Offset {
+			continue
+		}
+		t.setLocked(o.ConsumerGroup, o.Topic, o.QueueID, o.Offset)
+		t.dirty = true
+		moved++
+	}
+	return moved
+}

@@ -99,19 +99,25 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 		MinOffset:       rr.MinOffset,
 		MaxOffset:       rr.MaxOffset,
 		NextQueueOffset: p.offset,
-		SuggestBrokerID: 0,
 	}
-	switch rr.Status {
-	case commitlog.Found:
+	// A slave has only what it replicated: past its end the master may have more, so it never
+	// answers "nothing new" or "offset moved" for an offset beyond its end while the master is
+	// alive, nor "offset moved" to a lower offset ever: it sends the consumer to the master.
+	slaveBehind := b.haSlave != nil && (rr.Status == commitlog.OffsetOverflow ||
+		((rr.Status == commitlog.NoNewMessage || rr.Status == commitlog.NoQueue) && b.haSlave.Connected()))
+	switch {
+	case slaveBehind:
+		hdr.Result = protocol.PullNotHere
+	case rr.Status == commitlog.Found:
 		hdr.Result = protocol.PullFound
 		hdr.NextQueueOffset = rr.NextQueueOffset
-	case commitlog.NoNewMessage:
+	case rr.Status == commitlog.NoNewMessage:
 		if !final {
 			rr.Release()
 			return false
 		}
 		hdr.Result = protocol.PullNoNewMessage
-	case commitlog.NoQueue:
+	case rr.Status == commitlog.NoQueue:
 		if p.offset == 0 && !final {
 			rr.Release()
 			return false
@@ -124,6 +130,9 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	default: // OffsetTooSmall, OffsetOverflow
 		hdr.Result = protocol.PullOffsetMoved
 		hdr.NextQueueOffset = rr.NextQueueOffset
+	}
+	if hdr.Result != protocol.PullNotHere && (b.haMaster != nil || b.haSlave != nil) {
+		hdr.SuggestBrokerID = b.readSuggestion(p.topic, p.queueID, hdr.NextQueueOffset)
 	}
 	cs.out = protocol.StartFrame(cs.out[:0], uint16(protocol.StatusSuccess), protocol.FlagResponse, p.id)
 	cs.out = hdr.AppendTo(cs.out)
@@ -217,6 +226,37 @@ func (q *pollWaiters) take(queueID int32) []*pullWaiter {
 	q.n.Add(-int32(len(ws)))
 	q.mu.Unlock()
 	return ws
+}
+
+// takeReady removes and returns the pulls whose queue now holds messages at or past their
+// offset (maxOffset gives a queue's max offset); a slave calls it as replication extends its
+// queues.
+func (q *pollWaiters) takeReady(maxOffset func(queueID int32) int64) []*pullWaiter {
+	if q.n.Load() == 0 {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var ready []*pullWaiter
+	for id, ws := range q.byQueue {
+		max := maxOffset(id)
+		keep := ws[:0]
+		for _, w := range ws {
+			if max > w.p.offset {
+				ready = append(ready, w)
+				q.n.Add(-1)
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		clear(ws[len(keep):])
+		if len(keep) == 0 {
+			delete(q.byQueue, id)
+		} else {
+			q.byQueue[id] = keep
+		}
+	}
+	return ready
 }
 
 // takeAll removes and returns every held pull (shutdown).

@@ -56,11 +56,12 @@ func (r *registrar) run() {
 
 func (r *registrar) header() *protocol.BrokerHeader {
 	return &protocol.BrokerHeader{
-		ClusterName: r.b.cfg.BrokerClusterName,
-		BrokerName:  r.b.cfg.BrokerName,
-		BrokerID:    r.b.cfg.BrokerID,
-		BrokerAddr:  r.b.Addr(),
-		DataVersion: r.b.topics.version.Load(),
+		ClusterName:  r.b.cfg.BrokerClusterName,
+		BrokerName:   r.b.cfg.BrokerName,
+		BrokerID:     r.b.cfg.BrokerID,
+		BrokerAddr:   r.b.Addr(),
+		HAServerAddr: r.b.haAdvertised(),
+		DataVersion:  r.b.topics.version.Load(),
 	}
 }
 
@@ -76,9 +77,9 @@ func (r *registrar) registerAll() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
+			var resp protocol.RegisterBrokerResponseHeader // the group's master, for a slave
 			c, err := r.conn(ctx, addr)
 			if err == nil {
-				var resp protocol.RegisterBrokerResponseHeader
 				err = c.CallDecode(ctx, protocol.CodeRegisterBroker, h, body, &resp, nil)
 			}
 			if err != nil {
@@ -86,6 +87,7 @@ func (r *registrar) registerAll() {
 				r.drop(addr, c)
 				return
 			}
+			r.b.learnMaster(resp.MasterAddr, resp.HAServerAddr)
 			r.b.log.Debug("registered with NameServer", "namesrv", addr, "topics", len(list.Topics))
 		}()
 	}

@@ -2,6 +2,9 @@ package broker
 
 import (
 	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/petrel-mq/petrel/commitlog"
 	"github.com/petrel-mq/petrel/protocol"
@@ -13,6 +16,11 @@ import (
 // Under SYNC_FLUSH the answer waits for the group commit that covers the batch and is written
 // by the flusher goroutine.
 func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
+	if b.haSlave != nil {
+		m := b.master()
+		b.replyError(cs, f, protocol.StatusNotMaster, "broker "+b.cfg.BrokerName+"/"+strconv.FormatInt(b.cfg.BrokerID, 10)+" is a slave: send to its master", m.clientAddr)
+		return
+	}
 	if len(f.Header) != 0 {
 		b.replyError(cs, f, protocol.StatusRequestMalformed, "send request header must be empty", "")
 		return
@@ -53,6 +61,20 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 		b.replyError(cs, f, protocol.StatusQueueNotExist, "queue id out of range of the topic's write queues", "")
 		return
 	}
+	syncRepl := b.cfg.BrokerRole == RoleSyncMaster && b.haMaster != nil
+	if syncRepl && b.cfg.MinInSyncReplicas > 1 {
+		// Checked before the append: these refusals mean "not stored".
+		if b.haMaster.ConnectedSlaves() == 0 {
+			b.stats.putErrors.Add(1)
+			b.replyError(cs, f, protocol.StatusSlaveNotAvailable, "no slave is connected and minInSyncReplicas is "+strconv.Itoa(b.cfg.MinInSyncReplicas)+": not stored", "")
+			return
+		}
+		if n := b.haMaster.InSyncCount() + 1; n < b.cfg.MinInSyncReplicas {
+			b.stats.putErrors.Add(1)
+			b.replyError(cs, f, protocol.StatusInSyncReplicasNotEnough, strconv.Itoa(n)+" in-sync replicas, minInSyncReplicas is "+strconv.Itoa(b.cfg.MinInSyncReplicas)+": not stored", "")
+			return
+		}
+	}
 	res, err := b.store.Append(h.Topic, h.QueueID, f.Body, h.Count, tagHash, b.stamp)
 	if err != nil {
 		b.stats.putErrors.Add(1)
@@ -68,6 +90,9 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 	}
 	b.stats.putMessages.Add(int64(h.Count))
 	b.stats.putBytes.Add(int64(res.Size))
+	if b.haMaster != nil {
+		b.haMaster.NotifyAppend(res.EndOffset)
+	}
 	if ws := tp.waiters.take(h.QueueID); ws != nil {
 		b.wakeWaiters(ws)
 	}
@@ -82,23 +107,77 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 		PhysicalOffset: res.PhysicalOffset,
 		StoreTimestamp: res.StoreTimestamp,
 	}
-	if b.cfg.FlushDiskType != SyncFlush {
+	syncFlush := b.cfg.FlushDiskType == SyncFlush
+	if !syncFlush && !syncRepl {
 		cs.out = appendSendResponse(cs.out[:0], f.RequestID, &resp)
 		_, _ = cs.c.Write(cs.out)
 		return
 	}
+	// Answered later, by whichever of the flusher and the replication waiter finishes last.
+	a := &pendingAck{b: b, cs: cs, id: f.RequestID, resp: resp}
+	a.pending.Store(boolInt(syncFlush) + boolInt(syncRepl))
 	cs.inflight.Add(1)
-	id := f.RequestID
-	b.store.WaitFlushed(res.EndOffset, func(err error) {
-		buf := respPool.Get()
-		if err != nil {
-			b.log.Error("sync flush failed", "err", err)
-			buf.B = appendError(buf.B[:0], id, protocol.StatusFlushDiskTimeout, "stored, but the flush failed: "+err.Error())
-		} else {
-			buf.B = appendSendResponse(buf.B[:0], id, &resp)
-		}
-		b.asyncWrite(cs, buf)
-	})
+	if syncFlush {
+		b.store.WaitFlushed(res.EndOffset, func(err error) {
+			if err != nil {
+				b.log.Error("sync flush failed", "err", err)
+				a.fail(protocol.StatusFlushDiskTimeout, "stored, but the flush failed: "+err.Error())
+			}
+			a.done()
+		})
+	}
+	if syncRepl {
+		b.haMaster.WaitReplicated(res.EndOffset, b.cfg.MinInSyncReplicas-1, b.cfg.SyncReplicationTimeout, func(err error) {
+			if err != nil {
+				a.fail(protocol.StatusFlushSlaveTimeout, "stored on the master, replication not confirmed: "+err.Error())
+			}
+			a.done()
+		})
+	}
+}
+
+// pendingAck is a send answered once its flush and/or replication complete; the first failure
+// decides the answer.
+type pendingAck struct {
+	b       *Broker
+	cs      *connState
+	id      uint32
+	resp    protocol.SendResponseHeader
+	pending atomic.Int32
+	mu      sync.Mutex // guards failSt, failMsg
+	failSt  protocol.Status
+	failMsg string
+}
+
+func (a *pendingAck) fail(st protocol.Status, msg string) {
+	a.mu.Lock()
+	if a.failSt == 0 {
+		a.failSt, a.failMsg = st, msg
+	}
+	a.mu.Unlock()
+}
+
+func (a *pendingAck) done() {
+	if a.pending.Add(-1) != 0 {
+		return
+	}
+	buf := respPool.Get()
+	a.mu.Lock()
+	st, msg := a.failSt, a.failMsg
+	a.mu.Unlock()
+	if st != 0 {
+		buf.B = appendError(buf.B[:0], a.id, st, msg)
+	} else {
+		buf.B = appendSendResponse(buf.B[:0], a.id, &a.resp)
+	}
+	a.b.asyncWrite(a.cs, buf)
+}
+
+func boolInt(v bool) int32 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 var (

@@ -205,13 +205,15 @@ func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
 	case protocol.CodePullMessage:
 		b.handlePull(cs, f)
 	case protocol.CodeQueryConsumerOffset, protocol.CodeGetMaxOffset, protocol.CodeGetMinOffset,
-		protocol.CodeGetTopicStatsInfo, protocol.CodeGetAllTopicConfig, protocol.CodeUpdateConsumerOffset:
+		protocol.CodeGetTopicStatsInfo, protocol.CodeGetAllTopicConfig, protocol.CodeUpdateConsumerOffset,
+		protocol.CodeGetAllConsumerOffset, protocol.CodeMergeConsumerOffsets:
 		// In-memory lookups: answered on the loop.
 		rep := b.handleAdmin(code, f.Header, f.Body)
 		b.reply(cs, f, &rep)
 	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient, protocol.CodeGetConsumerListByGroup:
 		b.handleConsumerRequest(cs, f)
-	case protocol.CodeUpdateAndCreateTopic, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo:
+	case protocol.CodeUpdateAndCreateTopic, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo,
+		protocol.CodeGetLogChecksum, protocol.CodeGetHAStatus:
 		// These may wait: a topic update fsyncs the topic table, consume stats read old batches
 		// (cold pages), runtime info reads memory statistics (a short stop of the world). They
 		// run on a worker goroutine and are answered with AsyncWrite.

@@ -13,10 +13,10 @@ import (
 
 // Admin runs administrative requests against NameServers and brokers: the calls behind
 // petrelctl's mqadmin-like commands (updateTopic, topicRoute, clusterList, topicStatus,
-// consumerProgress, brokerStatus). A Client made WithNoNameServer serves the requests that name
-// a broker address. Its methods are safe for concurrent use. Each request is
-// bounded by the client's request timeout (WithRequestTimeout), or by ctx's deadline when it is
-// earlier.
+// consumerProgress, brokerStatus, haStatus, logChecksum). A Client made WithNoNameServer serves
+// the requests that name a broker address. Its methods are safe for concurrent use. Each
+// request is bounded by the client's request timeout (WithRequestTimeout), or by ctx's deadline
+// when it is earlier.
 type Admin struct {
 	c *Client
 }
@@ -155,7 +155,7 @@ func (a *Admin) ClusterInfo(ctx context.Context) (*protocol.ClusterInfo, error) 
 
 // BrokerTopicStats is one broker group's share of a topic.
 type BrokerTopicStats struct {
-	// BrokerName is the group, Addr the master that answered.
+	// BrokerName is the group, Addr the member that answered (the master for TopicStats).
 	BrokerName string
 	Addr       string
 	// Stats lists the group's queues of the topic.
@@ -319,4 +319,71 @@ func (a *Admin) offset(ctx context.Context, code protocol.RequestCode, addr stri
 		return 0, fmt.Errorf("%s at %s: %w", code, addr, err)
 	}
 	return oh.Offset, nil
+}
+
+// HAStatus returns the replication state of the broker at addr (CODE GET_HA_STATUS): its role,
+// log bounds, epoch and confirmed offset; a master lists its slaves (acknowledged offset, lag
+// in bytes and time, in-sync, compression), a slave describes its link to the master.
+func (a *Admin) HAStatus(ctx context.Context, addr string) (*protocol.HAStatus, error) {
+	var st protocol.HAStatus
+	if err := a.c.callAddr(ctx, addr, protocol.CodeGetHAStatus, nil, nil, nil, &st); err != nil {
+		return nil, fmt.Errorf("cannot get the HA status of %s: %w", addr, err)
+	}
+	return &st, nil
+}
+
+// LogChecksum returns the SHA-256 of the commit log of the broker at addr over the physical
+// offsets [from, to) (from -1: the log's min offset; to -1: its end), with the range the broker
+// covered. Replicas of a group hold byte-identical logs, so equal ranges give equal checksums.
+func (a *Admin) LogChecksum(ctx context.Context, addr string, from, to int64) (*protocol.LogChecksumResponse, error) {
+	var resp protocol.LogChecksumResponse
+	if err := a.c.callAddr(ctx, addr, protocol.CodeGetLogChecksum, &protocol.LogChecksumRequest{From: from, To: to}, nil, &resp, nil); err != nil {
+		return nil, fmt.Errorf("cannot get the log checksum of %s: %w", addr, err)
+	}
+	return &resp, nil
+}
+
+// AllConsumerOffsets returns every consumer offset committed on the broker at addr.
+func (a *Admin) AllConsumerOffsets(ctx context.Context, addr string) (*protocol.ConsumerOffsetTable, error) {
+	var t protocol.ConsumerOffsetTable
+	if err := a.c.callAddr(ctx, addr, protocol.CodeGetAllConsumerOffset, nil, nil, nil, &t); err != nil {
+		return nil, fmt.Errorf("cannot get the consumer offsets of %s: %w", addr, err)
+	}
+	return &t, nil
+}
+
+// TopicStatsFrom is TopicStats asking, in each broker group of the topic's route, the first
+// live member of brokerIDs (0: the master), else the group's master, else its lowest live
+// member; so a group whose master is dead still answers through a slave. BrokerTopicStats.Addr
+// names the member that answered.
+func (a *Admin) TopicStatsFrom(ctx context.Context, topic string, brokerIDs ...int64) ([]BrokerTopicStats, error) {
+	data, err := a.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	bds := slices.Clone(data.BrokerDatas)
+	slices.SortFunc(bds, func(x, y protocol.BrokerData) int { return strings.Compare(x.BrokerName, y.BrokerName) })
+	var out []BrokerTopicStats
+	var errs []error
+	for i := range bds {
+		bd := &bds[i]
+		addr, found := "", false
+		for _, id := range brokerIDs {
+			if addr, found = memberAddr(bd, id); found {
+				break
+			}
+		}
+		if !found {
+			if addr, _, found = pickBrokerAddr(bd, -1); !found {
+				continue
+			}
+		}
+		var st protocol.TopicStatsTable
+		if err := a.c.callAddr(ctx, addr, protocol.CodeGetTopicStatsInfo, &protocol.TopicHeader{Topic: topic}, nil, nil, &st); err != nil {
+			errs = append(errs, fmt.Errorf("cannot get the stats of %q from %s (%s): %w", topic, addr, bd.BrokerName, err))
+			continue
+		}
+		out = append(out, BrokerTopicStats{BrokerName: bd.BrokerName, Addr: addr, Stats: st})
+	}
+	return out, errors.Join(errs...)
 }

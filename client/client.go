@@ -14,6 +14,15 @@ import (
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
+// A broker group member whose pull or commit failed is avoided by consumers (other members of
+// its group are chosen) for memberAvoidBase, doubling with each further failure up to
+// memberAvoidMax; a success ends it. Short, so that a consumer returns to a master soon after it
+// comes back.
+const (
+	memberAvoidBase = 500 * time.Millisecond
+	memberAvoidMax  = 10 * time.Second
+)
+
 // minForcedRefreshGap keeps error-driven route refreshes of one topic at least this far apart,
 // so a burst of failing sends asks the NameServer once.
 const minForcedRefreshGap = 100 * time.Millisecond
@@ -36,6 +45,9 @@ type Client struct {
 	nsFirst atomic.Uint32 // index of the NameServer to ask first: the last one that answered
 
 	pullFailLog failureLog // the consumers' pull failure warnings, per broker
+	// members remembers broker addresses whose reads or commits failed recently: consumers
+	// choose other members of the group while it lasts (see memberUsable).
+	members *faultTracker
 
 	routesMu sync.RWMutex // guards routes
 	routes   map[string]*routeSlot
@@ -86,11 +98,12 @@ func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 			MaxFrameSize: cfg.maxFrameSize,
 			MaxInFlight:  cfg.maxInFlight,
 		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff, cfg.logger),
-		now:    time.Now,
-		routes: make(map[string]*routeSlot),
-		ctx:    rctx,
-		cancel: cancel,
-		users:  make(map[clientUser]struct{}),
+		now:     time.Now,
+		members: newFaultTracker(memberAvoidBase, memberAvoidMax),
+		routes:  make(map[string]*routeSlot),
+		ctx:     rctx,
+		cancel:  cancel,
+		users:   make(map[clientUser]struct{}),
 	}
 	c.wg.Add(1)
 	go c.refreshLoop()
@@ -138,6 +151,18 @@ func (c *Client) removeUser(u clientUser) {
 	delete(c.users, u)
 	c.mu.Unlock()
 }
+
+// memberUsable reports whether reads and commits may go to the broker at addr: no pull or
+// commit to it failed recently.
+func (c *Client) memberUsable(addr string) bool {
+	return c.members.empty() || c.members.available(addr, c.now())
+}
+
+// memberFailed records that a pull or commit to addr failed.
+func (c *Client) memberFailed(addr string) { c.members.failed(addr, c.now()) }
+
+// memberOK records that addr answered a pull or commit.
+func (c *Client) memberOK(addr string) { c.members.succeeded(addr) }
 
 // route returns the topic's route, from the cache or the NameServer.
 func (c *Client) route(ctx context.Context, topic string) (*topicRoute, error) {

@@ -64,11 +64,23 @@ type Handler func(ctx context.Context, msgs []MessageExt) error
 //
 // Start position of a queue: the group's committed offset; when the group has none, the queue's
 // min offset (ConsumeFromFirst, default) or max offset (ConsumeFromLast). Offsets are committed
-// every WithCommitInterval, with pulls to the master, on release and when Run returns; a
-// committed offset never moves backwards, except that a pull answered OFFSET_MOVED (the
-// requested offset is outside the queue: truncated or replaced) continues at, and commits, the
-// offset the broker gives, logged. The consumer pulls from the broker a pull response suggests
-// (SuggestBrokerID), falling back to the master, then to any live member of the group.
+// every WithCommitInterval, with pulls, on release and when Run returns; a committed offset
+// never moves backwards, except that a pull answered OFFSET_MOVED by a master (the requested
+// offset is outside the queue: truncated or replaced) continues at, and commits, the offset the
+// broker gives, logged.
+//
+// Master and slaves: the consumer pulls each queue from the member of its broker group the last
+// pull response suggested (SuggestBrokerID; the master first), falling back to the master, then
+// to any live member, when that one is not in the route or fails; a member that failed is
+// avoided for a short backoff. A slave that has not replicated the requested offset answers
+// "not here" and the next pull goes to the member it suggests, the master; the position does
+// not move (a slave's OFFSET_MOVED backwards is taken as "not here" too). When the group's
+// master is dead the queues are read from its slaves, up to what they hold. The members' logs
+// are byte-identical, so switching members never skips or repeats an offset. Commits go to the
+// master when it is reachable, else to another live member, which merges them into the master's
+// offsets; the commit piggybacked on a pull goes to the member that serves the pull.
+// WithReadBrokerID pins reads to one member instead. Stats.ServedBy counts what each member
+// served.
 //
 // Every batch's CRC and structure are checked; a corrupt batch stops its queue with an error
 // (see Progress and Stats) and is never delivered.
@@ -96,6 +108,7 @@ type Consumer struct {
 	corrupt    atomic.Int64
 	pullErrors atomic.Int64
 	rebalances atomic.Int64
+	served     servedCounts
 }
 
 // failureLogInterval is the least time between two warnings about one broker's failing pulls.
@@ -340,6 +353,15 @@ func (co *Consumer) startPullerLocked(ctx context.Context, qs *queueState, h Han
 }
 
 // pullLoop pulls one queue and delivers its messages until ctx ends or a corrupt batch stops it.
+//
+// Which member of the queue's broker group is pulled: the one the last response suggested
+// (SuggestBrokerID; the master at first), unless reads are pinned (WithReadBrokerID). A member
+// whose pull failed is avoided for a while (Client.memberUsable) and another is chosen: the
+// master first, then the slaves (pickMember). A member that answers "not here" (it has not
+// replicated the offset) is left for the member it suggests, normally the master; the offset
+// does not move. Whenever the pull goes back to a slave after such an answer (the master is
+// unreachable, or reads are pinned) it waits first, doubling the wait, so it never spins. Every
+// member of a group holds the same queue offsets, so the position carries over unchanged.
 func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 	mq := qs.mq
 	offset := qs.offsets.consumed.Load()
@@ -372,7 +394,12 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			return
 		}
 	}
-	suggest := int64(0)
+	pinned := co.cfg.readBrokerID >= 0
+	want := max(co.cfg.readBrokerID, 0) // the member to pull from next
+	// notHereID answered "not here" notHere times in a row (with nothing served since).
+	notHereID, notHere := int64(-1), 0
+	var cell *servedCell
+	cellID := int64(-1)
 	var msgs []MessageExt
 	for ctx.Err() == nil {
 		route, err := co.c.route(ctx, co.topic)
@@ -382,13 +409,37 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			}
 			continue
 		}
-		addr, brokerID, ok := pickBrokerAddr(route.groups[mq.BrokerName], suggest)
+		bd := route.groups[mq.BrokerName]
+		var addr string
+		var brokerID int64
+		var ok bool
+		if pinned {
+			brokerID = want
+			addr, ok = memberAddr(bd, brokerID)
+		} else {
+			avoid := int64(-1)
+			if notHere > 0 {
+				avoid = notHereID
+			}
+			addr, brokerID, _, ok = pickMember(bd, want, avoid, co.c.memberUsable)
+		}
 		if !ok {
 			_, rerr := co.c.refreshRoute(ctx, co.topic, route)
-			if !fail("broker group has no live member", mq.BrokerName, errors.Join(fmt.Errorf("group %s", mq.BrokerName), rerr)) {
+			what, err := "broker group has no live member", fmt.Errorf("group %s", mq.BrokerName)
+			if pinned {
+				what, err = "the broker group has no live member with the pinned brokerId", fmt.Errorf("group %s, brokerId %d", mq.BrokerName, brokerID)
+			}
+			if !fail(what, mq.BrokerName, errors.Join(err, rerr)) {
 				return
 			}
 			continue
+		}
+		if notHere > 0 && brokerID != 0 {
+			// After a "not here" answer, to a slave again: the master is out of reach (or reads
+			// are pinned). Wait, doubling, rather than spin between members lacking the offset.
+			if !sleepCtx(ctx, min(50*time.Millisecond<<min(notHere-1, 10), co.cfg.retryDelay)) {
+				return
+			}
 		}
 		hdr := protocol.PullRequestHeader{
 			ConsumerGroup: co.group,
@@ -400,14 +451,20 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			PollTimeoutMs: int32(co.cfg.pollTimeout / time.Millisecond),
 			CommitOffset:  -1,
 		}
-		if brokerID == 0 { // offsets are committed on the master only
-			if v, ok := qs.offsets.toCommit(); ok {
-				hdr.CommitOffset = v
-			}
+		// The commit rides with the pull to whichever member serves it: a slave merges the
+		// offsets it receives into its master's (the larger wins).
+		if v, ok := qs.offsets.toCommit(); ok {
+			hdr.CommitOffset = v
 		}
 		conn, err := co.c.pool.get(ctx, addr)
 		if err != nil {
-			suggest = 0
+			if ctx.Err() != nil {
+				return
+			}
+			co.c.memberFailed(addr)
+			if !pinned {
+				want = 0
+			}
 			_, _ = co.c.refreshRoute(ctx, co.topic, route)
 			if !fail("cannot connect to pull", addr, err) {
 				return
@@ -420,9 +477,17 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			if ctx.Err() != nil {
 				return
 			}
-			suggest = 0
 			var pe *protocol.Error
-			if state != callRejected || (errors.As(err, &pe) && (pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusQueueNotExist)) {
+			rejected := state == callRejected && errors.As(err, &pe)
+			// A member that fails is avoided for a while; a refusal by the master is its final
+			// word, but a slave's (a topic it has not synced yet, say) sends us to the master.
+			if !rejected || brokerID != 0 {
+				co.c.memberFailed(addr)
+			}
+			if !pinned {
+				want = 0
+			}
+			if !rejected || pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusQueueNotExist {
 				_, _ = co.c.refreshRoute(ctx, co.topic, route)
 			}
 			if !fail("pull failed", addr, err) {
@@ -431,6 +496,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			continue
 		}
 		backoff = 0
+		co.c.memberOK(addr)
 		if hdr.CommitOffset >= 0 {
 			qs.offsets.confirm(hdr.CommitOffset)
 		}
@@ -442,15 +508,34 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			}
 			continue
 		}
-		qs.maxOffset.Store(rh.MaxOffset)
-		suggest = rh.SuggestBrokerID
-		switch rh.Result {
+		if brokerID != cellID {
+			cell, cellID = co.served.cell(brokerID), brokerID
+		}
+		result := rh.Result
+		if result == protocol.PullOffsetMoved && brokerID != 0 && rh.NextQueueOffset < offset {
+			// A slave that has not replicated the offset must say so, never move the consumer
+			// backwards (which would repeat committed messages): ask the master.
+			result = protocol.PullNotHere
+			rh.SuggestBrokerID = 0
+		}
+		if result != protocol.PullNotHere {
+			qs.maxOffset.Store(rh.MaxOffset)
+			notHere = 0
+			cell.pulls.Add(1)
+			if !pinned {
+				want = rh.SuggestBrokerID
+			}
+		}
+		switch result {
 		case protocol.PullFound:
 			var next int64
 			var cerr error
 			msgs, next, cerr = co.decode(msgs[:0], resp.Body, mq, offset, addr, brokerID)
 			progressed := next > offset
 			ok := co.deliver(ctx, h, msgs, mq)
+			if ok {
+				cell.messages.Add(int64(len(msgs)))
+			}
 			clear(msgs) // drop the views of the response before releasing it
 			resp.Release()
 			if !ok {
@@ -486,9 +571,26 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			}
 		case protocol.PullOffsetMoved:
 			resp.Release()
-			co.log.Warn("offset moved", "queue", mq.String(), "from", offset, "to", rh.NextQueueOffset, "min", rh.MinOffset, "max", rh.MaxOffset)
+			co.log.Warn("offset moved", "queue", mq.String(), "from", offset, "to", rh.NextQueueOffset, "min", rh.MinOffset, "max", rh.MaxOffset, "broker", addr)
 			offset = rh.NextQueueOffset
 			qs.offsets.reset(offset)
+		case protocol.PullNotHere:
+			resp.Release()
+			cell.notHere.Add(1)
+			if brokerID == 0 {
+				// The master has everything it acknowledged: "not here" from it is no answer.
+				if !fail("the master answered NOT_HERE", addr, fmt.Errorf("offset %d", offset)) {
+					return
+				}
+				continue
+			}
+			notHereID, notHere = brokerID, notHere+1
+			if !pinned {
+				want = rh.SuggestBrokerID
+				if want == brokerID {
+					want = 0
+				}
+			}
 		default:
 			resp.Release()
 			if !fail("unknown pull result", addr, fmt.Errorf("result %d", rh.Result)) {
@@ -566,24 +668,56 @@ func (co *Consumer) deliver(ctx context.Context, h Handler, msgs []MessageExt, m
 }
 
 // startOffset returns where the group starts on mq: its committed offset (committed true), or
-// the min or max offset per ConsumeFrom.
+// the min or max offset per ConsumeFrom. It asks the pinned member (WithReadBrokerID), else the
+// group's master, falling back to the other members when it does not answer.
 func (co *Consumer) startOffset(ctx context.Context, mq MessageQueue, logIt bool) (int64, bool, error) {
 	route, err := co.c.route(ctx, co.topic)
 	if err != nil {
 		return 0, false, err
 	}
-	addr, _, ok := pickBrokerAddr(route.groups[mq.BrokerName], 0)
-	if !ok {
+	bd := route.groups[mq.BrokerName]
+	var members []protocol.BrokerAddr
+	if co.cfg.readBrokerID >= 0 {
+		if addr, ok := memberAddr(bd, co.cfg.readBrokerID); ok {
+			members = []protocol.BrokerAddr{{BrokerID: co.cfg.readBrokerID, Addr: addr}}
+		}
+	} else {
+		members = membersInOrder(bd, co.c.memberUsable)
+	}
+	if len(members) == 0 {
 		_, _ = co.c.refreshRoute(ctx, co.topic, route)
+		if co.cfg.readBrokerID >= 0 {
+			return 0, false, fmt.Errorf("%w: broker group %s has no live member with brokerId %d", ErrNoQueue, mq.BrokerName, co.cfg.readBrokerID)
+		}
 		return 0, false, fmt.Errorf("%w: broker group %s has no live member", ErrNoQueue, mq.BrokerName)
 	}
+	var errs []error
+	for _, m := range members {
+		off, committed, err := co.startOffsetOn(ctx, m.Addr, mq, logIt)
+		if err == nil {
+			co.c.memberOK(m.Addr)
+			return off, committed, nil
+		}
+		if ctx.Err() != nil {
+			return 0, false, err
+		}
+		if _, answered := StatusOf(err); !answered {
+			co.c.memberFailed(m.Addr)
+		}
+		errs = append(errs, err)
+	}
+	return 0, false, errors.Join(errs...)
+}
+
+// startOffsetOn is startOffset asking the member at addr.
+func (co *Consumer) startOffsetOn(ctx context.Context, addr string, mq MessageQueue, logIt bool) (int64, bool, error) {
 	var oh protocol.OffsetHeader
-	err = co.c.callAddr(ctx, addr, protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil)
+	err := co.c.callAddr(ctx, addr, protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil)
 	if err == nil && oh.Offset >= 0 {
 		return oh.Offset, true, nil
 	}
 	if err != nil && !errors.Is(err, protocol.StatusQueryNotFound) {
-		return 0, false, fmt.Errorf("cannot query the consumer offset of %s: %w", mq, err)
+		return 0, false, fmt.Errorf("cannot query the consumer offset of %s from %s: %w", mq, addr, err)
 	}
 	code := protocol.CodeGetMinOffset
 	if co.cfg.consumeFrom == ConsumeFromLast {
@@ -591,10 +725,10 @@ func (co *Consumer) startOffset(ctx context.Context, mq MessageQueue, logIt bool
 	}
 	err = co.c.callAddr(ctx, addr, code, &protocol.QueueHeader{Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil)
 	if err != nil {
-		return 0, false, fmt.Errorf("cannot query the %s of %s: %w", code, mq, err)
+		return 0, false, fmt.Errorf("cannot query the %s of %s from %s: %w", code, mq, addr, err)
 	}
 	if logIt {
-		co.log.Info("no committed offset; starting from "+[]string{"the first", "the last"}[co.cfg.consumeFrom]+" offset", "queue", mq.String(), "offset", oh.Offset)
+		co.log.Info("no committed offset; starting from "+[]string{"the first", "the last"}[co.cfg.consumeFrom]+" offset", "queue", mq.String(), "offset", oh.Offset, "broker", addr)
 	}
 	return oh.Offset, false, nil
 }
@@ -625,8 +759,8 @@ func (co *Consumer) commitLoop(ctx context.Context) {
 	}
 }
 
-// commit sends the consumed offset of every queue ahead of its committed one to the group's
-// master, all in parallel, and waits for the answers.
+// commit sends the consumed offset of every queue ahead of its committed one to the queue's
+// broker group, all in parallel, and waits for the answers.
 func (co *Consumer) commit(ctx context.Context) error {
 	co.mu.Lock()
 	states := make([]*queueState, 0, len(co.queues))
@@ -637,15 +771,18 @@ func (co *Consumer) commit(ctx context.Context) error {
 	return co.commitQueues(ctx, states)
 }
 
-// commitQueues is commit for the queues of states.
+// commitQueues is commit for the queues of states. Each offset goes to its group's master when
+// it is usable, else to another live member (a slave merges it into its master's offsets, the
+// larger wins); a commit that fails is tried on the group's next member, all members in turn.
+// Commits are idempotent and never lower an offset, so trying several members is safe.
 func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) error {
 	type pending struct {
-		qs    *queueState
-		v     int64
-		call  *pendingCall
-		addr  string
-		hdr   *protocol.ConsumerOffsetHeader
-		state callState
+		qs      *queueState
+		v       int64
+		members []protocol.BrokerAddr // still to try, the next first
+		call    *pendingCall
+		addr    string
+		errs    []error
 	}
 	if len(states) == 0 {
 		return nil
@@ -654,34 +791,66 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 	if err != nil {
 		return err
 	}
-	var calls []pending
+	var todo []*pending
 	var errs []error
 	for _, qs := range states {
 		v, ok := qs.offsets.toCommit()
 		if !ok {
 			continue
 		}
-		addr := route.masterAddr(qs.mq.BrokerName)
-		if addr == "" {
-			errs = append(errs, fmt.Errorf("cannot commit %s: broker group has no master", qs.mq))
+		members := membersInOrder(route.groups[qs.mq.BrokerName], co.c.memberUsable)
+		if len(members) == 0 {
+			errs = append(errs, fmt.Errorf("cannot commit offset %d of %s: its broker group has no live member", v, qs.mq))
 			continue
 		}
-		conn, err := co.c.pool.get(ctx, addr)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("cannot commit %s: %w", qs.mq, err))
-			continue
-		}
-		hdr := &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: qs.mq.QueueID, Offset: v}
-		calls = append(calls, pending{qs: qs, v: v, addr: addr, hdr: hdr, call: co.c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, hdr, nil)})
+		todo = append(todo, &pending{qs: qs, v: v, members: members})
 	}
-	for _, p := range calls {
-		resp, state, err := p.call.wait(ctx, time.Time{})
-		if state == callOK {
-			resp.Release()
-			p.qs.offsets.confirm(p.v)
-			continue
+	for len(todo) > 0 {
+		// Send to each queue's next member; a member that cannot be reached at once is
+		// skipped for the next.
+		var sent []*pending
+		for _, p := range todo {
+			for p.call == nil && len(p.members) > 0 {
+				m := p.members[0]
+				p.members = p.members[1:]
+				conn, err := co.c.pool.get(ctx, m.Addr)
+				if err != nil {
+					if ctx.Err() == nil {
+						co.c.memberFailed(m.Addr)
+					}
+					p.errs = append(p.errs, fmt.Errorf("%s: %w", m.Addr, err))
+					continue
+				}
+				hdr := &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: p.qs.mq.QueueID, Offset: p.v}
+				p.addr = m.Addr
+				p.call = co.c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, hdr, nil)
+			}
+			if p.call != nil {
+				sent = append(sent, p)
+			} else {
+				errs = append(errs, fmt.Errorf("cannot commit offset %d of %s: %w", p.v, p.qs.mq, errors.Join(p.errs...)))
+			}
 		}
-		errs = append(errs, fmt.Errorf("cannot commit offset %d of %s to %s: %w", p.v, p.qs.mq, p.addr, err))
+		todo = todo[:0]
+		for _, p := range sent {
+			resp, state, err := p.call.wait(ctx, time.Time{})
+			p.call = nil
+			if state == callOK {
+				resp.Release()
+				co.c.memberOK(p.addr)
+				p.qs.offsets.confirm(p.v)
+				continue
+			}
+			p.errs = append(p.errs, fmt.Errorf("%s: %w", p.addr, err))
+			if ctx.Err() != nil || len(p.members) == 0 {
+				errs = append(errs, fmt.Errorf("cannot commit offset %d of %s: %w", p.v, p.qs.mq, errors.Join(p.errs...)))
+				continue
+			}
+			if state != callRejected {
+				co.c.memberFailed(p.addr)
+			}
+			todo = append(todo, p)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -744,6 +913,9 @@ type ConsumerStats struct {
 	// Rebalances counts the rebalances that changed the consumer's assignment, the first one
 	// included.
 	Rebalances int64
+	// ServedBy counts, per brokerId of the member that answered (0: a master, > 0: a slave),
+	// the pulls it served and the messages delivered from them, over every broker group.
+	ServedBy map[int64]ServedCount
 }
 
 // Stats returns the consumer's counters.
@@ -753,6 +925,7 @@ func (co *Consumer) Stats() ConsumerStats {
 		CorruptBatches: co.corrupt.Load(),
 		PullErrors:     co.pullErrors.Load(),
 		Rebalances:     co.rebalances.Load(),
+		ServedBy:       co.served.snapshot(),
 	}
 }
 

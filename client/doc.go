@@ -51,7 +51,14 @@
 // Consumer: a puller goroutine per assigned queue pulls with long polling, checks each batch
 // (protocol.ValidateBatch), skips messages below the requested offset, calls the handler with
 // views of the response, then advances the queue's offsetTracker; a committer goroutine commits
-// offsets ahead of the committed ones. Group membership (rebalance.go) is RocketMQ's
+// offsets ahead of the committed ones. Each pull goes to the member of the queue's broker group
+// that the previous response suggested (pickMember: the suggestion, else the master, else the
+// lowest live slave, skipping members whose pulls or commits failed recently, which
+// Client.members remembers for a short doubling backoff); a slave's PULL_NOT_HERE sends the
+// next pull to the member it names without moving the offset, with a doubling wait whenever
+// the pull goes back to a slave, so members lacking an offset are never polled in a loop.
+// Commits try the group's members in membersInOrder order (master first) until one accepts;
+// servedCounts counts pulls and messages per answering brokerId. Group membership (rebalance.go) is RocketMQ's
 // client-side allocation: a heartbeater goroutine registers the consumer's ClientID with every
 // broker of the topic (HEART_BEAT; again at once on a new broker or a re-dialled connection),
 // and Run's goroutine, every RebalanceInterval and after each heartbeat round, reads the
@@ -71,7 +78,8 @@
 //	routeSlot.mu -> connPool.mu, poolConn.mu (a route fetch holds routeSlot.mu across the
 //	                NameServer request; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
-//	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu: leaves
+//	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu,
+//	servedCounts.mu: leaves
 //
 // No callback of the user runs under a lock of the client.
 package client

@@ -83,8 +83,19 @@ type fakeBroker struct {
 	hookMu   sync.Mutex
 	suggest  atomic.Int64 // SuggestBrokerID put in pull responses
 
-	sends atomic.Int64
-	pulls atomic.Int64
+	sends   atomic.Int64
+	pulls   atomic.Int64
+	commits atomic.Int64 // UPDATE_CONSUMER_OFFSET requests and pulls carrying a commit
+
+	// Slave behaviour (id > 0), as the real broker's: hasUpTo, when >= 0, is the queue offset
+	// up to which the slave has replicated every queue (it serves offsets below it only);
+	// unlinked says its link to the master is down. A slave answers PULL_NOT_HERE for an offset
+	// past what it holds, and for its end while linked (the master may have more); unlinked, it
+	// long-polls at its end. It refuses sends with NOT_MASTER naming masterAddr, and keeps the
+	// larger of a committed offset and the one it had.
+	hasUpTo    atomic.Int64
+	unlinked   atomic.Bool
+	masterAddr string // guarded by hookMu (set after the broker starts serving)
 
 	// members is the broker's consumer table: group -> client id -> topic. As the real broker's,
 	// it is per broker (not shared with the group's other members); it has no expiry.
@@ -128,6 +139,7 @@ func (b *fakeBroker) setPullHook(h func(h *protocol.PullRequestHeader) (rpc.Repl
 
 func startFakeBroker(t testing.TB, cluster, name string, id int64, store *fakeStore) *fakeBroker {
 	b := &fakeBroker{t: t, cluster: cluster, name: name, id: id, store: store, members: map[string]map[string]string{}}
+	b.hasUpTo.Store(-1)
 	b.start("127.0.0.1:0")
 	t.Cleanup(b.stop)
 	return b
@@ -195,7 +207,10 @@ func (b *fakeBroker) handle(req *rpc.Request) rpc.Reply {
 			}
 		}
 		if b.id != 0 {
-			return rpc.Errorf(protocol.StatusNotMaster, "slave")
+			b.hookMu.Lock()
+			master := b.masterAddr
+			b.hookMu.Unlock()
+			return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "fake slave", MasterAddr: master}
 		}
 		return s.append(req.Body)
 	case protocol.CodePullMessage:
@@ -212,8 +227,11 @@ func (b *fakeBroker) handle(req *rpc.Request) rpc.Reply {
 				return rep
 			}
 		}
-		rep := s.pull(&h)
-		if ph, ok := rep.Header.(*protocol.PullResponseHeader); ok {
+		if h.CommitOffset >= 0 {
+			b.commits.Add(1)
+		}
+		rep := s.pull(&h, b.id != 0, b.hasUpTo.Load(), !b.unlinked.Load())
+		if ph, ok := rep.Header.(*protocol.PullResponseHeader); ok && ph.Result != protocol.PullNotHere {
 			ph.SuggestBrokerID = b.suggest.Load()
 		}
 		return rep
@@ -234,8 +252,12 @@ func (b *fakeBroker) handle(req *rpc.Request) rpc.Reply {
 		if err := h.ReadFrom(req.Header); err != nil {
 			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 		}
+		b.commits.Add(1)
 		s.mu.Lock()
-		s.offsets[offsetKey{h.ConsumerGroup, queueKey{h.Topic, h.QueueID}}] = h.Offset
+		k := offsetKey{h.ConsumerGroup, queueKey{h.Topic, h.QueueID}}
+		if cur, ok := s.offsets[k]; !ok || b.id == 0 || h.Offset > cur { // a slave merges: the larger wins
+			s.offsets[k] = h.Offset
+		}
 		s.mu.Unlock()
 		return rpc.Reply{}
 	case protocol.CodeUpdateAndCreateTopic:
@@ -389,12 +411,17 @@ func (s *fakeStore) append(body []byte) rpc.Reply {
 // in order, so a held pull delays the requests behind it.
 const maxFakePoll = 20 * time.Millisecond
 
-func (s *fakeStore) pull(h *protocol.PullRequestHeader) rpc.Reply {
+// pull answers a pull as a master, or as a slave (slave true) that holds the queue offsets
+// below hasUpTo (-1: everything) and whose master link is up when linked.
+func (s *fakeStore) pull(h *protocol.PullRequestHeader, slave bool, hasUpTo int64, linked bool) rpc.Reply {
 	deadline := time.Now().Add(min(time.Duration(h.PollTimeoutMs)*time.Millisecond, maxFakePoll))
 	for {
 		s.mu.Lock()
 		if h.CommitOffset >= 0 {
-			s.offsets[offsetKey{h.ConsumerGroup, queueKey{h.Topic, h.QueueID}}] = h.CommitOffset
+			k := offsetKey{h.ConsumerGroup, queueKey{h.Topic, h.QueueID}}
+			if cur, ok := s.offsets[k]; !ok || !slave || h.CommitOffset > cur {
+				s.offsets[k] = h.CommitOffset
+			}
 		}
 		if _, ok := s.topics[h.Topic]; !ok {
 			s.mu.Unlock()
@@ -404,10 +431,25 @@ func (s *fakeStore) pull(h *protocol.PullRequestHeader) rpc.Reply {
 		if q == nil {
 			q = &fakeQueue{}
 		}
-		rh := &protocol.PullResponseHeader{MinOffset: q.min, MaxOffset: q.next, NextQueueOffset: h.QueueOffset}
-		if h.QueueOffset < q.min || h.QueueOffset > q.next {
+		end := q.next
+		if slave && hasUpTo >= 0 && hasUpTo < end {
+			// A slave replicates whole batches: it holds up to the last batch ending by hasUpTo.
+			end = q.min
+			for _, b := range q.batches {
+				if bh, _ := protocol.ReadBatchHeader(b); bh.NextQueueOffset() <= hasUpTo {
+					end = bh.NextQueueOffset()
+				}
+			}
+		}
+		rh := &protocol.PullResponseHeader{MinOffset: q.min, MaxOffset: end, NextQueueOffset: h.QueueOffset}
+		if slave && (h.QueueOffset > end || (h.QueueOffset == end && linked)) {
+			s.mu.Unlock()
+			rh.Result = protocol.PullNotHere
+			return rpc.Reply{Header: rh}
+		}
+		if h.QueueOffset < q.min || h.QueueOffset > end {
 			rh.Result = protocol.PullOffsetMoved
-			rh.NextQueueOffset = min(max(h.QueueOffset, q.min), q.next)
+			rh.NextQueueOffset = min(max(h.QueueOffset, q.min), end)
 			s.mu.Unlock()
 			return rpc.Reply{Header: rh}
 		}
@@ -420,6 +462,9 @@ func (s *fakeStore) pull(h *protocol.PullRequestHeader) rpc.Reply {
 			}
 			if bh.NextQueueOffset() <= h.QueueOffset {
 				continue
+			}
+			if bh.NextQueueOffset() > end {
+				break // not replicated to this slave yet
 			}
 			if len(body) > 0 && (len(body)+len(b) > int(h.MaxBytes) || msgs >= h.MaxMessages) {
 				break
@@ -493,6 +538,11 @@ func (fc *fakeCluster) addGroup(name string, slaves int, topics map[string]int32
 	for id := int64(0); id <= int64(slaves); id++ {
 		b := startFakeBroker(fc.t, "DefaultCluster", name, id, store)
 		out = append(out, b)
+	}
+	for _, b := range out[1:] {
+		b.hookMu.Lock() // b already serves
+		b.masterAddr = out[0].addr
+		b.hookMu.Unlock()
 	}
 	for topic, n := range topics {
 		out[0].createTopic(topic, n)

@@ -137,6 +137,63 @@ func TestPickBrokerAddr(t *testing.T) {
 	}
 }
 
+func TestPickMember(t *testing.T) {
+	three := []protocol.BrokerAddr{{BrokerID: 0, Addr: "m"}, {BrokerID: 1, Addr: "s1"}, {BrokerID: 2, Addr: "s2"}}
+	slaves := []protocol.BrokerAddr{{BrokerID: 1, Addr: "s1"}, {BrokerID: 2, Addr: "s2"}}
+	f := func(addrs []protocol.BrokerAddr, want, avoid int64, down []string, wantAddr string, wantFallback bool) {
+		t.Helper()
+		bd := &protocol.BrokerData{BrokerName: "x", Addrs: addrs}
+		usable := func(a string) bool { return !slices.Contains(down, a) }
+		addr, id, fallback, ok := pickMember(bd, want, avoid, usable)
+		if !ok || addr != wantAddr || fallback != wantFallback {
+			t.Fatalf("pickMember(%v, want %d, avoid %d, down %v) = %q %d fallback %v ok %v; want %q fallback %v",
+				addrs, want, avoid, down, addr, id, fallback, ok, wantAddr, wantFallback)
+		}
+		if got, _ := memberAddr(bd, id); got != addr {
+			t.Fatalf("id %d is not %q", id, addr)
+		}
+	}
+	f(three, 2, -1, nil, "s2", false)                                           // the suggestion
+	f(three, 2, -1, []string{"s2"}, "m", false)                                 // suggested member down: the master
+	f(three, 0, -1, []string{"m"}, "s1", false)                                 // master down: the lowest live slave
+	f(three, 0, -1, []string{"m", "s1"}, "s2", false)                           //
+	f(three, 0, 1, []string{"m"}, "s2", false)                                  // s1 said "not here": the other slave
+	f(three, 0, 1, []string{"m", "s2"}, "s1", false)                            // ... unless it is the only one usable
+	f(three, 1, 1, nil, "m", false)                                             // a suggestion of the member to avoid
+	f(three, 2, -1, []string{"m", "s1", "s2"}, "s2", true)                      // nothing usable: the suggestion
+	f(three, 7, -1, []string{"m", "s1", "s2"}, "m", true)                       // ... or the master
+	f(slaves, 0, -1, []string{"s1", "s2"}, "s1", true)                          // ... or the lowest member
+	f(slaves, 0, -1, nil, "s1", false)                                          // no master: the lowest member
+	f(slaves, 0, 1, nil, "s2", false)                                           //
+	f([]protocol.BrokerAddr{{BrokerID: 3, Addr: "s3"}}, 0, 3, nil, "s3", false) // the avoided one alone
+	if _, _, _, ok := pickMember(nil, 0, -1, nil); ok {
+		t.Fatal("nil group")
+	}
+	if _, _, _, ok := pickMember(&protocol.BrokerData{}, 0, -1, nil); ok {
+		t.Fatal("empty group")
+	}
+}
+
+func TestMembersInOrder(t *testing.T) {
+	bd := &protocol.BrokerData{Addrs: []protocol.BrokerAddr{{BrokerID: 2, Addr: "s2"}, {BrokerID: 0, Addr: "m"}, {BrokerID: 1, Addr: "s1"}}}
+	f := func(down []string, want ...string) {
+		t.Helper()
+		var got []string
+		for _, a := range membersInOrder(bd, func(a string) bool { return !slices.Contains(down, a) }) {
+			got = append(got, a.Addr)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("down %v: %v, want %v", down, got, want)
+		}
+	}
+	f(nil, "m", "s1", "s2")
+	f([]string{"m"}, "s1", "s2", "m")
+	f([]string{"s1", "m"}, "s2", "m", "s1")
+	if membersInOrder(nil, nil) != nil {
+		t.Fatal("nil group")
+	}
+}
+
 func TestFaultTracker(t *testing.T) {
 	ft := newFaultTracker(time.Second, 5*time.Second)
 	now := time.Unix(1000, 0)

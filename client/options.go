@@ -315,6 +315,7 @@ type consumerConfig struct {
 	retryDelay        time.Duration
 	heartbeatInterval time.Duration
 	rebalanceInterval time.Duration
+	readBrokerID      int64 // -1: follow the brokers' suggestions
 }
 
 func defaultConsumerConfig() consumerConfig {
@@ -327,6 +328,7 @@ func defaultConsumerConfig() consumerConfig {
 		retryDelay:        DefaultRetryDelay,
 		heartbeatInterval: DefaultHeartbeatInterval,
 		rebalanceInterval: DefaultRebalanceInterval,
+		readBrokerID:      -1,
 	}
 }
 
@@ -408,5 +410,18 @@ func WithRebalanceInterval(d time.Duration) ConsumerOption {
 		if d > 0 {
 			c.rebalanceInterval = d
 		}
+	}
+}
+
+// WithReadBrokerID pins every pull (and start-offset lookup) to member id of each queue's broker
+// group (0: the master, > 0: a slave), ignoring the brokers' read suggestions and never falling
+// back to another member: while that member is not in the route or does not answer, its queues
+// wait (with backoff). A member that has not replicated an offset yet answers "not here", and
+// the pull is repeated there after a backoff. Offsets are still committed to the master when it
+// is reachable. It shows what one member alone serves (petrel-bench --read-broker-id); a
+// negative id restores the default, following suggestions.
+func WithReadBrokerID(id int64) ConsumerOption {
+	return func(c *consumerConfig) {
+		c.readBrokerID = max(id, -1)
 	}
 }

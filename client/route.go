@@ -76,28 +76,89 @@ func (r *topicRoute) masterAddr(brokerName string) string {
 
 // pickBrokerAddr returns the address of member brokerID of the group, falling back to the master
 // and then to any live member (the lowest id); ok is false when the group has no member. It is
-// how a consumer follows a pull response's SuggestBrokerID.
+// pickMember with every member usable.
 func pickBrokerAddr(bd *protocol.BrokerData, brokerID int64) (addr string, id int64, ok bool) {
+	addr, id, _, ok = pickMember(bd, brokerID, -1, nil)
+	return addr, id, ok
+}
+
+// pickMember chooses the member of a broker group to read from: how a consumer follows a pull
+// response's SuggestBrokerID. In order of preference, among the members usable says are
+// usable (nil: all) and other than avoidID (the member that just answered "not here"; -1 for
+// none): member want, the master, the member with the lowest id; then avoidID itself when
+// usable. When no member is usable, fallback is true and the choice ignores usable and
+// avoidID: want, else the master, else the lowest id (the caller backs off when it fails
+// again). ok is false only when the group has no member. It does no I/O.
+func pickMember(bd *protocol.BrokerData, want, avoidID int64, usable func(addr string) bool) (addr string, id int64, fallback, ok bool) {
 	if bd == nil || len(bd.Addrs) == 0 {
-		return "", 0, false
+		return "", 0, false, false
 	}
-	var master, lowest *protocol.BrokerAddr
-	for i := range bd.Addrs {
-		a := &bd.Addrs[i]
-		if a.BrokerID == brokerID {
-			return a.Addr, a.BrokerID, true
+	ok = true
+	good := func(a *protocol.BrokerAddr) bool { return usable == nil || usable(a.Addr) }
+	// pass 0: usable members but avoidID; pass 1: avoidID if usable; pass 2: any member.
+	for pass := 0; pass < 3; pass++ {
+		var wanted, master, lowest *protocol.BrokerAddr
+		for i := range bd.Addrs {
+			a := &bd.Addrs[i]
+			switch pass {
+			case 0:
+				if a.BrokerID == avoidID || !good(a) {
+					continue
+				}
+			case 1:
+				if a.BrokerID != avoidID || !good(a) {
+					continue
+				}
+			}
+			if a.BrokerID == want {
+				wanted = a
+			}
+			if a.BrokerID == 0 {
+				master = a
+			}
+			if lowest == nil || a.BrokerID < lowest.BrokerID {
+				lowest = a
+			}
 		}
-		if a.BrokerID == 0 {
-			master = a
-		}
-		if lowest == nil || a.BrokerID < lowest.BrokerID {
-			lowest = a
+		pick := cmp.Or(wanted, master, lowest)
+		if pick != nil {
+			return pick.Addr, pick.BrokerID, pass == 2, ok
 		}
 	}
-	if master != nil {
-		return master.Addr, 0, true
+	panic("BUG: pickMember found no member in a non-empty group")
+}
+
+// memberAddr returns the address of member id of the group, if it is live (in the route).
+func memberAddr(bd *protocol.BrokerData, id int64) (string, bool) {
+	if bd == nil {
+		return "", false
 	}
-	return lowest.Addr, lowest.BrokerID, true
+	for _, a := range bd.Addrs {
+		if a.BrokerID == id {
+			return a.Addr, true
+		}
+	}
+	return "", false
+}
+
+// membersInOrder returns the group's members in the order a request that any member may
+// answer (an offset commit, a start-offset lookup) tries them: the master, then the slaves by
+// id, those usable says are usable (nil: all) before the others.
+func membersInOrder(bd *protocol.BrokerData, usable func(addr string) bool) []protocol.BrokerAddr {
+	if bd == nil {
+		return nil
+	}
+	out := slices.Clone(bd.Addrs)
+	rank := func(a protocol.BrokerAddr) int {
+		if usable == nil || usable(a.Addr) {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(out, func(x, y protocol.BrokerAddr) int {
+		return cmp.Or(cmp.Compare(rank(x), rank(y)), cmp.Compare(x.BrokerID, y.BrokerID))
+	})
+	return out
 }
 
 // shardIndex maps a sharding key to a queue index in [0, n): 32-bit FNV-1a over the key. The queue list

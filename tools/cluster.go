@@ -129,25 +129,16 @@ func formatTPS(v string) string {
 // of every broker of the cluster, masters and slaves, each line prefixed with the broker's
 // address; brokers that fail are left out and their errors returned after the others.
 func BrokerStatus(ctx context.Context, w io.Writer, a *client.Admin, brokerAddr, cluster string) error {
-	switch {
-	case brokerAddr != "" && cluster != "":
-		return errors.New("give -b BROKERADDR or -c CLUSTER, not both")
-	case brokerAddr != "":
+	members, err := brokerTargets(ctx, a, brokerAddr, cluster)
+	if err != nil {
+		return err
+	}
+	if brokerAddr != "" {
 		kv, err := a.BrokerRuntimeInfo(ctx, brokerAddr)
 		if err != nil {
 			return err
 		}
 		return printKV(w, "", kv)
-	case cluster == "":
-		return errors.New("give -b BROKERADDR or -c CLUSTER")
-	}
-	ci, err := a.ClusterInfo(ctx)
-	if err != nil {
-		return err
-	}
-	members, err := clusterMembers(ci, cluster)
-	if err != nil {
-		return err
 	}
 	kvs, errs := runtimeInfos(ctx, a, members)
 	for i, m := range members {
@@ -159,6 +150,24 @@ func BrokerStatus(ctx context.Context, w io.Writer, a *client.Admin, brokerAddr,
 		}
 	}
 	return errs
+}
+
+// brokerTargets checks a -b BROKERADDR / -c CLUSTER choice (exactly one) and returns the
+// members of the cluster for -c (nil for -b: the caller asks brokerAddr alone).
+func brokerTargets(ctx context.Context, a *client.Admin, brokerAddr, cluster string) ([]brokerMember, error) {
+	switch {
+	case brokerAddr != "" && cluster != "":
+		return nil, errors.New("give -b BROKERADDR or -c CLUSTER, not both")
+	case brokerAddr != "":
+		return nil, nil
+	case cluster == "":
+		return nil, errors.New("give -b BROKERADDR or -c CLUSTER")
+	}
+	ci, err := a.ClusterInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return clusterMembers(ci, cluster)
 }
 
 // printKV prints a runtime table sorted by key as mqadmin's printBrokerRuntimeStats: "%-32s: %s",

@@ -10,6 +10,8 @@
 //	clusterList      every broker of the cluster table with its version and rates
 //	brokerStatus     a broker's runtime statistics, one key per line
 //	consumerProgress a consumer group's committed offsets against the queues' max offsets
+//	haStatus         a broker's replication state: a master's slaves and their lag, a slave's master
+//	logChecksum      the SHA-256 of a broker's commit log up to an offset, to compare replicas
 //
 // Every command returns an error instead of printing one; a command that asks several brokers
 // prints what the others answered and returns the failures joined. Commands are safe to run

@@ -8,6 +8,8 @@
 //	petrelctl clusterList -n NAMESRV [-c CLUSTER]
 //	petrelctl brokerStatus (-b BROKERADDR | -n NAMESRV -c CLUSTER)
 //	petrelctl consumerProgress -n NAMESRV -g GROUP [-t TOPIC]
+//	petrelctl haStatus (-b BROKERADDR | -n NAMESRV -c CLUSTER)
+//	petrelctl logChecksum -b BROKERADDR [--from OFFSET] [--to OFFSET]
 //
 // -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; a verb given a
 // broker address (-b) talks to that broker directly and needs none. --timeout bounds each
@@ -111,6 +113,8 @@ func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra
 		clusterListCommand(g),
 		brokerStatusCommand(g),
 		consumerProgressCommand(g),
+		haStatusCommand(g),
+		logChecksumCommand(g),
 	)
 	return root
 }
@@ -206,11 +210,7 @@ func brokerStatusCommand(g *globals) *cobra.Command {
 	cmd.RunE = g.withAdmin(func() bool { return brokerAddr == "" }, func(ctx context.Context, w io.Writer, a *client.Admin) error {
 		return tools.BrokerStatus(ctx, w, a, brokerAddr, cluster)
 	})
-	f := cmd.Flags()
-	f.StringVarP(&brokerAddr, "brokerAddr", "b", "", "broker address (host:port; no NameServer needed)")
-	f.StringVarP(&cluster, "clusterName", "c", "", "every broker of this cluster (needs -n)")
-	cmd.MarkFlagsOneRequired("brokerAddr", "clusterName")
-	cmd.MarkFlagsMutuallyExclusive("brokerAddr", "clusterName")
+	brokerOrClusterFlags(cmd, &brokerAddr, &cluster)
 	return cmd
 }
 
@@ -229,4 +229,49 @@ func consumerProgressCommand(g *globals) *cobra.Command {
 	f.StringVarP(&topic, "topicName", "t", "", "only this topic")
 	_ = cmd.MarkFlagRequired("groupName")
 	return cmd
+}
+
+func haStatusCommand(g *globals) *cobra.Command {
+	var brokerAddr, cluster string
+	cmd := &cobra.Command{
+		Use:   "haStatus",
+		Short: "Print a broker's replication state: a master's slaves and their lag, a slave's master",
+		Args:  cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func() bool { return brokerAddr == "" }, func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.HAStatus(ctx, w, a, brokerAddr, cluster)
+	})
+	brokerOrClusterFlags(cmd, &brokerAddr, &cluster)
+	return cmd
+}
+
+func logChecksumCommand(g *globals) *cobra.Command {
+	var brokerAddr string
+	var from, to int64
+	cmd := &cobra.Command{
+		Use:   "logChecksum",
+		Short: "Print ADDR TO CHECKSUM: the SHA-256 of a broker's commit log up to an offset",
+		Long: `logChecksum prints one line: the broker's address, the physical offset its commit log was
+checked up to, and the SHA-256 of the log in hex. The members of a broker group hold
+byte-identical logs: give each the same --to to compare them.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(func() bool { return false }, func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.LogChecksum(ctx, w, a, brokerAddr, from, to)
+	})
+	f := cmd.Flags()
+	f.StringVarP(&brokerAddr, "brokerAddr", "b", "", "broker address (host:port; no NameServer needed)")
+	f.Int64Var(&from, "from", -1, "physical offset to start at (-1: the log's min offset)")
+	f.Int64Var(&to, "to", -1, "physical offset to check up to (-1: the log's end)")
+	_ = cmd.MarkFlagRequired("brokerAddr")
+	return cmd
+}
+
+// brokerOrClusterFlags adds -b BROKERADDR and -c CLUSTER, exactly one of them required.
+func brokerOrClusterFlags(cmd *cobra.Command, brokerAddr, cluster *string) {
+	f := cmd.Flags()
+	f.StringVarP(brokerAddr, "brokerAddr", "b", "", "broker address (host:port; no NameServer needed)")
+	f.StringVarP(cluster, "clusterName", "c", "", "every broker of this cluster (needs -n)")
+	cmd.MarkFlagsOneRequired("brokerAddr", "clusterName")
+	cmd.MarkFlagsMutuallyExclusive("brokerAddr", "clusterName")
 }

@@ -77,6 +77,16 @@ func TestErrors(t *testing.T) {
 			"petrelctl: updateTopic: -p 5: the permission must be 2 (W), 4 (R) or 6 (RW)\n"},
 		{"unknown flag", dead, []string{"topicRoute", "-x"},
 			"petrelctl: topicRoute: unknown shorthand flag: 'x' in -x\n"},
+		{"haStatus without a target", dead, []string{"haStatus"},
+			"petrelctl: haStatus: at least one of the flags in the group [brokerAddr clusterName] is required\n"},
+		{"haStatus of an unreachable broker", "", []string{"haStatus", "-b", dead, "--timeout", "1s"},
+			"petrelctl: haStatus: cannot get the HA status of " + dead + ": client: broker unavailable: "},
+		{"logChecksum without a broker", dead, []string{"logChecksum"},
+			"petrelctl: logChecksum: required flag(s) \"brokerAddr\" not set\n"},
+		{"logChecksum with a bad offset", "", []string{"logChecksum", "-b", dead, "--to", "-5"},
+			"petrelctl: logChecksum: --from -1 --to -5: offsets are -1 (the log's min or end) or at least 0\n"},
+		{"logChecksum of an unreachable broker", "", []string{"logChecksum", "-b", dead, "--timeout", "1s"},
+			"petrelctl: logChecksum: cannot get the log checksum of " + dead + ": client: broker unavailable: "},
 		{"unknown command", dead, []string{"deleteTopic"},
 			"petrelctl: unknown command \"deleteTopic\" for \"petrelctl\"\n"},
 	}
@@ -97,7 +107,7 @@ func TestHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, verb := range []string{"updateTopic", "topicRoute", "topicList", "topicStatus", "clusterList", "brokerStatus", "consumerProgress"} {
+	for _, verb := range []string{"updateTopic", "topicRoute", "topicList", "topicStatus", "clusterList", "brokerStatus", "consumerProgress", "haStatus", "logChecksum"} {
 		if !strings.Contains(stdout, verb) {
 			t.Errorf("help lists no %s:\n%s", verb, stdout)
 		}
@@ -193,6 +203,21 @@ func TestCommands(t *testing.T) {
 	}
 	if code, stdout, stderr := petrelctl("", "updateTopic", "-b", addr, "-t", "CliTopic2", "-r", "1", "-w", "1"); code != 0 || !strings.HasPrefix(stdout, "create topic to "+addr+" success.\n") {
 		t.Errorf("updateTopic -b without a NameServer: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	// A master without slaves.
+	if out := mustRun("haStatus", "-b", addr); !strings.HasPrefix(out, "#Role             ASYNC_MASTER\n") || !strings.Contains(out, "#SlaveNum         0\n") {
+		t.Errorf("haStatus printed %q", out)
+	}
+	if out := mustRun("haStatus", "-c", "DefaultCluster"); !strings.HasPrefix(out, "== "+addr+" (broker-a, brokerId 0) ==\n#Role") {
+		t.Errorf("haStatus -c printed %q", out)
+	}
+	// One line: address, offset checked up to, SHA-256 in hex; the same for the same range.
+	sum := mustRun("logChecksum", "-b", addr)
+	if f := strings.Fields(sum); len(f) != 3 || f[0] != addr || len(f[2]) != 64 || strings.Count(sum, "\n") != 1 {
+		t.Errorf("logChecksum printed %q", sum)
+	} else if again := mustRun("logChecksum", "-b", addr, "--to", f[1]); again != sum {
+		t.Errorf("logChecksum --to %s printed %q, then %q", f[1], sum, again)
 	}
 
 	code, stdout, stderr := petrelctl(nsAddr, "topicRoute", "-t", "NoSuchTopic")

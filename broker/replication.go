@@ -1,0 +1,359 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/ha"
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// masterInfo is where a slave's master is: its client address (for redirects and the
+// config/offset sync) and its replication address.
+type masterInfo struct {
+	clientAddr string
+	haAddr     string
+}
+
+// haLog adapts the commit log to what replication needs (ha.MasterLog, ha.SlaveLog), mapping
+// the commit log's errors to ha's.
+type haLog struct{ s *commitlog.Store }
+
+func (l haLog) LogMinOffset() int64 { return l.s.LogMinOffset() }
+func (l haLog) LogEndOffset() int64 { return l.s.LogEndOffset() }
+
+func (l haLog) ReadReplication(from int64, maxBytes int, fn func(start int64, data []byte) error) error {
+	err := l.s.ReadReplication(from, maxBytes, fn)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, commitlog.ErrBeyondEnd):
+		return fmt.Errorf("%w: %v", ha.ErrBeyondEnd, err)
+	case errors.Is(err, commitlog.ErrBelowMin):
+		return fmt.Errorf("%w: %v", ha.ErrBelowMin, err)
+	case errors.Is(err, commitlog.ErrNotBatchBoundary):
+		return fmt.Errorf("%w: %v", ha.ErrNotBatchBoundary, err)
+	}
+	return err
+}
+
+func (l haLog) AppendReplicated(start int64, data []byte) (int64, error) {
+	return l.s.AppendReplicated(start, data)
+}
+
+func (l haLog) ResetTo(base int64) error { return l.s.ResetTo(base) }
+
+// newHA builds the replication side of the broker's role before the server accepts requests,
+// so that every handler sees it: a master's Master (serving its slaves on the HA port), or a
+// slave's Slave (pulling from its master).
+func (b *Broker) newHA() {
+	if b.cfg.isSlave() {
+		if a := b.cfg.HAMasterAddress; a != "" {
+			b.learnMaster(masterClientAddrFromHA(a), a)
+		}
+		b.haSlave = ha.NewSlave(ha.SlaveConfig{
+			BrokerName:    b.cfg.BrokerName,
+			SlaveID:       b.cfg.BrokerID,
+			SlaveAddr:     b.Addr,
+			MasterHAAddr:  func() string { return b.master().haAddr },
+			Log:           haLog{b.store},
+			MaxChunkBytes: b.cfg.HAMaxChunkBytes,
+			MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
+			Logger:        b.log.With("component", "ha-slave"),
+			OnProgress:    func(end, masterEnd int64) { b.wakeReplicated() },
+		})
+		return
+	}
+	b.haMaster = ha.NewMaster(ha.MasterConfig{
+		BrokerName:        b.cfg.BrokerName,
+		Log:               haLog{b.store},
+		ListenAddr:        b.cfg.haListenAddr(),
+		Codec:             ha.Codec(b.cfg.HACompression), // validated by Config.Validate
+		MaxChunkBytes:     b.cfg.HAMaxChunkBytes,
+		InSyncMaxLagBytes: b.cfg.HAInSyncMaxLagBytes,
+		InSyncMaxLagTime:  b.cfg.HAInSyncMaxLagTime,
+		Logger:            b.log.With("component", "ha-master"),
+	})
+}
+
+// startHA starts what newHA built, once the broker's client address is known: the master
+// listens on its HA port; the slave starts pulling and syncing topic configs and consumer
+// offsets with its master.
+func (b *Broker) startHA() error {
+	if b.haSlave != nil {
+		if err := b.haSlave.Start(); err != nil {
+			return fmt.Errorf("cannot start replication from the master: %w", err)
+		}
+		b.bg.Add(1)
+		go b.slaveSyncLoop()
+		return nil
+	}
+	if err := b.haMaster.Start(); err != nil {
+		return fmt.Errorf("cannot start replication on %s: %w", b.cfg.haListenAddr(), err)
+	}
+	return nil
+}
+
+// closeHA stops replication.
+func (b *Broker) closeHA() {
+	if b.haSlave != nil {
+		b.haSlave.Close()
+	}
+	if b.haMaster != nil {
+		_ = b.haMaster.Close()
+	}
+	b.syncMu.Lock()
+	if b.syncConn != nil {
+		_ = b.syncConn.Close()
+		b.syncConn = nil
+	}
+	b.syncMu.Unlock()
+}
+
+// haAdvertised returns the replication address a master registers, "" for a slave.
+func (b *Broker) haAdvertised() string {
+	if b.haMaster == nil {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(b.haMaster.Addr())
+	if err != nil {
+		return ""
+	}
+	return net.JoinHostPort(b.cfg.advertisedHost(), port)
+}
+
+// masterClientAddrFromHA guesses the master's client address from its replication address:
+// by RocketMQ's convention the HA port is the client port + 1.
+func masterClientAddrFromHA(haAddr string) string {
+	host, port, err := net.SplitHostPort(haAddr)
+	if err != nil {
+		return ""
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 2 {
+		return ""
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p-1))
+}
+
+// learnMaster records the group's master as a NameServer (or the config) names it. A slave
+// configured with haMasterAddress keeps that replication address.
+func (b *Broker) learnMaster(clientAddr, haAddr string) {
+	if !b.cfg.isSlave() {
+		return
+	}
+	cur := b.master()
+	next := masterInfo{clientAddr: clientAddr, haAddr: haAddr}
+	if b.cfg.HAMasterAddress != "" {
+		next.haAddr = b.cfg.HAMasterAddress
+		if next.clientAddr == "" {
+			next.clientAddr = cur.clientAddr
+		}
+	}
+	if next.clientAddr == "" && next.haAddr == "" {
+		return // the NameServer does not know the master (it is down): keep what we knew
+	}
+	if next != cur {
+		b.log.Info("master learnt", "masterAddr", next.clientAddr, "masterHAAddr", next.haAddr)
+		b.masterAddr.Store(&next)
+	}
+}
+
+// master returns the slave's current knowledge of its master.
+func (b *Broker) master() masterInfo {
+	if p := b.masterAddr.Load(); p != nil {
+		return *p
+	}
+	return masterInfo{}
+}
+
+// wakeReplicated answers the pulls held on a slave for queues that replication just extended.
+func (b *Broker) wakeReplicated() {
+	for _, t := range b.topics.list() {
+		tp := b.topics.get([]byte(t.Topic))
+		if tp == nil {
+			continue
+		}
+		name := []byte(t.Topic)
+		ws := tp.waiters.takeReady(func(qid int32) int64 { return b.store.MaxOffset(name, qid) })
+		if ws != nil {
+			b.wakeWaiters(ws)
+		}
+	}
+}
+
+// slaveSyncLoop keeps a slave's topic configs and consumer offsets in step with its master's
+// every SlaveSyncInterval (RocketMQ's SlaveSynchronize). Offsets flow both ways and merge by
+// maximum, so a commit made on the slave while the master was down survives its return and
+// no offset ever moves backwards.
+func (b *Broker) slaveSyncLoop() {
+	defer b.bg.Done()
+	t := time.NewTicker(b.cfg.SlaveSyncInterval)
+	defer t.Stop()
+	for {
+		b.syncWithMaster()
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *Broker) syncWithMaster() {
+	addr := b.master().clientAddr
+	if addr == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := b.syncConnTo(ctx, addr)
+	if err != nil {
+		b.syncLog.Warn(b.log, "cannot reach the master to sync configs and offsets", "master", addr, "err", err)
+		return
+	}
+	var topics protocol.TopicConfigList
+	if err := c.CallDecode(ctx, protocol.CodeGetAllTopicConfig, nil, nil, nil, &topics); err != nil {
+		b.syncFailed(c, addr, err)
+		return
+	}
+	changed := false
+	for _, tc := range topics.Topics {
+		ok, err := b.topics.upsert(tc)
+		if err != nil {
+			b.log.Error("cannot store the master's topic config", "topic", tc.Topic, "err", err)
+			continue
+		}
+		changed = changed || ok
+	}
+	if changed {
+		b.registrar.kick()
+	}
+	var offs protocol.ConsumerOffsetTable
+	if err := c.CallDecode(ctx, protocol.CodeGetAllConsumerOffset, nil, nil, nil, &offs); err != nil {
+		b.syncFailed(c, addr, err)
+		return
+	}
+	b.offsets.merge(&offs)
+	mine := b.offsets.table()
+	if err := c.CallDecode(ctx, protocol.CodeMergeConsumerOffsets, nil, mine.AppendTo(nil), nil, nil); err != nil {
+		b.syncFailed(c, addr, err)
+	}
+}
+
+func (b *Broker) syncConnTo(ctx context.Context, addr string) (*rpc.Conn, error) {
+	b.syncMu.Lock()
+	defer b.syncMu.Unlock()
+	if b.syncConn != nil && b.syncConn.Err() == nil && b.syncConn.Addr() == addr {
+		return b.syncConn, nil
+	}
+	if b.syncConn != nil {
+		_ = b.syncConn.Close()
+		b.syncConn = nil
+	}
+	c, err := rpc.Dial(ctx, addr, rpc.Options{MaxFrameSize: b.cfg.MaxFrameSize})
+	if err != nil {
+		return nil, err
+	}
+	b.syncConn = c
+	return c, nil
+}
+
+func (b *Broker) syncFailed(c *rpc.Conn, addr string, err error) {
+	b.syncLog.Warn(b.log, "sync with the master failed", "master", addr, "err", err)
+	b.syncMu.Lock()
+	if b.syncConn == c {
+		_ = c.Close()
+		b.syncConn = nil
+	}
+	b.syncMu.Unlock()
+}
+
+// haStatus builds the CodeGetHAStatus answer.
+func (b *Broker) haStatus() protocol.HAStatus {
+	st := protocol.HAStatus{
+		Role:            b.cfg.BrokerRole,
+		BrokerID:        b.cfg.BrokerID,
+		LogMin:          b.store.LogMinOffset(),
+		LogEnd:          b.store.LogEndOffset(),
+		ConfirmedOffset: b.store.LogEndOffset(),
+		InSyncReplicas:  1,
+	}
+	switch {
+	case b.haMaster != nil:
+		ms := b.haMaster.Status()
+		st.Epoch = ms.Epoch
+		st.ConfirmedOffset = ms.ConfirmedOffset
+		st.InSyncReplicas = ms.InSyncReplicas
+		st.Slaves = ms.Slaves
+	case b.haSlave != nil:
+		ss := b.haSlave.Status()
+		m := b.master()
+		st.MasterAddr, st.MasterHAAddr = m.clientAddr, m.haAddr
+		st.MasterEnd = ss.MasterEnd
+		st.Connected = ss.Connected
+		st.ConfirmedOffset = ss.ConfirmedOffset
+		st.Epoch = ss.Epoch
+	}
+	if st.Slaves == nil {
+		st.Slaves = []protocol.SlaveStatus{}
+	}
+	return st
+}
+
+// readSuggestion decides which broker a consumer pulls its queue from next (ha.SuggestReadBroker),
+// from where the consumer's next batch sits in this broker's log.
+func (b *Broker) readSuggestion(topic []byte, queueID int32, nextQueueOffset int64) int64 {
+	end := b.store.LogEndOffset()
+	switch {
+	case b.haMaster != nil:
+		if !b.cfg.SlaveReadEnable {
+			return 0
+		}
+		slaves := b.haMaster.SlavesForRead()
+		if len(slaves) == 0 {
+			return 0
+		}
+		return ha.SuggestReadBroker(ha.SuggestInput{
+			SelfID:          0,
+			SlaveReadEnable: true,
+			Loaded:          b.loaded.Load(),
+			LogEnd:          end,
+			NextPhys:        b.store.QueuePhysicalOffset(topic, queueID, nextQueueOffset),
+			SlowBytes:       b.slowBytes,
+			Slaves:          slaves,
+		})
+	case b.haSlave != nil:
+		return ha.SuggestReadBroker(ha.SuggestInput{
+			SelfID:          b.cfg.BrokerID,
+			SlaveReadEnable: b.cfg.SlaveReadEnable,
+			MasterAlive:     b.haSlave.Connected(),
+			LogEnd:          end,
+			MasterEnd:       b.haSlave.MasterEnd(),
+			NextPhys:        b.store.QueuePhysicalOffset(topic, queueID, nextQueueOffset),
+			SlowBytes:       b.slowBytes,
+		})
+	}
+	return 0
+}
+
+// slowReadBytes is how far behind the log end a consumer must read to count as reading old
+// data: slaveReadBehindBytes, or accessMessageInMemoryMaxRatio percent of the machine's memory.
+func slowReadBytes(cfg *Config) int64 {
+	if cfg.SlaveReadBehindBytes > 0 {
+		return cfg.SlaveReadBehindBytes
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 1 << 30
+	}
+	return int64(si.Totalram) * int64(si.Unit) * int64(cfg.AccessMessageInMemoryMaxRatio) / 100
+}
