@@ -357,8 +357,7 @@ func (b *Broker) housekeeping() {
 		case now := <-statsTick.C:
 			b.stats.sample()
 			if limit := b.cfg.SlaveReadLoadMsgsPerSec; limit > 0 {
-				put, _ := b.stats.rates()
-				b.loaded.Store(put > float64(limit))
+				b.loaded.Store(b.stats.lastPutRate() > float64(limit))
 			}
 			b.closeStalled(now)
 			for _, id := range b.consumers.remove(nil, now.Add(-b.cfg.ChannelExpiredTimeout)) {

@@ -106,6 +106,11 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	slaveBehind := b.haSlave != nil && (rr.Status == commitlog.OffsetOverflow ||
 		((rr.Status == commitlog.NoNewMessage || rr.Status == commitlog.NoQueue) && b.haSlave.Connected()))
 	switch {
+	case slaveBehind && !final && b.haSlave.MasterLoaded():
+		// A loaded master sends even caught-up consumers here: wait for replication to bring
+		// the offset (wakeReplicated), and send the consumer to the master only at the timeout.
+		rr.Release()
+		return false
 	case slaveBehind:
 		hdr.Result = protocol.PullNotHere
 	case rr.Status == commitlog.Found:

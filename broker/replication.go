@@ -81,6 +81,7 @@ func (b *Broker) newHA() {
 		InSyncMaxLagBytes: b.cfg.HAInSyncMaxLagBytes,
 		InSyncMaxLagTime:  b.cfg.HAInSyncMaxLagTime,
 		Logger:            b.log.With("component", "ha-master"),
+		Loaded:            b.loaded.Load,
 	})
 }
 
@@ -338,6 +339,7 @@ func (b *Broker) readSuggestion(topic []byte, queueID int32, nextQueueOffset int
 			MasterAlive:     b.haSlave.Connected(),
 			LogEnd:          end,
 			MasterEnd:       b.haSlave.MasterEnd(),
+			MasterLoaded:    b.haSlave.MasterLoaded(),
 			NextPhys:        b.store.QueuePhysicalOffset(topic, queueID, nextQueueOffset),
 			SlowBytes:       b.slowBytes,
 		})

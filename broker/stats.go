@@ -40,6 +40,23 @@ func (s *stats) sample() {
 	}
 }
 
+// lastPutRate returns the messages put per second over the last sample interval (about 1 s):
+// the load signal of read suggestions, which must react within a second or two.
+func (s *stats) lastPutRate() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.filled < 2 {
+		return 0
+	}
+	newest := s.samples[(s.next-1+len(s.samples))%len(s.samples)]
+	prev := s.samples[(s.next-2+len(s.samples))%len(s.samples)]
+	secs := newest.at.Sub(prev.at).Seconds()
+	if secs <= 0 {
+		return 0
+	}
+	return float64(newest.put-prev.put) / secs
+}
+
 // rates returns messages put and got per second over the last statsWindow seconds.
 func (s *stats) rates() (put, get float64) {
 	s.mu.Lock()

@@ -57,6 +57,10 @@ type MasterConfig struct {
 	Logger *slog.Logger
 	// Now is the clock of the in-sync rules; default time.Now.
 	Now func() time.Time
+	// Loaded, when set, tells whether the broker counts as loaded; every answer carries it
+	// (HAPullResponse.MasterLoaded) so that slaves keep the consumers the master sends them.
+	// It must be cheap (an atomic load).
+	Loaded func() bool
 }
 
 // Master serves replication pulls on its own TCP port (RocketMQ's HAService with one
@@ -737,4 +741,5 @@ func (m *Master) fillBounds(r *protocol.HAPullResponse) {
 	r.MasterMin = m.cfg.Log.LogMinOffset()
 	r.MasterEnd = m.cfg.Log.LogEndOffset()
 	r.ConfirmedOffset = min(m.ackLimit.Load(), r.MasterEnd)
+	r.MasterLoaded = m.cfg.Loaded != nil && m.cfg.Loaded()
 }

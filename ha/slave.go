@@ -117,6 +117,8 @@ type Slave struct {
 
 	connected atomic.Bool
 	masterEnd atomic.Int64
+	// masterLoaded is the master's load flag as last heard.
+	masterLoaded atomic.Bool
 
 	mu sync.Mutex // guards st
 	st LinkStatus
@@ -210,6 +212,9 @@ func (s *Slave) Connected() bool { return s.connected.Load() }
 
 // MasterEnd returns the master's log end as last heard (0 before the first answer).
 func (s *Slave) MasterEnd() int64 { return s.masterEnd.Load() }
+
+// MasterLoaded reports whether the master said it was loaded in its last answer.
+func (s *Slave) MasterLoaded() bool { return s.masterLoaded.Load() }
 
 // Status returns a snapshot of the link.
 func (s *Slave) Status() LinkStatus {
@@ -322,6 +327,7 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 		return err
 	}
 	s.masterEnd.Store(h.MasterEnd)
+	s.masterLoaded.Store(h.MasterLoaded)
 	s.mu.Lock()
 	s.st.MasterMin, s.st.MasterEnd, s.st.ConfirmedOffset = h.MasterMin, h.MasterEnd, h.ConfirmedOffset
 	s.st.Epoch = max(s.st.Epoch, h.Epoch)

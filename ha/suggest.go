@@ -24,6 +24,9 @@ type SuggestInput struct {
 	LogEnd int64
 	// MasterEnd (a slave's view) is the master's log end as last heard.
 	MasterEnd int64
+	// MasterLoaded (a slave's view) tells that the master said it was loaded: it sends
+	// consumers to slaves, so the slave keeps them.
+	MasterLoaded bool
 	// NextPhys is the physical offset of the consumer's next batch; LogEnd when the consumer
 	// is caught up.
 	NextPhys int64
@@ -49,19 +52,24 @@ type SuggestInput struct {
 // On the master (SelfID 0): suggest nobody but itself (0) unless SlaveReadEnable; otherwise, when
 // the master is loaded or the consumer is more than SlowBytes behind the end, suggest the in-sync
 // slave with the largest acknowledged offset (ties: the lowest id) among those that hold the next
-// batch (Acked > NextPhys). With no such slave, 0.
+// batch (Acked > NextPhys). With no such slave, 0. One exception: a consumer at the log end of a
+// loaded master (NextPhys >= LogEnd: its next batch is not written yet) may go to any in-sync
+// slave, which holds the pull until replication brings that batch (and sends the consumer back
+// if it does not come within the poll timeout): under load, even caught-up consumers leave the
+// master.
 //
 // On a slave: when it does not have the next batch (NextPhys >= LogEnd), send the consumer to the
 // master (0): a slave never answers "no new message" for data the master may have. When the
-// master is alive and the consumer is not slow by the master's end (MasterEnd - NextPhys <=
-// SlowBytes), also send it back to the master, which serves hot data from memory. Otherwise
-// (master down, or a slow consumer reading cold data) keep it here: SelfID.
+// master is alive, not loaded (MasterLoaded: it would only send the consumer back) and the
+// consumer is not slow by the master's end (MasterEnd - NextPhys <= SlowBytes), also send it back
+// to the master, which serves hot data from memory. Otherwise (master down or loaded, or a slow
+// consumer reading cold data) keep it here: SelfID.
 func SuggestReadBroker(in SuggestInput) int64 {
 	if in.SelfID != 0 {
 		if in.NextPhys >= in.LogEnd {
 			return 0
 		}
-		if in.MasterAlive && in.MasterEnd-in.NextPhys <= in.SlowBytes {
+		if in.MasterAlive && !in.MasterLoaded && in.MasterEnd-in.NextPhys <= in.SlowBytes {
 			return 0
 		}
 		return in.SelfID
@@ -72,10 +80,13 @@ func SuggestReadBroker(in SuggestInput) int64 {
 	if !in.Loaded && in.LogEnd-in.NextPhys <= in.SlowBytes {
 		return 0
 	}
+	// A consumer at the end (nothing written for it yet) of a loaded master goes to an in-sync
+	// slave too: the slave holds its pull until replication brings the next batch.
+	tail := in.Loaded && in.NextPhys >= in.LogEnd
 	best := int64(0)
 	bestAcked := int64(-1)
 	for _, s := range in.Slaves {
-		if !s.InSync || s.Acked <= in.NextPhys || s.BrokerID <= 0 {
+		if !s.InSync || s.BrokerID <= 0 || (s.Acked <= in.NextPhys && !tail) {
 			continue
 		}
 		if s.Acked > bestAcked || (s.Acked == bestAcked && s.BrokerID < best) {

@@ -565,6 +565,10 @@ type HAPullResponse struct {
 	RawLength int32
 	// Epoch is the master's epoch.
 	Epoch uint32
+	// MasterLoaded tells the slave that the master counts as loaded (its put rate is over
+	// slaveReadLoadMsgsPerSec): a slave then keeps the consumers the master sent it instead of
+	// sending them back (see ha.SuggestReadBroker).
+	MasterLoaded bool
 }
 
 // AppendTo implements Header.
@@ -576,7 +580,8 @@ func (h *HAPullResponse) AppendTo(dst []byte) []byte {
 	dst = AppendI64(dst, h.ConfirmedOffset)
 	dst = append(dst, h.Codec)
 	dst = AppendI32(dst, h.RawLength)
-	return AppendU32(dst, h.Epoch)
+	dst = AppendU32(dst, h.Epoch)
+	return append(dst, boolByte(h.MasterLoaded))
 }
 
 // ReadFrom implements Header.
@@ -590,5 +595,6 @@ func (h *HAPullResponse) ReadFrom(src []byte) error {
 	h.Codec = r.U8()
 	h.RawLength = r.I32()
 	h.Epoch = r.U32()
+	h.MasterLoaded = r.Bool()
 	return r.Done()
 }

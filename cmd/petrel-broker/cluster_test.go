@@ -351,23 +351,67 @@ func load(ctx context.Context, t *testing.T, p *client.Producer, topic string, w
 	return &wg
 }
 
-// consumed records what a consumer received: body -> count.
+// consumed records what a consumer received: body -> count, messages per serving brokerId,
+// and per queue the offsets in delivery order (for duplicates and reordering).
 type consumed struct {
-	mu     sync.Mutex
-	bodies map[string]int
-	by     map[int64]int // brokerId -> messages
+	mu         sync.Mutex
+	bodies     map[string]int
+	by         map[int64]int // brokerId -> messages
+	last       map[string]int64
+	duplicated int // a queue offset delivered twice
+	reordered  int // a queue offset delivered after a later one
+	gaps       int // a queue offset skipped
 }
 
-func newConsumed() *consumed { return &consumed{bodies: map[string]int{}, by: map[int64]int{}} }
+func newConsumed() *consumed {
+	return &consumed{bodies: map[string]int{}, by: map[int64]int{}, last: map[string]int64{}}
+}
 
 func (c *consumed) handler(_ context.Context, msgs []client.MessageExt) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range msgs {
-		c.bodies[string(msgs[i].Body)]++
-		c.by[msgs[i].BrokerID]++
+		m := &msgs[i]
+		c.bodies[string(m.Body)]++
+		c.by[m.BrokerID]++
+		q := fmt.Sprintf("%s#%d", m.BrokerName, m.QueueID)
+		last, seen := c.last[q]
+		switch {
+		case !seen || m.QueueOffset == last+1:
+		case m.QueueOffset == last:
+			c.duplicated++
+		case m.QueueOffset < last:
+			c.reordered++
+		default:
+			c.gaps++
+		}
+		c.last[q] = max(last, m.QueueOffset)
+		if !seen {
+			c.last[q] = m.QueueOffset
+		}
 	}
 	return nil
+}
+
+// checkOrder fails the test on a duplicated, reordered or skipped queue offset.
+func (c *consumed) checkOrder(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.duplicated+c.reordered+c.gaps != 0 {
+		t.Fatalf("duplicated=%d reordered=%d gaps=%d", c.duplicated, c.reordered, c.gaps)
+	}
+}
+
+// servedBy returns a copy of the messages per serving brokerId.
+func (c *consumed) servedBy() map[int64]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int64]int, len(c.by))
+	for k, v := range c.by {
+		out[k] = v
+	}
+	return out
 }
 
 // missing returns how many acknowledged bodies (of brokerName, or all when "") were not
@@ -726,4 +770,144 @@ func TestClusterMasterKilled(t *testing.T) {
 		acked1, acked2, failed1, failed2, unknown1, unknown2, fromSlave)
 	sameLogs(t, a, ma, sa)
 	_ = mb
+}
+
+// backlog sends n messages of about 1 KiB (loghub lines) to topic in batches and returns them.
+func backlog(t *testing.T, p *client.Producer, topic string, n int) *sent {
+	t.Helper()
+	s := newSent()
+	lines := bodies()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; i < n; i += 64 {
+		msgs := make([]client.Message, 0, 64)
+		for j := i; j < min(i+64, n); j++ {
+			body := fmt.Sprintf("backlog-%d ", j)
+			for len(body) < 1000 {
+				body += string(lines[(j+len(body))%len(lines)]) + " "
+			}
+			msgs = append(msgs, client.Message{Topic: topic, Body: []byte(body)})
+		}
+		res, err := p.SendBatchSync(ctx, topic, msgs)
+		if err != nil {
+			t.Fatalf("backlog batch %d: %v", i, err)
+		}
+		for _, m := range msgs {
+			s.acked[string(m.Body)] = res
+		}
+	}
+	return s
+}
+
+// readGroup is a master with two slaves for the read-suggestion tests: a consumer more than
+// 1 MiB behind the log end reads old data.
+func readGroup(t *testing.T, extra ...string) (c *cluster, m, s1, s2 *proc, cl *client.Client, p *client.Producer) {
+	c = newCluster(t)
+	opts := append([]string{"slaveReadBehindBytes=1048576"}, extra...)
+	m = c.addBroker("broker-a", 0, "ASYNC_MASTER", opts...)
+	s1 = c.addBroker("broker-a", 1, "SLAVE", append([]string{"haMasterAddress=" + m.ha}, opts...)...)
+	s2 = c.addBroker("broker-a", 2, "SLAVE", append([]string{"haMasterAddress=" + m.ha}, opts...)...)
+	cl = c.client()
+	c.createTopic(cl, "reads", 4, 1)
+	var err error
+	p, err = client.NewProducer(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	a := client.NewAdmin(cl)
+	eventually(t, 10*time.Second, "both slaves in sync", func() bool {
+		st, err := a.HAStatus(context.Background(), m.addr)
+		return err == nil && st.InSyncReplicas == 3
+	})
+	return c, m, s1, s2, cl, p
+}
+
+// TestClusterReadSuggestionBacklog: acceptance 2a. A consumer starting from offset 0 behind a
+// 30 MiB backlog (old data: more than slaveReadBehindBytes behind the end) is served mostly by
+// the slaves, and gets every message once, in order.
+func TestClusterReadSuggestionBacklog(t *testing.T) {
+	_, m, s1, s2, cl, p := readGroup(t)
+	s := backlog(t, p, "reads", 30_000)
+	sameLogs(t, client.NewAdmin(cl), m, s1, s2)
+	got := newConsumed()
+	_, stop := runConsumer(t, cl, "backlog-reader", "reads", got)
+	eventually(t, 30*time.Second, "the whole backlog", func() bool { n, _ := got.missing(s, ""); return n == 0 })
+	stop()
+	got.checkOrder(t)
+	by := got.servedBy()
+	t.Logf("served by brokerId: %v", by)
+	if by[1]+by[2] <= 2*by[0] {
+		t.Fatalf("a consumer behind a backlog was not served mostly by slaves: %v", by)
+	}
+}
+
+// TestClusterReadSuggestionFrozenSlave: acceptance 2b. With slave 1 frozen (SIGSTOP) and out of
+// the in-sync set, a backlog consumer is served by the master and slave 2 only.
+func TestClusterReadSuggestionFrozenSlave(t *testing.T) {
+	_, m, s1, s2, cl, p := readGroup(t)
+	s := backlog(t, p, "reads", 30_000)
+	sameLogs(t, client.NewAdmin(cl), m, s1, s2)
+	s1.signal(syscall.SIGSTOP)
+	a := client.NewAdmin(cl)
+	eventually(t, 10*time.Second, "the frozen slave to leave the in-sync set", func() bool {
+		st, err := a.HAStatus(context.Background(), m.addr)
+		return err == nil && st.InSyncReplicas == 2
+	})
+	got := newConsumed()
+	_, stop := runConsumer(t, cl, "frozen-reader", "reads", got)
+	eventually(t, 30*time.Second, "the whole backlog", func() bool { n, _ := got.missing(s, ""); return n == 0 })
+	stop()
+	s1.signal(syscall.SIGCONT)
+	got.checkOrder(t)
+	by := got.servedBy()
+	t.Logf("served by brokerId with slave 1 frozen: %v", by)
+	if by[1] != 0 || by[2] == 0 {
+		t.Fatalf("the frozen slave served messages, or the live one none: %v", by)
+	}
+}
+
+// TestClusterReadSuggestionLoadedMaster: acceptance 2c. A caught-up consumer reads from the
+// master while it is idle; once producers push the master over slaveReadLoadMsgsPerSec, reads
+// shift to the in-sync slaves. Every message arrives once, in order.
+func TestClusterReadSuggestionLoadedMaster(t *testing.T) {
+	_, _, _, _, cl, p := readGroup(t, "slaveReadLoadMsgsPerSec=2000")
+	got := newConsumed()
+	_, stop := runConsumer(t, cl, "tail-reader", "reads", got)
+	// Idle master: a trickle of messages, read from the master.
+	quiet := newSent()
+	for i := range 50 {
+		res, err := p.SendSync(context.Background(), &client.Message{Topic: "reads", Body: []byte(fmt.Sprintf("quiet-%d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		quiet.acked[fmt.Sprintf("quiet-%d", i)] = res
+		time.Sleep(10 * time.Millisecond)
+	}
+	eventually(t, 10*time.Second, "the quiet messages", func() bool { n, _ := got.missing(quiet, ""); return n == 0 })
+	idle := got.servedBy()
+	t.Logf("idle master, served by: %v", idle)
+	if idle[0] < 40 {
+		t.Fatalf("an idle master did not serve a caught-up consumer: %v", idle)
+	}
+	// Loaded master: after a second or two (the master measures its put rate every second)
+	// reads move to the slaves; count what is served from then on.
+	s := newSent()
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := load(ctx, t, p, "reads", 8, s)
+	time.Sleep(2500 * time.Millisecond)
+	start := got.servedBy()
+	time.Sleep(3 * time.Second)
+	end := got.servedBy()
+	cancel()
+	wg.Wait()
+	eventually(t, 20*time.Second, "every loaded message", func() bool { n, _ := got.missing(s, ""); return n == 0 })
+	stop()
+	got.checkOrder(t)
+	loaded := map[int64]int{0: end[0] - start[0], 1: end[1] - start[1], 2: end[2] - start[2]}
+	acked, _, _ := s.counts()
+	t.Logf("loaded master (%d msgs in 5.5 s), served by in its last 3 s: %v (all: %v)", acked, loaded, got.servedBy())
+	if loaded[1]+loaded[2] <= loaded[0] {
+		t.Fatalf("reads did not shift to slaves under load: %v", loaded)
+	}
 }
