@@ -123,9 +123,9 @@ type chunkDecoder struct {
 
 // decode checks the announced sizes against the bound and returns the uncompressed chunk.
 // The result is body itself for HACodecNone, otherwise a view of the decoder's buffer, valid until
-// the next decode. It never allocates more than the bound: the size a compressed frame announces
-// (the s2 varint header, the zstd frame content size) must equal rawLength before any buffer is
-// sized, and the zstd decoder is limited to the buffer's capacity.
+// the next decode. It never allocates more than the bound (plus zstdSlack for zstd): the size a
+// compressed frame announces (the s2 varint header, the zstd frame content size) must equal
+// rawLength before any buffer is sized, and the zstd decoder is limited to the buffer's capacity.
 func (d *chunkDecoder) decode(codec uint8, rawLength int32, body []byte) ([]byte, error) {
 	if rawLength < 0 || int64(rawLength) > int64(d.bound) {
 		return nil, fmt.Errorf("%w: raw length %d, bound %d (codec %d, %d bytes on the wire)", ErrBadChunk, rawLength, d.bound, codec, len(body))
@@ -162,17 +162,23 @@ func (d *chunkDecoder) decode(codec uint8, rawLength int32, body []byte) ([]byte
 		if d.zdec == nil {
 			zd, err := zstd.NewReader(nil,
 				zstd.WithDecoderConcurrency(1),
-				zstd.WithDecoderMaxMemory(uint64(max(d.bound, 1))),
+				// NB: at least 2 KiB: the encoder gives a chunk of up to 1 KiB a window of the
+				// next power of two, at least 1 KiB (MinWindowSize), which a smaller limit (it
+				// also caps the window) rejects. Output stays within the bound anyway: the
+				// content size check above and the capacity limit below.
+				zstd.WithDecoderMaxMemory(uint64(max(d.bound, 2*zstd.MinWindowSize))),
 				zstd.WithDecodeAllCapLimit(true))
 			if err != nil {
 				return nil, fmt.Errorf("cannot create a zstd decoder: %w", err)
 			}
 			d.zdec = zd
 		}
-		d.grow(n)
 		// The capacity limit (WithDecodeAllCapLimit) stops a frame, or frames concatenated after
-		// the first, from decoding past n bytes.
-		out, err := d.zdec.DecodeAll(body, d.buf[:0:n])
+		// the first, from decoding much past n bytes: the decoder checks it after each block, so
+		// the buffer has room for one more block (zstdSlack), or a frame that lies about its size
+		// would make the decoder's append reallocate it (to ~1.25x) before the check fails.
+		d.grow(n + zstdSlack)
+		out, err := d.zdec.DecodeAll(body, d.buf[:0:n+zstdSlack])
 		if err != nil {
 			return nil, fmt.Errorf("%w: zstd: %v", ErrBadChunk, err)
 		}
@@ -184,7 +190,11 @@ func (d *chunkDecoder) decode(codec uint8, rawLength int32, body []byte) ([]byte
 	return nil, fmt.Errorf("%w: unknown codec %d", ErrBadChunk, codec)
 }
 
-// grow makes cap(d.buf) at least n (n is within the bound).
+// zstdSlack is the room past rawLength in a zstd chunk's output buffer: one zstd block (at most
+// 128 KiB, the format's Block_Maximum_Size) plus the decoder's own over-allocation margin.
+const zstdSlack = 128<<10 + 1<<10
+
+// grow makes cap(d.buf) at least n (n is within the bound, plus zstdSlack for zstd).
 func (d *chunkDecoder) grow(n int) {
 	if cap(d.buf) < n {
 		d.buf = make([]byte, 0, n)

@@ -87,7 +87,9 @@ func NextInSync(cur bool, s SlaveProgress, masterEnd int64, now time.Time, rules
 			return false, ReasonRegressed
 		case silent:
 			return false, ReasonSilent
-		case LagBytes(s, masterEnd) > rules.MaxLagBytes && now.Sub(s.LastCaughtUp) > rules.MaxLagTime:
+		case !CaughtUp(s, masterEnd, rules) && now.Sub(s.LastCaughtUp) > rules.MaxLagTime:
+			// NB: CaughtUp, not the lag alone: a member that holds everything the master last read
+			// for it is caught up however far the live end ran ahead since (see ReadEnd).
 			return false, ReasonLagging
 		}
 		return true, ReasonNone
