@@ -23,6 +23,13 @@ const (
 	ReplayQueues = 8
 	// DriverName is the driver reported in results.
 	DriverName = "Petrel"
+	// DefaultEmbeddedSlaves is the number of slaves of the embedded broker group.
+	DefaultEmbeddedSlaves = 2
+	// DefaultHASampleInterval is the period at which the masters' replication status is sampled
+	// for the lag quantiles.
+	DefaultHASampleInterval = 100 * time.Millisecond
+	// MaxEmbeddedSlaves bounds Config.EmbeddedSlaves.
+	MaxEmbeddedSlaves = 8
 )
 
 // Config configures a run. Zero values take the defaults noted.
@@ -34,7 +41,8 @@ type Config struct {
 	// workload the bodies are cycled; without one they are replayed once.
 	PayloadDir string
 	// Duration overrides the test length (testDurationMinutes); for a replay it is an upper
-	// bound (0: until every line is sent).
+	// bound (0: until every line is sent), for a consume-only run too (0: until every message
+	// has arrived).
 	Duration time.Duration
 	// Warmup overrides the warm-up (warmupDurationMinutes, OMB default 1 minute; capped at a
 	// quarter of Duration when Duration is set; none for a replay). Negative means unset.
@@ -72,11 +80,36 @@ type Config struct {
 	KeepData bool
 	// FlushDiskType is the embedded broker's flush mode, ASYNC_FLUSH (default) or SYNC_FLUSH.
 	FlushDiskType string
-	// SegmentSize is the embedded broker's commit-log segment size (default
+	// SegmentSize is the embedded broker's commit-log segment size (bytes; default
 	// DefaultEmbeddedSegmentSize).
 	SegmentSize int64
+	// EmbeddedSlaves is the number of slaves of the embedded broker group (default
+	// DefaultEmbeddedSlaves; see SetEmbeddedSlaves for 0: a lone master).
+	EmbeddedSlaves int
+	// EmbeddedRole is the embedded master's brokerRole: SYNC_MASTER (default with slaves) or
+	// ASYNC_MASTER (default without).
+	EmbeddedRole string
+	// ReadBrokerID pins every consumer's reads to member ReadBrokerID of each broker group (0:
+	// the master, > 0: a slave; client.WithReadBrokerID). Set it with SetReadBrokerID; by
+	// default consumers follow the brokers' read suggestions.
+	ReadBrokerID int64
+	// ConsumeOnly consumes existing topics (Topics, or <prefix>-<TopicID>-<i>) from their
+	// earliest offsets, without producers, until every message below the queues' max offsets
+	// at the start has arrived, and checks what it can without a producer record: bench
+	// identity and body CRC, per-queue contiguity (no gap, no duplicated queue offset), no
+	// message stored twice, and the total count (see consumeChecker). It needs a running
+	// cluster (NameServers).
+	ConsumeOnly bool
+	// Topics names the existing topics of a ConsumeOnly run (default: <prefix>-<TopicID>-<i>
+	// for the workload's topic count, or 1).
+	Topics []string
+	// HASampleInterval is the period at which every group master's replication status is
+	// sampled during the test and drain phases, for the lag of the slaves it lists (default
+	// DefaultHASampleInterval; negative: never).
+	HASampleInterval time.Duration
 	// DrainTimeout bounds the wait, after the last send, for everything acknowledged to be
-	// consumed (default 30 s).
+	// consumed (default 30 s); a consume-only run gives up after this long without a new
+	// message.
 	DrainTimeout time.Duration
 	// RetryUnknown resends a message up to this many times after an unknown outcome (default
 	// 0). A copy consumed per attempt is counted as duplicatedAfterRetry.
@@ -93,6 +126,10 @@ type Config struct {
 	backlogSet bool
 	// producerRateSet tells a ProducerRate of 0 (as fast as possible) from unset.
 	producerRateSet bool
+	// slavesSet tells an EmbeddedSlaves of 0 (no slaves) from unset.
+	slavesSet bool
+	// readBrokerIDSet tells a ReadBrokerID of 0 (the master) from unset.
+	readBrokerIDSet bool
 
 	// newCluster replaces the Petrel client in tests.
 	newCluster func(ctx context.Context) (cluster, error)
@@ -119,6 +156,18 @@ func (c *Config) setDefaults() error {
 	if c.SegmentSize <= 0 {
 		c.SegmentSize = DefaultEmbeddedSegmentSize
 	}
+	if !c.slavesSet && c.EmbeddedSlaves == 0 {
+		c.EmbeddedSlaves = DefaultEmbeddedSlaves
+	}
+	if c.EmbeddedRole == "" {
+		c.EmbeddedRole = "ASYNC_MASTER"
+		if c.EmbeddedSlaves > 0 {
+			c.EmbeddedRole = "SYNC_MASTER"
+		}
+	}
+	if c.HASampleInterval == 0 {
+		c.HASampleInterval = DefaultHASampleInterval
+	}
 	if c.gigabyte == 0 {
 		c.gigabyte = 1 << 30
 	}
@@ -138,6 +187,18 @@ func (c *Config) setDefaults() error {
 		return errors.New("no-create-topic needs a topic id naming the existing topics")
 	case c.NoCreateTopic && c.NameServers == "":
 		return errors.New("no-create-topic needs a running cluster (name servers)")
+	case c.EmbeddedSlaves < 0 || c.EmbeddedSlaves > MaxEmbeddedSlaves:
+		return fmt.Errorf("slaves %d: want 0..%d", c.EmbeddedSlaves, MaxEmbeddedSlaves)
+	case c.EmbeddedRole != "SYNC_MASTER" && c.EmbeddedRole != "ASYNC_MASTER":
+		return fmt.Errorf("broker role %q: want SYNC_MASTER or ASYNC_MASTER", c.EmbeddedRole)
+	case c.readBrokerIDSet && c.ReadBrokerID < 0:
+		return fmt.Errorf("read-broker-id %d: must not be negative", c.ReadBrokerID)
+	case c.ConsumeOnly && c.NameServers == "" && c.newCluster == nil:
+		return errors.New("consume-only needs a running cluster (name servers) holding the topics")
+	case c.ConsumeOnly && len(c.Topics) == 0 && c.TopicID == "":
+		return errors.New("consume-only needs the topics: give their names or a topic id")
+	case !c.ConsumeOnly && len(c.Topics) > 0:
+		return errors.New("topic names are for consume-only runs (otherwise use a topic id)")
 	}
 	return nil
 }
@@ -146,7 +207,7 @@ func (c *Config) setDefaults() error {
 type plan struct {
 	w        *Workload
 	payloads *Payloads
-	mode     string // "replay" or "workload"
+	mode     string // "replay", "workload" or "consume-only"
 	duration time.Duration
 	warmup   time.Duration
 	// consumersPerSub is the consumers run per subscription.
@@ -161,6 +222,9 @@ func makePlan(cfg *Config, seed uint64) (*plan, error) {
 			return nil, err
 		}
 		p.w = w
+	}
+	if cfg.ConsumeOnly {
+		return consumeOnlyPlan(cfg, p)
 	}
 	if cfg.PayloadDir != "" {
 		pl, err := LoadPayloadDir(cfg.PayloadDir)
@@ -231,10 +295,60 @@ func makePlan(cfg *Config, seed uint64) (*plan, error) {
 	return p, nil
 }
 
+// consumeOnlyPlan completes p (which holds the workload, if any) for a consume-only run: the
+// workload gives the topic count and the consumers per topic; there are no producers and one
+// subscription.
+func consumeOnlyPlan(cfg *Config, p *plan) (*plan, error) {
+	p.mode = "consume-only"
+	topics := max(1, len(cfg.Topics))
+	consumers := 1
+	name := "consume-only"
+	if p.w != nil {
+		if len(cfg.Topics) == 0 {
+			topics = p.w.Topics
+		}
+		consumers = max(1, p.w.ConsumerPerSubscription)
+		name = p.w.Name
+	}
+	p.w = &Workload{
+		Name:                    name,
+		Topics:                  topics,
+		KeyDistributor:          NoKey,
+		SubscriptionsPerTopic:   1,
+		ConsumerPerSubscription: consumers,
+		BacklogDrainRatio:       1,
+	}
+	p.payloads = &Payloads{}
+	p.duration = cfg.Duration
+	p.consumersPerSub = consumers
+	return p, nil
+}
+
 // SetProducerRate overrides the workload's producerRate (msg/s; 0 = as fast as possible).
 func (c *Config) SetProducerRate(rate int) {
 	c.ProducerRate = rate
 	c.producerRateSet = true
+}
+
+// SetEmbeddedSlaves sets the number of slaves of the embedded broker group (0: a lone master).
+func (c *Config) SetEmbeddedSlaves(n int) {
+	c.EmbeddedSlaves = n
+	c.slavesSet = true
+}
+
+// SetReadBrokerID pins consumers' reads to member id of each broker group (0: the master, > 0:
+// a slave).
+func (c *Config) SetReadBrokerID(id int64) {
+	c.ReadBrokerID = id
+	c.readBrokerIDSet = true
+}
+
+// readBrokerID returns the member consumers are pinned to, or -1 when they are not.
+func (c *Config) readBrokerID() int64 {
+	if !c.readBrokerIDSet {
+		return -1
+	}
+	return c.ReadBrokerID
 }
 
 // SetBacklogGB overrides the workload's consumerBacklogSizeGB (GiB; 0 = no backlog).

@@ -16,8 +16,10 @@
 //
 // # A run
 //
-// Run resolves the plan, starts an embedded NameServer and broker on loopback unless name
-// servers are given (embedded.go), creates the topics through the admin API and waits for their
+// Run resolves the plan, starts an embedded NameServer and broker group on loopback unless
+// name servers are given (embedded.go: a SYNC_MASTER and EmbeddedSlaves slaves, 2 by default,
+// each with its own data directory; the run starts once every slave replicates), creates the
+// topics through the admin API and waits for their
 // routes, starts consumerPerSubscription consumers per subscription and topic (consumer groups
 // sub-<i>-<run>, or sub-<i>-<run>-t<j> with several topics; the members of a group share the
 // topic's queues), then starts the producers. At a fixed producerRate the sends follow a shared schedule (rate.go,
@@ -31,6 +33,30 @@
 // until every acknowledged message has been consumed by every subscription, or DrainTimeout;
 // latencies still count towards the aggregates). A cancelled context ends the test phase early;
 // the run still drains and reports.
+//
+// # Replication
+//
+// Consumers follow the brokers' read suggestions (a master may send them to a slave), or read
+// from one member of each group alone with ReadBrokerID. The result counts, per brokerId, the
+// pulls each member served, the messages in them and its "not here" answers, summed over the
+// run's consumers (client.ConsumerStats.ServedBy). A goroutine samples every group master's
+// HAStatus each HASampleInterval (100 ms) during the test and drain phases (halag.go) and
+// reports, per slave the masters list, its lag in bytes and in ms (p50, p99, max, from HDR
+// histograms) and its compression ratio (raw / wire bytes replicated during the run); groups
+// without slaves report nothing. Admin requests use a client of their own: one that times out closes its connection,
+// which must not be the producers'.
+//
+// # Consume-only runs
+//
+// With ConsumeOnly the run produces nothing: it takes the min and max offsets of every read
+// queue of existing topics (from each group's master, or a live member when it is down),
+// consumes them from the earliest offset with a new consumer group until every message of
+// [min, max) has arrived, the consumers are past every max, nothing new came for DrainTimeout,
+// or Duration passed, and checks without a producer record (consumeonly.go): each message's
+// bench identity and body CRC (corrupted), each queue's offsets contiguous and delivered once
+// (lost, duplicated, reordered), no send attempt stored at two positions (duplicated), and a
+// producer's sequence never going backwards in a queue (reordered). Together with ReadBrokerID
+// it shows that a slave alone holds every message.
 //
 // # Verification
 //

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,24 +37,64 @@ type cluster interface {
 	newConsumer(group, topic string) (consumer, error)
 	// corruptBatches returns the batches consumers rejected for a bad CRC or structure.
 	corruptBatches() int64
+	// servedBy sums, over every consumer made, what each member of the broker groups served
+	// (by brokerId: 0 the master, > 0 a slave); nil when the cluster cannot tell.
+	servedBy() map[int64]client.ServedCount
+	// groups returns the broker groups serving topics, sorted by name, with their masters and
+	// slave counts as the NameServer's routes list them.
+	groups(ctx context.Context, topics []string) ([]groupInfo, error)
+	// haStatus returns the replication status of the broker at addr.
+	haStatus(ctx context.Context, addr string) (*protocol.HAStatus, error)
+	// queueBounds returns the min and max offsets of every read queue of topic, asked of each
+	// group's master (or, when it is down, of a live member).
+	queueBounds(ctx context.Context, topic string) ([]queueBound, error)
 	close() error
 }
 
-// petrelCluster runs the bench through Petrel's client. Producers share one client and
-// consumers another, so pulls and sends travel on separate connections. It is safe for
-// concurrent use (consumers are remade from their goroutines).
+// groupInfo is one broker group serving the run's topics.
+type groupInfo struct {
+	name   string
+	master string // the master's address; "" when the route lists none
+	slaves int    // members with brokerId > 0 in the route (for information: see newLagSampler)
+}
+
+// queueBound is one read queue of a topic with its offsets at the start of a consume-only run:
+// the messages at queue offsets [min, max) must all be consumed.
+type queueBound struct {
+	q        QueueRef
+	min, max int64
+}
+
+// clusterOptions are the settings of a petrelCluster beyond its NameServers.
+type clusterOptions struct {
+	// target is where topics are created: a broker address, a cluster name or "" (all masters).
+	target string
+	// alsoCreateOn lists broker addresses (the embedded group's slaves) that get the topic
+	// configs at once too, rather than at their next sync with the master.
+	alsoCreateOn []string
+	// readBrokerID pins consumers to one member of each group (client.WithReadBrokerID); -1:
+	// they follow the brokers' suggestions.
+	readBrokerID int64
+}
+
+// petrelCluster runs the bench through Petrel's client. Producers share one client, consumers
+// another and admin requests (topic creation, replication status samples) a third, so pulls,
+// sends and admin requests travel on separate connections: an admin request that times out
+// closes its connection (the client replaces hung connections), which must not take sends in
+// flight with it. It is safe for concurrent use (consumers are remade from their goroutines).
 type petrelCluster struct {
-	prodClient *client.Client
-	consClient *client.Client
-	admin      *client.Admin
-	target     string // where topics are created: a broker address, a cluster name or "" (all)
-	log        *slog.Logger
+	prodClient  *client.Client
+	consClient  *client.Client
+	adminClient *client.Client
+	admin       *client.Admin
+	opts        clusterOptions
+	log         *slog.Logger
 
 	mu        sync.Mutex // guards consumers
 	consumers []*client.Consumer
 }
 
-func newPetrelCluster(ctx context.Context, nameServers, target string, log *slog.Logger) (*petrelCluster, error) {
+func newPetrelCluster(ctx context.Context, nameServers string, o clusterOptions, log *slog.Logger) (*petrelCluster, error) {
 	opts := []client.ClientOption{client.WithNameServers(nameServers), client.WithLogger(log)}
 	pc, err := client.New(ctx, opts...)
 	if err != nil {
@@ -62,7 +105,13 @@ func newPetrelCluster(ctx context.Context, nameServers, target string, log *slog
 		_ = pc.Close()
 		return nil, err
 	}
-	return &petrelCluster{prodClient: pc, consClient: cc, admin: client.NewAdmin(pc), target: target, log: log}, nil
+	ac, err := client.New(ctx, opts...)
+	if err != nil {
+		_ = pc.Close()
+		_ = cc.Close()
+		return nil, err
+	}
+	return &petrelCluster{prodClient: pc, consClient: cc, adminClient: ac, admin: client.NewAdmin(ac), opts: o, log: log}, nil
 }
 
 // topicReadyTimeout bounds the wait for a new topic to appear in the NameServer's routes.
@@ -71,12 +120,11 @@ const topicReadyTimeout = 30 * time.Second
 func (c *petrelCluster) createTopic(ctx context.Context, topic string, queues int) error {
 	ctx, cancel := context.WithTimeout(ctx, topicReadyTimeout)
 	defer cancel()
+	tc := protocol.TopicConfig{Topic: topic, ReadQueueNums: int32(queues), WriteQueueNums: int32(queues), Perm: protocol.PermReadWrite}
 	var done []client.BrokerTarget
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		var err error
-		done, err = c.admin.CreateTopic(ctx, c.target, protocol.TopicConfig{
-			Topic: topic, ReadQueueNums: int32(queues), WriteQueueNums: int32(queues), Perm: protocol.PermReadWrite,
-		})
+		done, err = c.admin.CreateTopic(ctx, c.opts.target, tc)
 		if err == nil {
 			break
 		}
@@ -84,6 +132,11 @@ func (c *petrelCluster) createTopic(ctx context.Context, topic string, queues in
 		// they may not be yet.
 		if len(done) > 0 || !errors.Is(err, client.ErrNoQueue) || !sleepCtx(ctx, backoff) {
 			return fmt.Errorf("cannot create topic %s: %w", topic, err)
+		}
+	}
+	for _, addr := range c.opts.alsoCreateOn {
+		if _, err := c.admin.CreateTopic(ctx, addr, tc); err != nil {
+			return fmt.Errorf("cannot create topic %s on %s: %w", topic, addr, err)
 		}
 	}
 	if err := c.admin.WaitTopicRoute(ctx, topic, len(done)); err != nil {
@@ -103,7 +156,11 @@ func (c *petrelCluster) newProducer() (producer, error) {
 }
 
 func (c *petrelCluster) newConsumer(group, topic string) (consumer, error) {
-	co, err := client.NewConsumer(c.consClient, group, topic, client.WithConsumeFrom(client.ConsumeFromFirst))
+	opts := []client.ConsumerOption{client.WithConsumeFrom(client.ConsumeFromFirst)}
+	if c.opts.readBrokerID >= 0 {
+		opts = append(opts, client.WithReadBrokerID(c.opts.readBrokerID))
+	}
+	co, err := client.NewConsumer(c.consClient, group, topic, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +180,89 @@ func (c *petrelCluster) corruptBatches() int64 {
 	return n
 }
 
+func (c *petrelCluster) servedBy() map[int64]client.ServedCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sum := map[int64]client.ServedCount{}
+	for _, co := range c.consumers {
+		for id, n := range co.Stats().ServedBy {
+			s := sum[id]
+			s.Pulls += n.Pulls
+			s.Messages += n.Messages
+			s.NotHere += n.NotHere
+			sum[id] = s
+		}
+	}
+	return sum
+}
+
+func (c *petrelCluster) groups(ctx context.Context, topics []string) ([]groupInfo, error) {
+	byName := map[string]groupInfo{}
+	for _, topic := range topics {
+		route, err := c.admin.TopicRoute(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("cannot get the route of %s: %w", topic, err)
+		}
+		for i := range route.BrokerDatas {
+			bd := &route.BrokerDatas[i]
+			g := groupInfo{name: bd.BrokerName, master: bd.MasterAddr()}
+			for _, a := range bd.Addrs {
+				if a.BrokerID > 0 {
+					g.slaves++
+				}
+			}
+			if old, ok := byName[g.name]; !ok || g.slaves > old.slaves || old.master == "" {
+				byName[g.name] = g
+			}
+		}
+	}
+	out := slices.Collect(maps.Values(byName))
+	slices.SortFunc(out, func(a, b groupInfo) int { return strings.Compare(a.name, b.name) })
+	return out, nil
+}
+
+func (c *petrelCluster) haStatus(ctx context.Context, addr string) (*protocol.HAStatus, error) {
+	return c.admin.HAStatus(ctx, addr)
+}
+
+func (c *petrelCluster) queueBounds(ctx context.Context, topic string) ([]queueBound, error) {
+	route, err := c.admin.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("cannot get the route of %s: %w", topic, err)
+	}
+	readQueues := map[string]int32{}
+	for _, qd := range route.QueueDatas {
+		if qd.Perm&protocol.PermRead != 0 && qd.ReadQueueNums > 0 {
+			readQueues[qd.BrokerName] = qd.ReadQueueNums
+		}
+	}
+	// The master's offsets when it is up, so a run pinned to a slave must find everything the
+	// master holds; a group without a live master answers through a slave.
+	stats, err := c.admin.TopicStatsFrom(ctx, topic, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cannot get the offsets of %s: %w", topic, err)
+	}
+	var out []queueBound
+	for _, bs := range stats {
+		n, ok := readQueues[bs.BrokerName]
+		if !ok {
+			continue
+		}
+		delete(readQueues, bs.BrokerName)
+		for _, q := range bs.Stats.Queues {
+			if q.QueueID < n {
+				out = append(out, queueBound{q: QueueRef{Topic: topic, Broker: bs.BrokerName, QueueID: q.QueueID}, min: q.MinOffset, max: q.MaxOffset})
+			}
+		}
+	}
+	for name := range readQueues {
+		return nil, fmt.Errorf("cannot get the offsets of %s on broker group %s: no live member answered", topic, name)
+	}
+	return out, nil
+}
+
 func (c *petrelCluster) close() error {
-	return errors.Join(c.prodClient.Close(), c.consClient.Close())
+	return errors.Join(c.prodClient.Close(), c.consClient.Close(), c.adminClient.Close())
 }
 
 // sleepCtx waits for d or the end of ctx; it reports whether d passed.

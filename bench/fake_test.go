@@ -43,6 +43,13 @@ type fakeCluster struct {
 	rr      map[string]int
 	// swapOnce makes a consumer deliver the first two messages of one batch swapped.
 	swapOnce bool
+	// slaves is the slave count the fake's one group ("fake") reports; haStatus answers with
+	// that many slaves, lagging by lagBytes.
+	slaves   int
+	lagBytes int64
+	haCalls  int
+	// pulls and delivered count the consumers' batches and messages (served by brokerId 0).
+	pulls, delivered int64
 }
 
 func newFakeCluster(f func(n int, attempt uint8) fault) *fakeCluster {
@@ -70,6 +77,51 @@ func (c *fakeCluster) newConsumer(group, topic string) (consumer, error) {
 
 func (c *fakeCluster) corruptBatches() int64 { return 0 }
 func (c *fakeCluster) close() error          { return nil }
+
+func (c *fakeCluster) servedBy() map[int64]client.ServedCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return map[int64]client.ServedCount{0: {Pulls: c.pulls, Messages: c.delivered}}
+}
+
+func (c *fakeCluster) groups(context.Context, []string) ([]groupInfo, error) {
+	return []groupInfo{{name: "fake", master: "fake:0", slaves: c.slaves}}, nil
+}
+
+// haStatus answers with c.slaves slaves; slave i lags by i*lagBytes bytes and i ms, and was
+// sent 3 raw bytes per wire byte.
+func (c *fakeCluster) haStatus(context.Context, string) (*protocol.HAStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.haCalls++
+	st := &protocol.HAStatus{Role: "SYNC_MASTER"}
+	for i := 1; i <= c.slaves; i++ {
+		st.Slaves = append(st.Slaves, protocol.SlaveStatus{
+			BrokerID: int64(i), Addr: fmt.Sprintf("fake:%d", i), LagBytes: int64(i) * c.lagBytes, LagMs: int64(i),
+			InSync: true, Connected: true, RawBytes: int64(c.haCalls) * 300, WireBytes: int64(c.haCalls) * 100,
+		})
+	}
+	return st, nil
+}
+
+// queueBounds returns each queue's first and last stored offsets (+1).
+func (c *fakeCluster) queueBounds(_ context.Context, topic string) ([]queueBound, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	qs, ok := c.queues[topic]
+	if !ok {
+		return nil, client.ErrTopicNotExist
+	}
+	var out []queueBound
+	for i, q := range qs {
+		b := queueBound{q: QueueRef{Topic: topic, Broker: "fake", QueueID: int32(i)}}
+		if len(q) > 0 {
+			b.min, b.max = q[0].QueueOffset, q[len(q)-1].QueueOffset+1
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
 
 // store decides a send's fate and stores it. It returns the result for the callback, and
 // refused when SendAsync must fail.
@@ -251,6 +303,10 @@ func (co *fakeConsumer) Run(ctx context.Context, h client.Handler) error {
 			if err := h(ctx, b); err != nil {
 				return nil
 			}
+			co.c.mu.Lock()
+			co.c.pulls++
+			co.c.delivered += int64(len(b))
+			co.c.mu.Unlock()
 		}
 		if len(batches) > 0 {
 			continue

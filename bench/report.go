@@ -137,6 +137,27 @@ type Result struct {
 	AggregatedPublishMBps float64 `json:"aggregatedPublishMBps"`
 	AggregatedConsumeRate float64 `json:"aggregatedConsumeRate"`
 	AggregatedConsumeMBps float64 `json:"aggregatedConsumeMBps"`
+
+	// ServedBy counts, per member of the broker groups (brokerId 0 the master first, then the
+	// slaves), the pulls it served the run's consumers, the messages in them and its "not
+	// here" answers; empty when the cluster cannot tell.
+	ServedBy []ServedBy `json:"servedBy"`
+	// ReadBrokerID is the member consumers were pinned to (--read-broker-id), -1 when they
+	// followed the brokers' read suggestions.
+	ReadBrokerID int64 `json:"readBrokerId"`
+	// Replication has one entry per slave of the topics' broker groups: lag quantiles and
+	// compression, sampled every HASampleIntervalMs during the test and drain phases; empty
+	// when the groups have no slaves.
+	Replication        []SlaveReplication `json:"replication"`
+	HASampleIntervalMs int64              `json:"haSampleIntervalMs"`
+	// HASampleErrors counts the replication status requests that failed.
+	HASampleErrors int64 `json:"haSampleErrors"`
+	// ExpectedMessages is, for a consume-only run, the messages the topics' queues held at the
+	// start (the sum over the queues of max - min offset), all of which must be consumed.
+	ExpectedMessages int64 `json:"expectedMessages"`
+	// ConsumedOutside counts, for a consume-only run, messages consumed outside the queues'
+	// ranges at the start (stored since): checked for identity and CRC, not for contiguity.
+	ConsumedOutside int64 `json:"consumedOutside"`
 }
 
 // OK reports whether the run passed verification (always true without --verify).
@@ -158,6 +179,7 @@ func newResult() *Result {
 		AggregatedPublishLatencyQuantiles: Quantiles{}, AggregatedPublishDelayLatencyQuantiles: Quantiles{},
 		AggregatedEndToEndLatencyQuantiles: Quantiles{},
 		TopicNames:                         []string{}, ConsumerGroups: []string{},
+		ServedBy: []ServedBy{}, Replication: []SlaveReplication{}, ReadBrokerID: -1,
 	}
 }
 
@@ -344,42 +366,98 @@ type summary struct {
 // writeSummary prints the final human-readable summary. Its last line holds the verification
 // counts, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean run.
 func (r *Result) writeSummary(w io.Writer, s summary) {
+	consumeOnly := r.Mode == "consume-only"
 	fmt.Fprintf(w, "\n==== petrel-bench summary ====\n")
 	fmt.Fprintf(w, "  workload          %s (%s, driver %s, cluster %s)\n", r.Workload, r.Mode, r.Driver, r.Cluster)
 	fmt.Fprintf(w, "  shape             %d topic(s) x %d queue(s), %d producer(s)/topic, %d subscription(s)/topic x %d consumer(s)\n",
 		r.Topics, r.Partitions, r.ProducersPerTopic, r.SubscriptionsPerTopic, divOr(r.ConsumersPerTopic, r.SubscriptionsPerTopic))
-	rate := "as fast as possible"
-	if r.ProducerRate > 0 {
-		rate = fmt.Sprintf("%d msg/s", r.ProducerRate)
+	if consumeOnly {
+		fmt.Fprintf(w, "  payload           %d bytes avg\n", r.MessageSize)
+	} else {
+		rate := "as fast as possible"
+		if r.ProducerRate > 0 {
+			rate = fmt.Sprintf("%d msg/s", r.ProducerRate)
+		}
+		fmt.Fprintf(w, "  payload           %s, %d bytes avg, rate %s\n", r.PayloadSource, r.MessageSize, rate)
 	}
-	fmt.Fprintf(w, "  payload           %s, %d bytes avg, rate %s\n", r.PayloadSource, r.MessageSize, rate)
 	fmt.Fprintf(w, "  topics            %s\n", strings.Join(r.TopicNames, " "))
 	if len(r.ConsumerGroups) > 0 {
 		fmt.Fprintf(w, "  consumer groups   %s\n", strings.Join(r.ConsumerGroups, " "))
 	}
-	fmt.Fprintf(w, "  time              warm-up %.1fs, test %.1fs, drain %.1fs%s\n", r.WarmupSeconds, r.TestSeconds, r.DrainSeconds, cond(r.Interrupted, " (interrupted)", ""))
-	fmt.Fprintf(w, "  publish rate      %.1f msg/s, %.2f MB/s\n", r.AggregatedPublishRate, r.AggregatedPublishMBps)
-	fmt.Fprintf(w, "  consume rate      %.1f msg/s, %.2f MB/s\n", r.AggregatedConsumeRate, r.AggregatedConsumeMBps)
-	fmt.Fprintln(w, latencyLine("publish latency", "ms", s.pubLat, fmtMs))
-	if r.ProducerRate > 0 {
-		fmt.Fprintln(w, latencyLine("publish delay", "µs", s.pubDelay, func(v float64) string { return fmt.Sprintf("%.0f", v) }))
+	if consumeOnly {
+		fmt.Fprintf(w, "  time              %.1fs%s\n", r.TestSeconds, cond(r.Interrupted, " (interrupted)", ""))
+	} else {
+		fmt.Fprintf(w, "  time              warm-up %.1fs, test %.1fs, drain %.1fs%s\n", r.WarmupSeconds, r.TestSeconds, r.DrainSeconds, cond(r.Interrupted, " (interrupted)", ""))
 	}
-	fmt.Fprintln(w, latencyLine("end-to-end", "ms", s.e2e, fmtMs))
-	fmt.Fprintf(w, "  messages          sent=%d acked=%d failed=%d unknown=%d consumed=%d (%.1f MB sent, %.1f MB consumed)\n",
-		r.MessagesSent, r.MessagesAcked, r.Failed, r.Unknown, r.MessagesConsumed, float64(r.BytesSent)/(1<<20), float64(r.BytesConsumed)/(1<<20))
+	if !consumeOnly {
+		fmt.Fprintf(w, "  publish rate      %.1f msg/s, %.2f MB/s\n", r.AggregatedPublishRate, r.AggregatedPublishMBps)
+	}
+	fmt.Fprintf(w, "  consume rate      %.1f msg/s, %.2f MB/s\n", r.AggregatedConsumeRate, r.AggregatedConsumeMBps)
+	if !consumeOnly {
+		fmt.Fprintln(w, latencyLine("publish latency", "ms", s.pubLat, fmtMs))
+		if r.ProducerRate > 0 {
+			fmt.Fprintln(w, latencyLine("publish delay", "µs", s.pubDelay, func(v float64) string { return fmt.Sprintf("%.0f", v) }))
+		}
+		fmt.Fprintln(w, latencyLine("end-to-end", "ms", s.e2e, fmtMs))
+	}
+	if r.Mode == "consume-only" {
+		fmt.Fprintf(w, "  messages          expected=%d consumed=%d (%.1f MB consumed)\n",
+			r.ExpectedMessages, r.MessagesConsumed, float64(r.BytesConsumed)/(1<<20))
+	} else {
+		fmt.Fprintf(w, "  messages          sent=%d acked=%d failed=%d unknown=%d consumed=%d (%.1f MB sent, %.1f MB consumed)\n",
+			r.MessagesSent, r.MessagesAcked, r.Failed, r.Unknown, r.MessagesConsumed, float64(r.BytesSent)/(1<<20), float64(r.BytesConsumed)/(1<<20))
+	}
+	r.writeReplication(w)
 	if !r.Verified {
 		fmt.Fprintf(w, "  verification      off (use --verify)\n")
 		return
 	}
-	if !r.Drained {
+	switch {
+	case consumeOnly && !r.Drained:
+		fmt.Fprintf(w, "  consume-only      incomplete: not every message of the queues' ranges was consumed\n")
+	case !r.Drained:
 		fmt.Fprintf(w, "  drain             timed out: not everything acknowledged was consumed\n")
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "  problem           %s\n", p)
 	}
-	fmt.Fprintf(w, "  verification      %s: unknownDelivered=%d duplicatedAfterRetry=%d resent=%d foreign=%d\n",
-		cond(r.Passed, "PASS", "FAIL"), r.UnknownDelivered, r.DuplicatedAfterRetry, r.Resent, r.Foreign)
+	if consumeOnly {
+		fmt.Fprintf(w, "  verification      %s: %d of %d expected consumed; %d outside the start's ranges (not checked for contiguity)\n",
+			cond(r.Passed, "PASS", "FAIL"), r.ExpectedMessages-r.Lost, r.ExpectedMessages, r.ConsumedOutside)
+	} else {
+		fmt.Fprintf(w, "  verification      %s: unknownDelivered=%d duplicatedAfterRetry=%d resent=%d foreign=%d\n",
+			cond(r.Passed, "PASS", "FAIL"), r.UnknownDelivered, r.DuplicatedAfterRetry, r.Resent, r.Foreign)
+	}
 	fmt.Fprintf(w, "lost=%d duplicated=%d reordered=%d corrupted=%d phantom=%d\n", r.Lost, r.Duplicated, r.Reordered, r.Corrupted, r.Phantom)
+}
+
+// writeReplication prints the served-by counts and the replication lag of every slave.
+func (r *Result) writeReplication(w io.Writer) {
+	if len(r.ServedBy) > 0 {
+		var b strings.Builder
+		for i, s := range r.ServedBy {
+			if i > 0 {
+				b.WriteString(" | ")
+			}
+			fmt.Fprintf(&b, "%s pulls=%d msgs=%d notHere=%d", memberName(s.BrokerID), s.Pulls, s.Messages, s.NotHere)
+		}
+		if r.ReadBrokerID >= 0 {
+			fmt.Fprintf(&b, " (reads pinned to %s)", memberName(r.ReadBrokerID))
+		}
+		fmt.Fprintf(w, "  served by         %s\n", b.String())
+	}
+	for _, s := range r.Replication {
+		ratio := "-"
+		if s.CompressionRatio > 0 {
+			ratio = fmt.Sprintf("%.2fx", s.CompressionRatio)
+		}
+		fmt.Fprintf(w, "  replication       %s slave %d %s: lag bytes p50 %d p99 %d max %d | lag ms p50 %d p99 %d max %d | in sync %d/%d | compression %s (%.1f MB -> %.1f MB)\n",
+			s.BrokerName, s.BrokerID, s.Addr, s.LagBytes50pct, s.LagBytes99pct, s.LagBytesMax, s.LagMs50pct, s.LagMs99pct, s.LagMsMax,
+			s.InSyncSamples, s.Samples, ratio, float64(s.RawBytes)/(1<<20), float64(s.WireBytes)/(1<<20))
+	}
+	if len(r.Replication) > 0 || r.HASampleErrors > 0 {
+		fmt.Fprintf(w, "  replication       sampled every %d ms over the test and drain phases; %d failed sample(s)\n", r.HASampleIntervalMs, r.HASampleErrors)
+	}
 }
 
 func divOr(a, b int) int {

@@ -119,6 +119,13 @@ type runner struct {
 
 	errLog ratelog.Limiter
 
+	// lag samples the replication status (nil: not sampled); lagStart and lagStop start and
+	// stop it, lagDone is closed when it has stopped. Owned by the main goroutine.
+	lag                      *lagSampler
+	lagStart, lagStop        chan struct{}
+	lagDone                  chan struct{}
+	lagStarting, lagStopping bool
+
 	// Owned by the main goroutine.
 	last                        tickCounts
 	lastTick, start             time.Time
@@ -217,14 +224,16 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 		if cfg.KeepData {
 			keep = " (kept)"
 		}
-		fmt.Fprintf(r.out, "embedded cluster: NameServer %s, broker %s, %s, data %s%s\n",
-			emb.nameServers(), emb.brokerAddr(), cfg.FlushDiskType, emb.dir, keep)
+		fmt.Fprintf(r.out, "embedded cluster: NameServer %s, %s, %s, data %s%s\n",
+			emb.nameServers(), emb.describe(), cfg.FlushDiskType, emb.dir, keep)
 		newCluster = func(ctx context.Context) (cluster, error) {
-			return newPetrelCluster(ctx, emb.nameServers(), emb.brokerAddr(), r.log)
+			return newPetrelCluster(ctx, emb.nameServers(), clusterOptions{
+				target: emb.masterAddr(), alsoCreateOn: emb.slaveAddrs(), readBrokerID: cfg.readBrokerID(),
+			}, r.log)
 		}
 	default:
 		newCluster = func(ctx context.Context) (cluster, error) {
-			return newPetrelCluster(ctx, cfg.NameServers, cfg.Cluster, r.log)
+			return newPetrelCluster(ctx, cfg.NameServers, clusterOptions{target: cfg.Cluster, readBrokerID: cfg.readBrokerID()}, r.log)
 		}
 	}
 	cl, err := newCluster(ctx)
@@ -242,8 +251,12 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 	if id == "" {
 		id = r.tag
 	}
-	for i := range w.Topics {
-		r.topics = append(r.topics, fmt.Sprintf("%s-%s-%d", cfg.TopicPrefix, id, i))
+	if len(cfg.Topics) > 0 {
+		r.topics = append(r.topics, cfg.Topics...)
+	} else {
+		for i := range w.Topics {
+			r.topics = append(r.topics, fmt.Sprintf("%s-%s-%d", cfg.TopicPrefix, id, i))
+		}
 	}
 	for t := range r.topics {
 		var gs []string
@@ -256,11 +269,17 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 		}
 		r.groups = append(r.groups, gs)
 	}
+	r.res.ReadBrokerID = cfg.readBrokerID()
+	if cfg.ConsumeOnly {
+		return r.consumeOnly(ctx, clusterDesc)
+	}
 	if !cfg.NoCreateTopic {
 		if err := r.createTopics(ctx); err != nil {
 			return nil, err
 		}
 	}
+	r.startLagSampler(ctx)
+	defer r.stopLagSampler()
 	if cfg.Verify {
 		r.v = NewVerifier(r.runID, w.SubscriptionsPerTopic)
 	}
@@ -302,7 +321,7 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 				consWG.Add(1)
 				go func() {
 					defer consWG.Done()
-					r.consume(consCtx, c, group, topic, s)
+					r.consumeWith(consCtx, c, group, topic, r.handler(s))
 				}()
 			}
 		}
@@ -398,6 +417,8 @@ func (r *runner) measure(ctx context.Context) {
 	phase, phaseStart := phaseTest, r.start
 	if pl.warmup > 0 {
 		phase = phaseWarmup
+	} else {
+		r.lagStarted()
 	}
 	// enter closes the current phase's last interval and starts the next phase ("" at the
 	// end) with a full progress interval. A remainder too short to give meaningful rates (it
@@ -410,6 +431,9 @@ func (r *runner) measure(ctx context.Context) {
 		phase, phaseStart = next, time.Now()
 		r.phaseTicks = 0
 		progress.Reset(interval)
+		if next == phaseTest || next == phaseDrain {
+			r.lagStarted() // a run interrupted in its warm-up samples its drain
+		}
 	}
 
 	backlogTarget := w.ConsumerBacklogSizeGB * r.cfg.gigabyte
@@ -490,6 +514,7 @@ drain:
 	}
 	enter("")
 	r.res.DrainSeconds = round3(time.Since(drainStart).Seconds())
+	r.stopLagSampler()
 }
 
 // settle flushes every producer and resends what had an unknown outcome (RetryUnknown), until
@@ -761,9 +786,8 @@ func (r *runner) onSendResult(ps *prodState, e retryEntry, size int64, start tim
 	}
 }
 
-// consume runs one consumer until ctx ends, making a new one if Run fails.
-func (r *runner) consume(ctx context.Context, c consumer, group, topic string, sub int) {
-	h := r.handler(sub)
+// consumeWith runs one consumer with handler h until ctx ends, making a new one if Run fails.
+func (r *runner) consumeWith(ctx context.Context, c consumer, group, topic string, h client.Handler) {
 	for {
 		err := c.Run(ctx, h)
 		if ctx.Err() != nil {
@@ -871,6 +895,7 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	res.Unknown = r.unknown.Load()
 	res.Foreign = r.foreign.Load()
 	res.Passed = true
+	r.setReplication()
 	if r.v != nil {
 		c, problems := r.v.Finish()
 		if cb := r.cl.corruptBatches(); cb > 0 {
@@ -888,6 +913,59 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	}
 	res.writeSummary(r.out, summary{pubLat: msStats(r.totPubLat), pubDelay: microsStats(r.totDelay), e2e: msStats(r.totE2E)})
 	return res, jsonErr
+}
+
+// startLagSampler starts sampling the replication status of the masters of the topics'
+// groups (see newLagSampler); the sampling itself begins with lagStarted. It does nothing when
+// sampling is off or no group has a master.
+func (r *runner) startLagSampler(ctx context.Context) {
+	if r.cfg.HASampleInterval <= 0 {
+		return
+	}
+	groups, err := r.cl.groups(ctx, r.topics)
+	if err != nil {
+		r.log.Warn("cannot find the topics' broker groups: replication lag not sampled", "err", err)
+		return
+	}
+	r.lag = newLagSampler(r.cl, groups, r.cfg.HASampleInterval)
+	if r.lag == nil {
+		return
+	}
+	r.lagStart, r.lagStop, r.lagDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(r.lagDone)
+		r.lag.run(r.lagStart, r.lagStop)
+	}()
+}
+
+// lagStarted starts the sampling (once the warm-up is over); later calls do nothing.
+func (r *runner) lagStarted() {
+	if r.lag != nil && !r.lagStarting {
+		r.lagStarting = true
+		close(r.lagStart)
+	}
+}
+
+// stopLagSampler takes the last sample and stops the sampler; later calls do nothing.
+func (r *runner) stopLagSampler() {
+	if r.lag != nil && !r.lagStopping {
+		r.lagStopping = true
+		close(r.lagStop)
+		<-r.lagDone
+	}
+}
+
+// setReplication copies the served-by counts and the replication lag into the result.
+func (r *runner) setReplication() {
+	r.res.ServedBy = servedByList(r.cl.servedBy())
+	if r.lag == nil {
+		return
+	}
+	r.res.Replication = r.lag.report()
+	r.res.HASampleIntervalMs = r.cfg.HASampleInterval.Milliseconds()
+	r.lag.mu.Lock()
+	r.res.HASampleErrors = r.lag.errors
+	r.lag.mu.Unlock()
 }
 
 // checkBacklogFits refuses a backlog the embedded broker's disk cannot hold (more than 80% of

@@ -75,13 +75,15 @@ producerRate: %d
 testDurationMinutes: 1
 `
 
-// runFake runs cfg against fc and returns the result and the output.
+// runFake runs cfg against fc (nil: cfg.newCluster) and returns the result and the output.
 func runFake(t *testing.T, ctx context.Context, cfg Config, fc *fakeCluster) (*Result, string) {
 	t.Helper()
 	var out syncBuffer
 	cfg.Out = &out
 	cfg.Logger = testLogger(t)
-	cfg.newCluster = func(context.Context) (cluster, error) { return fc, nil }
+	if fc != nil {
+		cfg.newCluster = func(context.Context) (cluster, error) { return fc, nil }
+	}
 	if cfg.ProgressInterval == 0 {
 		cfg.ProgressInterval = 100 * time.Millisecond
 	}

@@ -1,12 +1,15 @@
 // Command petrel-bench runs OpenMessaging Benchmark workloads and log replays against Petrel,
-// an embedded cluster by default, and verifies every message end to end.
+// an embedded cluster by default (a NameServer and a broker group of a SYNC_MASTER and two
+// slaves), and verifies every message end to end. The summary counts what the master and each
+// slave served and, with slaves, their replication lag and compression.
 //
 //	petrel-bench --payload-dir bench/testdata/loghub --verify
 //	petrel-bench --workload bench/workloads/1-topic-16-partitions-1kb.yaml -n 127.0.0.1:9876 \
 //	    --verify --duration 20s --json out.json
+//	petrel-bench -n 127.0.0.1:9876 --consume-only --topic-id manual --read-broker-id 1
 //
-// Exit status: 0 when the run completed (and, with --verify, found nothing lost, duplicated,
-// reordered, corrupted or phantom), 1 when verification failed, 2 when the run could not be
+// Exit status: 0 when the run completed (and, with --verify or --consume-only, found nothing
+// lost, duplicated, reordered, corrupted or phantom), 1 when verification failed, 2 when the run could not be
 // carried out. The first SIGINT or SIGTERM stops producing, drains and still prints the
 // summary; a second one kills the process.
 package main
@@ -68,6 +71,9 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 		backlogGB   int64
 		segmentSize string
 		logLevel    string
+		slaves      int
+		readBroker  int64
+		haInterval  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "petrel-bench",
@@ -76,11 +82,24 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 latency (HDR histograms) the way the OpenMessaging Benchmark does; --verify also checks that every
 acknowledged message is consumed exactly once per subscription, intact and in queue order.
 
-Without -n it starts an embedded NameServer and broker on 127.0.0.1 with data in a temporary
-directory. Without --workload, --payload-dir is replayed: one topic of 8 queues, one producer, one
-subscription, every line sent once as fast as possible, then drained.`,
+Without -n it starts an embedded NameServer and broker group on 127.0.0.1 with data in a temporary
+directory: a SYNC_MASTER master and 2 slaves (--slaves 0: a lone master). Without --workload,
+--payload-dir is replayed: one topic of 8 queues, one producer, one subscription, every line sent
+once as fast as possible, then drained.
+
+The summary counts the pulls and messages served by the master (brokerId 0) and by each slave and,
+when the topics' broker groups have slaves, each slave's replication lag (bytes and ms, p50/p99/max,
+sampled from the master's haStatus every --ha-sample-interval) and compression ratio.
+
+--consume-only reads existing topics (--topic, or <prefix>-<topic-id>-<i>) of a running cluster
+from their earliest offsets, with no producer, until every message below the queues' max offsets
+at the start has arrived; it checks the bench identity and body CRC of each message, that every
+queue is contiguous (no gap, no offset twice) and that no message was stored twice, and exits 1 on
+any problem. With --read-broker-id N the consumers read from member N of each group alone: a
+consume-only run against one slave.`,
 		Example: `  petrel-bench --payload-dir bench/testdata/loghub --verify
-  petrel-bench --workload bench/workloads/1-topic-16-partitions-1kb.yaml -n 127.0.0.1:9876 --verify --duration 20s --json out.json`,
+  petrel-bench --workload bench/workloads/1-topic-16-partitions-1kb.yaml -n 127.0.0.1:9876 --verify --duration 20s --json out.json
+  petrel-bench -n 127.0.0.1:9876 --consume-only --topic petrel-bench-manual-0 --read-broker-id 1`,
 		Args:          cobra.NoArgs,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,6 +125,23 @@ subscription, every line sent once as fast as possible, then drained.`,
 			} else {
 				cfg.Warmup = -1
 			}
+			if cmd.Flags().Changed("slaves") {
+				cfg.SetEmbeddedSlaves(slaves)
+			}
+			if cmd.Flags().Changed("read-broker-id") {
+				if readBroker < 0 {
+					return fmt.Errorf("--read-broker-id %d: must not be negative", readBroker)
+				}
+				cfg.SetReadBrokerID(readBroker)
+			}
+			switch {
+			case haInterval < 0:
+				return fmt.Errorf("--ha-sample-interval %v: must not be negative", haInterval)
+			case haInterval == 0:
+				cfg.HASampleInterval = -1 // off
+			default:
+				cfg.HASampleInterval = haInterval
+			}
 			if segmentSize != "" {
 				n, err := parseSize(segmentSize)
 				if err != nil {
@@ -118,7 +154,7 @@ subscription, every line sent once as fast as possible, then drained.`,
 				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-			if cfg.WorkloadFile == "" && cfg.PayloadDir == "" {
+			if cfg.WorkloadFile == "" && cfg.PayloadDir == "" && !cfg.ConsumeOnly {
 				cmd.SilenceUsage = false
 				return fmt.Errorf("give --workload, --payload-dir or both")
 			}
@@ -135,7 +171,7 @@ subscription, every line sent once as fast as possible, then drained.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.WorkloadFile, "workload", "", "OpenMessaging Benchmark workload file (YAML)")
 	f.StringVar(&cfg.PayloadDir, "payload-dir", "", "directory whose files' lines are message bodies (*.log, or every file but LICENSE/README/NOTICE); replayed once without --workload, cycled with one")
-	f.DurationVar(&cfg.Duration, "duration", 0, "test length (positive), overriding the workload's testDurationMinutes (a replay: upper bound)")
+	f.DurationVar(&cfg.Duration, "duration", 0, "test length (positive), overriding the workload's testDurationMinutes (a replay or --consume-only: upper bound)")
 	f.DurationVar(&warmup, "warmup", 0, "warm-up, excluded from results (default: the workload's warmupDurationMinutes, at most a quarter of --duration; none for a replay)")
 	f.IntVar(&rate, "producer-rate", 0, "override the workload's producerRate (msg/s over all producers; 0 = as fast as possible)")
 	f.Int64Var(&backlogGB, "backlog-gb", 0, "override the workload's consumerBacklogSizeGB (GiB; 0 = no backlog)")
@@ -152,9 +188,15 @@ subscription, every line sent once as fast as possible, then drained.`,
 	f.BoolVar(&cfg.KeepData, "keep-data", false, "embedded cluster: keep the data directory")
 	f.StringVar(&cfg.FlushDiskType, "flush", bench.DefaultFlushDiskType, "embedded cluster: ASYNC_FLUSH or SYNC_FLUSH")
 	f.StringVar(&segmentSize, "segment-size", "", "embedded cluster: commit-log segment size, bytes or with a K/M/G suffix (default 128M)")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the last send, wait at most this long for everything acknowledged to be consumed")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the last send, wait at most this long for everything acknowledged to be consumed (--consume-only: give up after this long without a new message)")
 	f.IntVar(&cfg.RetryUnknown, "retry-unknown", 0, "resend a message up to this many times after an unknown outcome (copies consumed per attempt count as duplicatedAfterRetry)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of random payloads and keys (default: random)")
+	f.IntVar(&slaves, "slaves", bench.DefaultEmbeddedSlaves, fmt.Sprintf("embedded cluster: slaves of the broker group (0..%d; 0: a lone master)", bench.MaxEmbeddedSlaves))
+	f.StringVar(&cfg.EmbeddedRole, "broker-role", "", "embedded cluster: the master's brokerRole, SYNC_MASTER or ASYNC_MASTER (default SYNC_MASTER with slaves, ASYNC_MASTER without)")
+	f.Int64Var(&readBroker, "read-broker-id", -1, "consumers read from this member of each broker group only (0: the master, N: slave N), ignoring read suggestions (default: follow them)")
+	f.BoolVar(&cfg.ConsumeOnly, "consume-only", false, "consume existing topics (--topic or --topic-id) of a running cluster from the earliest offset, no producers, and check every message up to the queues' max offsets at the start; exit 1 on any problem")
+	f.StringSliceVar(&cfg.Topics, "topic", nil, "with --consume-only: the topics to consume (repeat or comma-separate; default <prefix>-<topic-id>-<i>)")
+	f.DurationVar(&haInterval, "ha-sample-interval", bench.DefaultHASampleInterval, "period of the replication-lag samples (each group master's haStatus) during the test and drain; 0: off")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the bench, client and embedded servers: debug, info, warn or error")
 	cmd.AddCommand(newBaselineCommand(stdout))
 	cmd.SetOut(stdout)

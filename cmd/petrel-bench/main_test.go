@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/namesrv"
+	"github.com/petrel-mq/petrel/protocol"
 )
 
 func TestMain(m *testing.M) {
@@ -59,6 +65,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--workload", "nope.yaml"}, "cannot read workload"},
 		{[]string{"--payload-dir", "x", "--duration", "0s"}, "--duration 0s: must be positive"},
 		{[]string{"--payload-dir", "x", "--duration", "-1s"}, "--duration -1s: must be positive"},
+		{[]string{"--payload-dir", "x", "--slaves", "9"}, "slaves 9: want 0..8"},
+		{[]string{"--payload-dir", "x", "--slaves", "-1"}, "slaves -1"},
+		{[]string{"--payload-dir", "x", "--broker-role", "SLAVE"}, "broker role"},
+		{[]string{"--payload-dir", "x", "--read-broker-id", "-2"}, "--read-broker-id -2: must not be negative"},
+		{[]string{"--payload-dir", "x", "--ha-sample-interval", "-1s"}, "--ha-sample-interval"},
+		{[]string{"--consume-only", "--topic-id", "x"}, "consume-only needs a running cluster"},
+		{[]string{"--consume-only", "-n", "127.0.0.1:1"}, "consume-only needs the topics"},
+		{[]string{"--payload-dir", "x", "--topic", "t"}, "topic names are for consume-only runs"},
 	} {
 		code, _, stderr := run(t.Context(), tt.args...)
 		if code != exitCantRun || !strings.Contains(stderr, tt.want) {
@@ -73,7 +87,8 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, flag := range []string{"--workload", "--payload-dir", "--duration", "--warmup", "--verify", "--progress-interval",
-		"--json", "-n, --namesrv", "--no-create-topic", "--topic-prefix", "--keep-data", "--flush", "--segment-size"} {
+		"--json", "-n, --namesrv", "--no-create-topic", "--topic-prefix", "--keep-data", "--flush", "--segment-size",
+		"--slaves", "--broker-role", "--read-broker-id", "--consume-only", "--topic", "--ha-sample-interval"} {
 		if !strings.Contains(stdout, flag) {
 			t.Errorf("help lacks %s", flag)
 		}
@@ -137,4 +152,126 @@ func TestInterrupt(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "interrupted") || !strings.Contains(stdout, "lost=0 duplicated=0") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
+}
+
+// TestConsumeOnlyAgainstSlave: against a running group (a SYNC_MASTER and one slave, started
+// here as a cluster would be), a verified replay, then a consume-only run reading from the
+// slave alone: it returns every message and says so; a topic that does not exist cannot run.
+func TestConsumeOnlyAgainstSlave(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	start := func(id int64) *broker.Broker {
+		t.Helper()
+		bc := broker.DefaultConfig()
+		bc.NamesrvAddr = ns.Addr()
+		bc.BindAddress = "127.0.0.1"
+		bc.ListenPort = 0
+		bc.BrokerID = id
+		bc.BrokerRole = broker.RoleSyncMaster
+		if id > 0 {
+			bc.BrokerRole = broker.RoleSlave
+			bc.SlaveSyncInterval = 200 * time.Millisecond
+		}
+		bc.StorePathRootDir = t.TempDir()
+		bc.MappedFileSizeCommitLog = 16 << 20
+		b, err := broker.New(bc, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	master := start(0)
+	defer master.Close()
+	// The slave learns its master from the NameServer's answer to its registration.
+	for range 100 {
+		if strings.Contains(fmt.Sprint(registered(t, ns.Addr())), master.Addr()) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	slave := start(1)
+	defer slave.Close()
+	// The run starts once the slave is in the routes and replicating.
+	for i := 0; ; i++ {
+		if strings.Contains(fmt.Sprint(registered(t, ns.Addr())), slave.Addr()) && slaveConnected(t, master.Addr()) {
+			break
+		}
+		if i == 250 {
+			t.Fatal("the slave did not register and connect to its master in 5 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&b, "log line %d\n", i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.log"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := run(t.Context(), "-n", ns.Addr(), "--payload-dir", dir, "--verify", "--topic-id", "co")
+	if code != exitOK || !strings.Contains(stdout, "replication       broker-a slave 1 ") {
+		t.Fatalf("producing run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	jsonPath := filepath.Join(t.TempDir(), "co.json")
+	code, stdout, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "petrel-bench-co-0", "--read-broker-id", "1", "--json", jsonPath)
+	if code != exitOK || !strings.Contains(stdout, "master pulls=0 msgs=0 notHere=0 | slave 1 pulls=") ||
+		!strings.Contains(stdout, "PASS: 2000 of 2000 expected consumed") || !strings.HasSuffix(stdout, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0\n") {
+		t.Fatalf("consume-only: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	var res struct {
+		Mode             string
+		ExpectedMessages int64
+		MessagesConsumed int64
+		ReadBrokerID     int64
+		Passed           bool
+		ServedBy         []struct{ BrokerID, Messages int64 }
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &res); err != nil || res.Mode != "consume-only" || res.ExpectedMessages != 2000 || res.MessagesConsumed != 2000 ||
+		res.ReadBrokerID != 1 || !res.Passed || len(res.ServedBy) != 2 || res.ServedBy[1].Messages != 2000 {
+		t.Fatalf("JSON %+v, %v", res, err)
+	}
+	code, _, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "nosuch")
+	if code != exitCantRun || !strings.Contains(stderr, "nosuch") {
+		t.Fatalf("missing topic: exit %d, stderr %s", code, stderr)
+	}
+}
+
+// registered returns the brokers the NameServer at addr lists.
+func registered(t *testing.T, addr string) []protocol.BrokerData {
+	t.Helper()
+	c, err := client.New(t.Context(), client.WithNameServers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ci, err := client.NewAdmin(c).ClusterInfo(t.Context())
+	if err != nil {
+		return nil
+	}
+	return ci.Brokers
+}
+
+// slaveConnected reports whether the master at addr has a slave connected.
+func slaveConnected(t *testing.T, addr string) bool {
+	t.Helper()
+	c, err := client.New(t.Context(), client.WithNoNameServer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := client.NewAdmin(c).HAStatus(t.Context(), addr)
+	return err == nil && len(st.Slaves) > 0 && st.Slaves[0].Connected
 }
