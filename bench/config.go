@@ -86,6 +86,8 @@ type Config struct {
 	// EmbeddedSlaves is the number of slaves of the embedded broker group (default
 	// DefaultEmbeddedSlaves; see SetEmbeddedSlaves for 0: a lone master).
 	EmbeddedSlaves int
+	// EmbeddedHACompression is the embedded master's haCompression: s2 (default), zstd or none.
+	EmbeddedHACompression string
 	// EmbeddedRole is the embedded master's brokerRole: SYNC_MASTER (default with slaves) or
 	// ASYNC_MASTER (default without).
 	EmbeddedRole string
@@ -189,6 +191,8 @@ func (c *Config) setDefaults() error {
 		return errors.New("no-create-topic needs a running cluster (name servers)")
 	case c.EmbeddedSlaves < 0 || c.EmbeddedSlaves > MaxEmbeddedSlaves:
 		return fmt.Errorf("slaves %d: want 0..%d", c.EmbeddedSlaves, MaxEmbeddedSlaves)
+	case c.EmbeddedHACompression != "" && c.EmbeddedHACompression != "s2" && c.EmbeddedHACompression != "zstd" && c.EmbeddedHACompression != "none":
+		return fmt.Errorf("ha compression %q: want s2, zstd or none", c.EmbeddedHACompression)
 	case c.EmbeddedRole != "SYNC_MASTER" && c.EmbeddedRole != "ASYNC_MASTER":
 		return fmt.Errorf("broker role %q: want SYNC_MASTER or ASYNC_MASTER", c.EmbeddedRole)
 	case c.readBrokerIDSet && c.ReadBrokerID < 0:

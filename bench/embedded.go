@@ -111,6 +111,9 @@ func (e *embeddedCluster) brokerConfig(cfg *Config, id int64) broker.Config {
 	bc.StorePathRootDir = filepath.Join(e.dir, fmt.Sprintf("%s-%d", embeddedBrokerName, id))
 	bc.FlushDiskType = cfg.FlushDiskType
 	bc.MappedFileSizeCommitLog = cfg.SegmentSize
+	if cfg.EmbeddedHACompression != "" {
+		bc.HACompression = cfg.EmbeddedHACompression
+	}
 	return bc
 }
 

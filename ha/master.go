@@ -124,6 +124,10 @@ type slaveState struct {
 	readEnd      int64  // master's end when it last read for the slave; -1 before the first read
 	lastSeen     time.Time
 	lastCaughtUp time.Time
+	// lastFull is the last time the slave held everything the master had when it last read for
+	// it (acked >= readEnd) or had a pull held (nothing new): the time lag of Status is
+	// measured from it.
+	lastFull time.Time
 	inSync       bool
 	regressed    bool
 	session      uint64 // peer id of its current connection, 0 when none
@@ -353,8 +357,8 @@ func (m *Master) Status() protocol.HAStatus {
 	for _, s := range m.slaves {
 		p := s.progressLocked(now)
 		lagMs := int64(0)
-		if !CaughtUp(p, logEnd, m.rules) {
-			lagMs = now.Sub(s.lastCaughtUp).Milliseconds()
+		if LagBytes(p, logEnd) > 0 && s.holding == 0 && !s.lastFull.IsZero() {
+			lagMs = now.Sub(s.lastFull).Milliseconds()
 		}
 		st.Slaves = append(st.Slaves, protocol.SlaveStatus{
 			BrokerID:    s.id,
@@ -455,6 +459,7 @@ func (m *Master) tick() {
 	for _, s := range m.slaves {
 		if s.holding > 0 {
 			s.lastSeen = now
+			s.lastFull = now
 			if CaughtUp(s.progressLocked(now), end, m.rules) {
 				s.lastCaughtUp = now
 			}
@@ -586,6 +591,9 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 	if s.readEnd < 0 {
 		s.readEnd = readEnd
 	}
+	if offset >= s.readEnd {
+		s.lastFull = now
+	}
 	s.acked = offset
 	s.lastSeen = now
 	if CaughtUp(s.progressLocked(now), readEnd, m.rules) {
@@ -614,8 +622,10 @@ func (m *Master) hold(sess *session, delta int) {
 	m.mu.Lock()
 	if sess.slave.session == sess.peer.ID() {
 		sess.slave.holding += delta
+		// A pull held, or woken by an append, finds the slave holding everything.
+		sess.slave.lastFull = m.cfg.Now()
 		if delta < 0 {
-			sess.slave.lastSeen = m.cfg.Now()
+			sess.slave.lastSeen = sess.slave.lastFull
 		}
 	}
 	m.mu.Unlock()

@@ -385,7 +385,8 @@ type SlaveStatus struct {
 	// AckedOffset is the offset the slave last asked from (it holds everything before it).
 	AckedOffset int64
 	// LagBytes is the master's log end minus AckedOffset; LagMs the time since the slave last
-	// was caught up (0 when caught up).
+	// held everything the master had when it read for it, or had a pull waiting for new data
+	// (0 when not behind): under steady load, about one replication round trip.
 	LagBytes int64
 	LagMs    int64
 	InSync   bool

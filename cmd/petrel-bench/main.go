@@ -192,6 +192,7 @@ consume-only run against one slave.`,
 	f.IntVar(&cfg.RetryUnknown, "retry-unknown", 0, "resend a message up to this many times after an unknown outcome (copies consumed per attempt count as duplicatedAfterRetry)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of random payloads and keys (default: random)")
 	f.IntVar(&slaves, "slaves", bench.DefaultEmbeddedSlaves, fmt.Sprintf("embedded cluster: slaves of the broker group (0..%d; 0: a lone master)", bench.MaxEmbeddedSlaves))
+	f.StringVar(&cfg.EmbeddedHACompression, "ha-compression", "", "embedded cluster: the codec of replication chunks, s2, zstd or none (default s2)")
 	f.StringVar(&cfg.EmbeddedRole, "broker-role", "", "embedded cluster: the master's brokerRole, SYNC_MASTER or ASYNC_MASTER (default SYNC_MASTER with slaves, ASYNC_MASTER without)")
 	f.Int64Var(&readBroker, "read-broker-id", -1, "consumers read from this member of each broker group only (0: the master, N: slave N), ignoring read suggestions (default: follow them)")
 	f.BoolVar(&cfg.ConsumeOnly, "consume-only", false, "consume existing topics (--topic or --topic-id) of a running cluster from the earliest offset, no producers, and check every message up to the queues' max offsets at the start; exit 1 on any problem")
