@@ -127,13 +127,13 @@ type slaveState struct {
 	// lastFull is the last time the slave held everything the master had when it last read for
 	// it (acked >= readEnd) or had a pull held (nothing new): the time lag of Status is
 	// measured from it.
-	lastFull time.Time
-	inSync       bool
-	regressed    bool
-	session      uint64 // peer id of its current connection, 0 when none
-	holding      int    // pulls of the slave being held
-	rawBytes     atomic.Int64
-	wireBytes    atomic.Int64
+	lastFull  time.Time
+	inSync    bool
+	regressed bool
+	session   uint64 // peer id of its current connection, 0 when none
+	holding   int    // pulls of the slave being held
+	rawBytes  atomic.Int64
+	wireBytes atomic.Int64
 }
 
 func (s *slaveState) progressLocked(now time.Time) SlaveProgress {
