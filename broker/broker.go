@@ -63,6 +63,7 @@ type Broker struct {
 	haMaster   *ha.Master
 	haSlave    *ha.Slave
 	masterAddr atomic.Pointer[masterInfo]
+	masterMu   sync.Mutex  // serialises learnMaster (registration and replication both call it)
 	slowBytes  int64       // reads further behind the log end than this are old (bytes)
 	loaded     atomic.Bool // the master's put rate is over slaveReadLoadMsgsPerSec
 	syncMu     sync.Mutex  // guards syncConn

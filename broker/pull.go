@@ -102,8 +102,10 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	}
 	// A slave has only what it replicated: past its end the master may have more, so it never
 	// answers "nothing new" or "offset moved" for an offset beyond its end while the master is
-	// alive, nor "offset moved" to a lower offset ever: it sends the consumer to the master.
+	// alive, nor "offset moved" to a lower offset ever: it sends the consumer to the master. A
+	// queue it holds nothing of, asked past 0, is such an overflow too (not a reset to 0).
 	slaveBehind := b.haSlave != nil && (rr.Status == commitlog.OffsetOverflow ||
+		(rr.Status == commitlog.NoQueue && p.offset > 0) ||
 		((rr.Status == commitlog.NoNewMessage || rr.Status == commitlog.NoQueue) && b.haSlave.Connected()))
 	switch {
 	case slaveBehind && !final && b.haSlave.MasterLoaded():

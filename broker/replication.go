@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -57,7 +56,7 @@ func (l haLog) ResetTo(base int64) error { return l.s.ResetTo(base) }
 func (b *Broker) newHA() {
 	if b.cfg.isSlave() {
 		if a := b.cfg.HAMasterAddress; a != "" {
-			b.learnMaster(masterClientAddrFromHA(a), a)
+			b.learnMaster("", a) // the client address comes with the master's first answer
 		}
 		b.haSlave = ha.NewSlave(ha.SlaveConfig{
 			BrokerName:    b.cfg.BrokerName,
@@ -69,6 +68,7 @@ func (b *Broker) newHA() {
 			MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
 			Logger:        b.log.With("component", "ha-slave"),
 			OnProgress:    func(end, masterEnd int64) { b.wakeReplicated() },
+			OnMasterAddr:  func(addr string) { b.learnMaster(addr, "") },
 		})
 		return
 	}
@@ -80,8 +80,14 @@ func (b *Broker) newHA() {
 		MaxChunkBytes:     b.cfg.HAMaxChunkBytes,
 		InSyncMaxLagBytes: b.cfg.HAInSyncMaxLagBytes,
 		InSyncMaxLagTime:  b.cfg.HAInSyncMaxLagTime,
-		Logger:            b.log.With("component", "ha-master"),
-		Loaded:            b.loaded.Load,
+		// NB: a held pull counts its slave as alive and caught up, and the master does not see
+		// the slave's connection close until the hold ends; holding at most half the in-sync lag
+		// time lets a slave that died while idle leave the set about haInSyncMaxLagTime later,
+		// not 5 s (ha.DefaultMaxWait) later.
+		MaxWait:    min(ha.DefaultMaxWait, b.cfg.HAInSyncMaxLagTime/2),
+		Logger:     b.log.With("component", "ha-master"),
+		Loaded:     b.loaded.Load,
+		ClientAddr: b.Addr,
 	})
 }
 
@@ -131,36 +137,26 @@ func (b *Broker) haAdvertised() string {
 	return net.JoinHostPort(b.cfg.advertisedHost(), port)
 }
 
-// masterClientAddrFromHA guesses the master's client address from its replication address:
-// by RocketMQ's convention the HA port is the client port + 1.
-func masterClientAddrFromHA(haAddr string) string {
-	host, port, err := net.SplitHostPort(haAddr)
-	if err != nil {
-		return ""
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 2 {
-		return ""
-	}
-	return net.JoinHostPort(host, strconv.Itoa(p-1))
-}
-
-// learnMaster records the group's master as a NameServer (or the config) names it. A slave
-// configured with haMasterAddress keeps that replication address.
+// learnMaster records the group's master as the NameServers, the config or the master's own
+// replication answers name it; an empty address leaves what was known (the NameServer does not
+// know a master that is down). A slave configured with haMasterAddress keeps that replication
+// address.
 func (b *Broker) learnMaster(clientAddr, haAddr string) {
 	if !b.cfg.isSlave() {
 		return
 	}
+	b.masterMu.Lock()
+	defer b.masterMu.Unlock()
 	cur := b.master()
-	next := masterInfo{clientAddr: clientAddr, haAddr: haAddr}
-	if b.cfg.HAMasterAddress != "" {
-		next.haAddr = b.cfg.HAMasterAddress
-		if next.clientAddr == "" {
-			next.clientAddr = cur.clientAddr
-		}
+	next := cur
+	if clientAddr != "" {
+		next.clientAddr = clientAddr
 	}
-	if next.clientAddr == "" && next.haAddr == "" {
-		return // the NameServer does not know the master (it is down): keep what we knew
+	switch {
+	case b.cfg.HAMasterAddress != "":
+		next.haAddr = b.cfg.HAMasterAddress
+	case haAddr != "":
+		next.haAddr = haAddr
 	}
 	if next != cur {
 		b.log.Info("master learnt", "masterAddr", next.clientAddr, "masterHAAddr", next.haAddr)

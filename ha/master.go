@@ -57,6 +57,9 @@ type MasterConfig struct {
 	Logger *slog.Logger
 	// Now is the clock of the in-sync rules; default time.Now.
 	Now func() time.Time
+	// ClientAddr, when set, returns the broker's client address (host:port, "" before it is
+	// known); every answer carries it so that slaves learn where their master serves clients.
+	ClientAddr func() string
 	// Loaded, when set, tells whether the broker counts as loaded; every answer carries it
 	// (HAPullResponse.MasterLoaded) so that slaves keep the consumers the master sends them.
 	// It must be cheap (an atomic load).
@@ -91,6 +94,8 @@ type Master struct {
 	inSyncN   atomic.Int32
 	connected atomic.Int32
 	reads     atomic.Pointer[[]SlaveRead]
+	// clientAddrB caches MasterConfig.ClientAddr once known.
+	clientAddrB atomic.Pointer[[]byte]
 
 	appendKick chan struct{} // NotifyAppend -> notifier, capacity 1
 	waitKick   chan struct{} // WaitReplicated -> service goroutine, capacity 1
@@ -573,7 +578,22 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 	s.holding = 0
 	m.connected.Add(-1)
 	m.log.Info("slave disconnected", "slave", s.id, "haAddr", s.haAddr, "acked", s.acked, "inSync", s.inSync)
+	if s.inSync {
+		// A closed connection is a clear sign: the slave leaves the set now rather than after
+		// InSyncMaxLagTime of silence, so SYNC sends stop waiting for it at once.
+		s.inSync = false
+		n := m.inSyncN.Add(-1)
+		m.log.Info("in-sync set changed", "slave", s.id, "inSync", false, "reason", "disconnected",
+			"acked", s.acked, "inSyncSlaves", n)
+	}
+	if s.acked < 0 {
+		delete(m.slaves, s.id) // never acknowledged anything: not worth listing
+	}
 	m.publishLocked()
+	select {
+	case m.waitKick <- struct{}{}: // the set changed: waiters may complete or must wait for fewer
+	default:
+	}
 }
 
 // ack records that the slave of sess holds every byte before offset (a request that the log
@@ -643,20 +663,22 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	if h.SlaveID <= 0 || h.Offset < 0 {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "slave id %d, offset %d", h.SlaveID, h.Offset)
 	}
+	epoch := m.Epoch()
+	if h.BrokerName != m.cfg.BrokerName || h.Epoch > epoch {
+		// NB: fenced before the connection is bound to a slave record, so a stray pull naming
+		// a real slave's id never takes over (and, on close, disconnects) that slave.
+		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", req.Peer.RemoteAddr(),
+			"broker", h.BrokerName, "want", m.cfg.BrokerName, "epoch", h.Epoch, "masterEpoch", epoch)
+		resp := &protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, Result: protocol.HAFenced}
+		m.fillBounds(resp)
+		return rpc.Reply{Header: resp}
+	}
 	sess, err := m.sessionFor(req.Peer, &h)
 	if err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
-	epoch := m.Epoch()
 	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch}
 	reply := rpc.Reply{Header: &sess.resp}
-	if h.BrokerName != m.cfg.BrokerName || h.Epoch > epoch {
-		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", req.Peer.RemoteAddr(),
-			"broker", h.BrokerName, "want", m.cfg.BrokerName, "epoch", h.Epoch, "masterEpoch", epoch)
-		sess.resp.Result = protocol.HAFenced
-		m.fillBounds(&sess.resp)
-		return reply
-	}
 	maxBytes := m.cfg.MaxChunkBytes
 	if h.MaxBytes > 0 && int(h.MaxBytes) < maxBytes {
 		maxBytes = int(h.MaxBytes)
@@ -746,10 +768,28 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	}
 }
 
+// clientAddr returns the broker's client address as bytes, converted once it is known.
+func (m *Master) clientAddr() []byte {
+	if p := m.clientAddrB.Load(); p != nil {
+		return *p
+	}
+	if m.cfg.ClientAddr == nil {
+		return nil
+	}
+	a := m.cfg.ClientAddr()
+	if a == "" {
+		return nil
+	}
+	b := []byte(a)
+	m.clientAddrB.Store(&b)
+	return b
+}
+
 // fillBounds sets the log bounds and the confirmed offset of an answer.
 func (m *Master) fillBounds(r *protocol.HAPullResponse) {
 	r.MasterMin = m.cfg.Log.LogMinOffset()
 	r.MasterEnd = m.cfg.Log.LogEndOffset()
 	r.ConfirmedOffset = min(m.ackLimit.Load(), r.MasterEnd)
 	r.MasterLoaded = m.cfg.Loaded != nil && m.cfg.Loaded()
+	r.MasterAddr = m.clientAddr()
 }

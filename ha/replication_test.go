@@ -300,8 +300,9 @@ func TestFenced(t *testing.T) {
 			t.Fatalf("%+v: %+v", req, h)
 		}
 	}
-	if a := ackedOf(m, 1); a != -1 {
-		t.Fatalf("fenced pull acknowledged %d", a)
+	// A fenced pull binds no slave record: slave 1 is not even listed (-2).
+	if a := ackedOf(m, 1); a != -2 {
+		t.Fatalf("fenced pull left slave 1 with acknowledged offset %d", a)
 	}
 	h := pull(t, c, protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 1, Epoch: 4})
 	if h.Result != protocol.HAOK || h.Epoch != 5 || m.Epoch() != 5 {

@@ -59,6 +59,9 @@ type SlaveConfig struct {
 	// OnProgress, when set, runs on the Slave's goroutine after every append with the new log
 	// end and the master's end; it must be short.
 	OnProgress func(end, masterEnd int64)
+	// OnMasterAddr, when set, runs on the Slave's goroutine when the master's answers name a
+	// client address different from the last one (HAPullResponse.MasterAddr).
+	OnMasterAddr func(clientAddr string)
 	// Now is the clock of LastContact; default time.Now.
 	Now func() time.Time
 }
@@ -119,6 +122,9 @@ type Slave struct {
 	masterEnd atomic.Int64
 	// masterLoaded is the master's load flag as last heard.
 	masterLoaded atomic.Bool
+	// masterAddr is the master's client address as last heard; only the Slave's goroutine
+	// uses it.
+	masterAddr string
 
 	mu sync.Mutex // guards st
 	st LinkStatus
@@ -286,6 +292,7 @@ func (s *Slave) link(addr string) (progressed bool, err error) {
 	s.log.Info("connected to the master", "master", addr)
 	defer func() {
 		s.connected.Store(false)
+		s.masterLoaded.Store(false) // not heard from any more: keep no consumer for it
 		_ = conn.Close()
 	}()
 	timeout := time.Duration(s.cfg.WaitMs)*time.Millisecond + callMargin
@@ -328,6 +335,12 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 	}
 	s.masterEnd.Store(h.MasterEnd)
 	s.masterLoaded.Store(h.MasterLoaded)
+	if len(h.MasterAddr) > 0 && string(h.MasterAddr) != s.masterAddr {
+		s.masterAddr = string(h.MasterAddr)
+		if s.cfg.OnMasterAddr != nil {
+			s.cfg.OnMasterAddr(s.masterAddr)
+		}
+	}
 	s.mu.Lock()
 	s.st.MasterMin, s.st.MasterEnd, s.st.ConfirmedOffset = h.MasterMin, h.MasterEnd, h.ConfirmedOffset
 	s.st.Epoch = max(s.st.Epoch, h.Epoch)

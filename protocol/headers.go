@@ -569,6 +569,10 @@ type HAPullResponse struct {
 	// slaveReadLoadMsgsPerSec): a slave then keeps the consumers the master sent it instead of
 	// sending them back (see ha.SuggestReadBroker).
 	MasterLoaded bool
+	// MasterAddr is the master's client address (host:port), so a slave configured with only
+	// the replication address learns where to redirect producers and sync offsets. A view: on
+	// the receiving side it is valid only as long as the header's bytes.
+	MasterAddr []byte
 }
 
 // AppendTo implements Header.
@@ -581,7 +585,13 @@ func (h *HAPullResponse) AppendTo(dst []byte) []byte {
 	dst = append(dst, h.Codec)
 	dst = AppendI32(dst, h.RawLength)
 	dst = AppendU32(dst, h.Epoch)
-	return append(dst, boolByte(h.MasterLoaded))
+	dst = append(dst, boolByte(h.MasterLoaded))
+	addr := h.MasterAddr
+	if len(addr) > maxNameLength {
+		addr = nil // not an address; the decoder would refuse it
+	}
+	dst = AppendU16(dst, uint16(len(addr)))
+	return append(dst, addr...)
 }
 
 // ReadFrom implements Header.
@@ -596,5 +606,6 @@ func (h *HAPullResponse) ReadFrom(src []byte) error {
 	h.RawLength = r.I32()
 	h.Epoch = r.U32()
 	h.MasterLoaded = r.Bool()
+	h.MasterAddr = r.StrView(maxNameLength)
 	return r.Done()
 }
