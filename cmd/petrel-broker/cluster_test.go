@@ -145,12 +145,45 @@ func (p *proc) start() {
 	}
 }
 
+// allStopped reports whether every thread of process pid is in the stopped state (T).
+func allStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *proc) running() bool { return p.done != nil }
 
 func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.t.Fatalf("%s: signal %v: %v", p.name, sig, err)
+	}
+	if sig == syscall.SIGSTOP {
+		// kill(2) returns before every thread has stopped: wait for the stopped state, or a
+		// thread still running could serve one more request.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if allStopped(p.cmd.Process.Pid) {
+				return
+			}
+			if time.Now().After(deadline) {
+				p.t.Fatalf("%s did not stop after SIGSTOP", p.name)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
