@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"runtime"
 	"sort"
 	"strconv"
@@ -234,6 +235,7 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 		"haListenAddr":           b.haAdvertised(),
 		"masterAddr":             b.master().clientAddr,
 	}
+	addHAKeys(kv, b.haStatus())
 	t := protocol.KVTable{}
 	for k, v := range kv {
 		if v == "" {
@@ -243,4 +245,28 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 	}
 	sort.Slice(t.Entries, func(i, j int) bool { return t.Entries[i].Key < t.Entries[j].Key })
 	return t
+}
+
+// addHAKeys adds the replication state to the runtime info (brokerStatus): the in-sync count
+// and confirmed offset, per slave of a master "haSlave<id>" with its address, acknowledged
+// offset, lag (bytes, ms), in-sync flag and compression ratio, and for a slave its view of the
+// master.
+func addHAKeys(kv map[string]string, st protocol.HAStatus) {
+	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
+	kv["haConfirmedOffset"] = i64(st.ConfirmedOffset)
+	if st.BrokerID != 0 {
+		kv["haMasterEndOffset"] = i64(st.MasterEnd)
+		kv["haMasterConnected"] = strconv.FormatBool(st.Connected)
+		kv["haLagBytes"] = i64(max(st.MasterEnd-st.LogEnd, 0))
+		return
+	}
+	kv["haInSyncReplicas"] = strconv.Itoa(int(st.InSyncReplicas))
+	for _, sl := range st.Slaves {
+		ratio := "-"
+		if sl.WireBytes > 0 {
+			ratio = strconv.FormatFloat(float64(sl.RawBytes)/float64(sl.WireBytes), 'f', 2, 64) + "x"
+		}
+		kv["haSlave"+i64(sl.BrokerID)] = fmt.Sprintf("addr=%s ackedOffset=%d lagBytes=%d lagMs=%d inSync=%t connected=%t compression=%s",
+			sl.Addr, sl.AckedOffset, sl.LagBytes, sl.LagMs, sl.InSync, sl.Connected, ratio)
+	}
 }

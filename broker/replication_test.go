@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1151,5 +1152,34 @@ func TestSyncMasterSlaveDeathDefaultTimeouts(t *testing.T) {
 		if _, err := sendBatch(mc, buildBatch("Death", 0, "after")); err != nil {
 			t.Fatalf("send %d after a slave died: %v", i, err)
 		}
+	}
+}
+
+// TestBrokerStatusShowsReplication: brokerStatus (the runtime info) lists each slave of a master
+// with its acknowledged offset, lag, in-sync flag and compression, and a slave's view of its
+// master.
+func TestBrokerStatusShowsReplication(t *testing.T) {
+	hc := newHACluster(t, RoleSyncMaster, 1, nil)
+	hc.waitInSync(1)
+	_, admin := hc.newAdmin()
+	kv := func(id int64) map[string]string {
+		t.Helper()
+		tbl, err := admin.BrokerRuntimeInfo(ctx5s(t), hc.b(id).Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, e := range tbl.Entries {
+			m[e.Key] = e.Value
+		}
+		return m
+	}
+	m := kv(0)
+	if m["haInSyncReplicas"] != "2" || !strings.Contains(m["haSlave1"], "inSync=true") || !strings.Contains(m["haSlave1"], "addr="+hc.b(1).Addr()) {
+		t.Fatalf("master's runtime info: haInSyncReplicas=%q haSlave1=%q", m["haInSyncReplicas"], m["haSlave1"])
+	}
+	s := kv(1)
+	if s["haMasterConnected"] != "true" || s["masterAddr"] != hc.b(0).Addr() {
+		t.Fatalf("slave's runtime info: haMasterConnected=%q masterAddr=%q", s["haMasterConnected"], s["masterAddr"])
 	}
 }
