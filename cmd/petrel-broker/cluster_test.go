@@ -938,7 +938,10 @@ func TestClusterReadSuggestionLoadedMaster(t *testing.T) {
 	loaded := map[int64]int{0: end[0] - start[0], 1: end[1] - start[1], 2: end[2] - start[2]}
 	acked, _, _ := s.counts()
 	t.Logf("loaded master (%d msgs in 5.5 s), served by in its last 3 s: %v (all: %v)", acked, loaded, got.servedBy())
-	if loaded[1]+loaded[2] <= loaded[0] {
-		t.Fatalf("reads did not shift to slaves under load: %v", loaded)
+	// Idle, the slaves served nothing; loaded, they serve a large share. Not all: a consumer
+	// reading a batch no slave holds yet stays on the master (a slave is suggested only for what
+	// it has, or at the very end of the log).
+	if slaves := loaded[1] + loaded[2]; slaves*10 < (slaves+loaded[0])*3 {
+		t.Fatalf("reads did not shift to slaves under load (less than 30%%): %v", loaded)
 	}
 }
