@@ -60,27 +60,31 @@ type consumeOnlyCounts struct {
 	// Outside counts deliveries outside [min, max) (stored after the start, or of a queue
 	// that appeared since): identity and CRC are checked, contiguity is not.
 	Outside int64
-	// Lost: offsets of [min, max) never consumed (gaps).
-	Lost int64
+	// Foreign counts deliveries without a bench identity (not written by the bench): their
+	// offsets count for contiguity, nothing else is checked.
+	Foreign int64
+	// Gaps: offsets of [min, max) never consumed. NB: without a producer's record a
+	// consume-only run cannot tell an acknowledged message that is missing altogether.
+	Gaps int64
 	// Duplicated: a queue offset delivered twice, or one send attempt (run, producer,
 	// sequence, attempt) found at two positions (stored twice).
 	Duplicated int64
 	// Reordered: an offset below one already consumed from its queue, or a producer's
 	// sequence going backwards within a queue.
 	Reordered int64
-	// Corrupted: no valid bench identity, or a body whose CRC32C differs from the one the
-	// identity carries.
+	// Corrupted: a bench message whose body's CRC32C differs from the one its identity
+	// carries.
 	Corrupted int64
 }
 
-// OK reports whether nothing was lost, duplicated, reordered or corrupted.
+// OK reports whether no offset was skipped, duplicated, reordered or corrupted.
 func (c *consumeOnlyCounts) OK() bool {
-	return c.Lost == 0 && c.Duplicated == 0 && c.Reordered == 0 && c.Corrupted == 0
+	return c.Gaps == 0 && c.Duplicated == 0 && c.Reordered == 0 && c.Corrupted == 0
 }
 
 // consumeChecker checks a consume-only run: every message of the queues' [min, max) ranges
-// consumed once, in offset order, carrying a valid bench identity whose CRC matches its body,
-// and no send attempt stored twice. It keeps a bit per queue offset and per sequence number of
+// consumed once, in offset order, each bench message's CRC matching its body (a message
+// without a bench identity is foreign), and no send attempt stored twice. It keeps a bit per queue offset and per sequence number of
 // each producer attempt, never a body.
 //
 // Concurrency: all methods are safe for concurrent use; one mutex guards everything.
@@ -165,8 +169,7 @@ func (k *consumeChecker) consumedLocked(d *Delivery) {
 		q.frontier = max(q.frontier, d.Offset+1)
 	}
 	if d.IDErr != nil {
-		k.c.Corrupted++
-		k.problemLocked("corrupted: %s offset %d: %v", d.Queue, d.Offset, d.IDErr)
+		k.c.Foreign++ // not written by the bench; its batch passed the CRC check
 		return
 	}
 	id := &d.ID
@@ -227,7 +230,7 @@ func (k *consumeChecker) finish() (consumeOnlyCounts, []string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	c := k.c
-	c.Lost = c.Expected - c.Distinct
+	c.Gaps = c.Expected - c.Distinct
 	problems := slices.Clone(k.problems)
 	dropped := k.dropped
 	for _, q := range k.order {
@@ -235,7 +238,7 @@ func (k *consumeChecker) finish() (consumeOnlyCounts, []string) {
 			continue
 		}
 		gaps, more := q.gaps(3)
-		desc := fmt.Sprintf("lost: %s: %d of offsets [%d, %d) never consumed: %s", q.ref, q.max-q.min-q.distinct, q.min, q.max, strings.Join(gaps, ", "))
+		desc := fmt.Sprintf("gap: %s: %d of offsets [%d, %d) never consumed: %s", q.ref, q.max-q.min-q.distinct, q.min, q.max, strings.Join(gaps, ", "))
 		if more {
 			desc += ", ..."
 		}
@@ -287,6 +290,7 @@ func (r *runner) consumeOnly(ctx context.Context, clusterDesc string) (*Result, 
 			return nil, err
 		}
 		bounds = append(bounds, b...)
+		r.queues = append(r.queues, len(b))
 	}
 	chk, err := newConsumeChecker(bounds)
 	if err != nil {
@@ -326,7 +330,7 @@ func (r *runner) consumeOnly(ctx context.Context, clusterDesc string) (*Result, 
 	stopConsumers()
 	consWG.Wait()
 	r.stopLagSampler()
-	return r.finishConsumeOnly(chk, clusterDesc, len(bounds))
+	return r.finishConsumeOnly(chk, clusterDesc)
 }
 
 // waitConsumeOnly prints progress until every expected message has arrived, the consumers are
@@ -425,7 +429,7 @@ func (r *runner) consumeOnlyHandler(chk *consumeChecker) client.Handler {
 
 // finishConsumeOnly builds the result of a consume-only run, prints the summary and writes the
 // JSON file.
-func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string, queues int) (*Result, error) {
+func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string) (*Result, error) {
 	res := r.res
 	c, problems := chk.finish()
 	if cb := r.cl.corruptBatches(); cb > 0 {
@@ -439,7 +443,7 @@ func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string, queu
 	res.Driver = DriverName
 	res.Mode = r.plan.mode
 	res.Topics = len(r.topics)
-	res.Partitions = queues / max(1, len(r.topics))
+	res.Partitions, res.Queues = queueShape(r.queues)
 	res.SubscriptionsPerTopic = 1
 	res.ConsumersPerTopic = r.plan.consumersPerSub
 	res.TopicNames = append(res.TopicNames, r.topics...)
@@ -458,7 +462,7 @@ func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string, queu
 	res.ExpectedMessages = c.Expected
 	res.ConsumedOutside = c.Outside
 	res.Verified = true
-	res.Lost, res.Duplicated, res.Reordered, res.Corrupted = c.Lost, c.Duplicated, c.Reordered, c.Corrupted
+	res.Gaps, res.Duplicated, res.Reordered, res.Corrupted, res.Foreign = c.Gaps, c.Duplicated, c.Reordered, c.Corrupted, c.Foreign
 	res.Problems = problems
 	res.Passed = c.OK()
 	if c.Expected == 0 {

@@ -42,7 +42,8 @@
 // run's consumers (client.ConsumerStats.ServedBy). A goroutine samples every group master's
 // HAStatus each HASampleInterval (100 ms) during the test and drain phases (halag.go) and
 // reports, per slave the masters list, its lag in bytes and in ms (p50, p99, max, from HDR
-// histograms) and its compression ratio (raw / wire bytes replicated during the run); groups
+// histograms) and its compression ratio (raw / wire bytes replicated during the run, summed
+// across a master restart, whose counters start again from 0); groups
 // without slaves report nothing. Admin requests use a client of their own: one that times out closes its connection,
 // which must not be the producers'.
 //
@@ -52,11 +53,14 @@
 // queue of existing topics (from each group's master, or a live member when it is down),
 // consumes them from the earliest offset with a new consumer group until every message of
 // [min, max) has arrived, the consumers are past every max, nothing new came for DrainTimeout,
-// or Duration passed, and checks without a producer record (consumeonly.go): each message's
-// bench identity and body CRC (corrupted), each queue's offsets contiguous and delivered once
-// (lost, duplicated, reordered), no send attempt stored at two positions (duplicated), and a
-// producer's sequence never going backwards in a queue (reordered). Together with ReadBrokerID
-// it shows that a slave alone holds every message.
+// or Duration passed, and checks without a producer record (consumeonly.go): each bench
+// message's body CRC against its identity (corrupted; a message without a bench identity is
+// foreign), each queue's offsets contiguous and delivered once (gaps, duplicated, reordered),
+// no send attempt stored at two positions (duplicated), and a producer's sequence never going
+// backwards in a queue (reordered). Without a producer record it cannot tell an acknowledged
+// message missing altogether: its summary ends with "gaps=0 duplicated=0 reordered=0
+// corrupted=0 (consume-only: ...)", not lost=. Together with ReadBrokerID it shows that a slave
+// alone holds every message.
 //
 // # Verification
 //
@@ -71,8 +75,10 @@
 //	duplicated           the same send attempt consumed twice
 //	reordered            a queue offset not above the previous one, or a producer's sequence
 //	                     going backwards within a queue
-//	corrupted            body CRC or size mismatch, no or unknown identity, consumed at another
-//	                     queue position than acknowledged, or a batch the consumer rejected
+//	corrupted            body CRC or size mismatch, an identity this run never sent, consumed
+//	                     at another queue position than acknowledged, or a batch the consumer
+//	                     rejected (a message without a bench identity, in a batch that passed
+//	                     its CRC check, is foreign: not the bench's, ignored)
 //	phantom              consumed although its send failed definitely
 //	unknownDelivered     consumed after an unknown outcome (fine)
 //	duplicatedAfterRetry consumed once per attempt after a resend (RetryUnknown; fine)

@@ -69,9 +69,10 @@ type queueBound struct {
 type clusterOptions struct {
 	// target is where topics are created: a broker address, a cluster name or "" (all masters).
 	target string
-	// alsoCreateOn lists broker addresses (the embedded group's slaves) that get the topic
-	// configs at once too, rather than at their next sync with the master.
-	alsoCreateOn []string
+	// waitTopicOn lists broker addresses (the embedded group's slaves) that must hold a new
+	// topic before the run uses it. A slave refuses topic updates (NOT_MASTER); it gets the
+	// master's topic configs at its next sync (slaveSyncInterval).
+	waitTopicOn []string
 	// readBrokerID pins consumers to one member of each group (client.WithReadBrokerID); -1:
 	// they follow the brokers' suggestions.
 	readBrokerID int64
@@ -134,15 +135,33 @@ func (c *petrelCluster) createTopic(ctx context.Context, topic string, queues in
 			return fmt.Errorf("cannot create topic %s: %w", topic, err)
 		}
 	}
-	for _, addr := range c.opts.alsoCreateOn {
-		if _, err := c.admin.CreateTopic(ctx, addr, tc); err != nil {
-			return fmt.Errorf("cannot create topic %s on %s: %w", topic, addr, err)
+	for _, addr := range c.opts.waitTopicOn {
+		if err := c.waitTopicOn(ctx, addr, tc); err != nil {
+			return fmt.Errorf("topic %s created but not synced to %s: %w", topic, addr, err)
 		}
 	}
 	if err := c.admin.WaitTopicRoute(ctx, topic, len(done)); err != nil {
 		return fmt.Errorf("topic %s created but not routable: %w", topic, err)
 	}
 	return nil
+}
+
+// waitTopicOn waits until the broker at addr (a slave) holds tc, synced from its master.
+func (c *petrelCluster) waitTopicOn(ctx context.Context, addr string, tc protocol.TopicConfig) error {
+	for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, 200*time.Millisecond) {
+		l, err := c.admin.AllTopicConfig(ctx, addr)
+		if err == nil && slices.ContainsFunc(l.Topics, func(t protocol.TopicConfig) bool {
+			return t.Topic == tc.Topic && t.ReadQueueNums == tc.ReadQueueNums && t.WriteQueueNums == tc.WriteQueueNums
+		}) {
+			return nil
+		}
+		if !sleepCtx(ctx, backoff) {
+			if err == nil {
+				err = ctx.Err()
+			}
+			return err
+		}
+	}
 }
 
 // Producer settings of the bench: a buffer large enough to keep every queue's batches full.

@@ -47,12 +47,17 @@ type slaveKey struct {
 
 // slaveLag is what the sampler knows of one slave.
 type slaveLag struct {
-	addr                string
-	lagBytes, lagMs     *hdrhistogram.Histogram
-	samples             int64
-	inSync, connected   int64
-	firstRaw, firstWire int64 // the replication byte counters at the first sample
-	lastRaw, lastWire   int64 // and at the last
+	addr              string
+	lagBytes, lagMs   *hdrhistogram.Histogram
+	samples           int64
+	inSync, connected int64
+	// lastRaw and lastWire are the replication byte counters at the last sample; runRaw and
+	// runWire sum their growth from one sample to the next. Counters that went backwards
+	// restarted from 0 (the master restarted): their new values are what the slave received
+	// since, and resets counts those restarts.
+	lastRaw, lastWire int64
+	runRaw, runWire   int64
+	resets            int64
 }
 
 // newLagSampler returns a sampler of the masters of groups, or nil when no group has a master
@@ -135,9 +140,17 @@ func (s *lagSampler) add(group string, st *protocol.HAStatus) {
 			sl = &slaveLag{
 				lagBytes: hdrhistogram.New(1, lagHighestBytes, histSigFigs),
 				lagMs:    hdrhistogram.New(1, lagHighestMs, histSigFigs),
-				firstRaw: ss.RawBytes, firstWire: ss.WireBytes,
+				lastRaw:  ss.RawBytes, lastWire: ss.WireBytes,
 			}
 			s.slaves[k] = sl
+		}
+		if ss.RawBytes < sl.lastRaw || ss.WireBytes < sl.lastWire {
+			sl.resets++
+			sl.runRaw += ss.RawBytes
+			sl.runWire += ss.WireBytes
+		} else {
+			sl.runRaw += ss.RawBytes - sl.lastRaw
+			sl.runWire += ss.WireBytes - sl.lastWire
 		}
 		sl.addr = ss.Addr
 		_ = sl.lagBytes.RecordValue(max(0, min(ss.LagBytes, lagHighestBytes)))
@@ -174,12 +187,14 @@ func (s *lagSampler) report() []SlaveReplication {
 			LagMsMax:         sl.lagMs.Max(),
 		}
 		// The ratio over the run when something was replicated during it (the counters are the
-		// slave's since the master started); otherwise over the counters' whole life.
-		r.RawBytes, r.WireBytes = sl.lastRaw-sl.firstRaw, sl.lastWire-sl.firstWire
-		if r.RawBytes <= 0 || r.WireBytes <= 0 {
+		// slave's since the master started; across a master restart, what was replicated
+		// before it plus what was since); otherwise over the counters' whole life, unless the
+		// master restarted: then nothing is known ("-").
+		r.RawBytes, r.WireBytes, r.CounterResets = sl.runRaw, sl.runWire, sl.resets
+		if (r.RawBytes <= 0 || r.WireBytes <= 0) && sl.resets == 0 {
 			r.RawBytes, r.WireBytes = sl.lastRaw, sl.lastWire
 		}
-		if r.WireBytes > 0 {
+		if r.RawBytes > 0 && r.WireBytes > 0 {
 			r.CompressionRatio = round3(float64(r.RawBytes) / float64(r.WireBytes))
 		}
 		out = append(out, r)
@@ -214,10 +229,15 @@ type SlaveReplication struct {
 	LagMsMax   int64 `json:"lagMsMax"`
 	// RawBytes and WireBytes are the bytes replicated to the slave during the run before and
 	// after compression (over the master's whole life when nothing was replicated during the
-	// run); CompressionRatio is RawBytes/WireBytes (0 when nothing was replicated).
+	// run and the master did not restart); CompressionRatio is RawBytes/WireBytes (0 when
+	// nothing was replicated).
 	RawBytes         int64   `json:"rawBytes"`
 	WireBytes        int64   `json:"wireBytes"`
 	CompressionRatio float64 `json:"compressionRatio"`
+	// CounterResets counts the times the master's byte counters for the slave went backwards
+	// during the run (the master restarted): RawBytes and WireBytes then sum what was
+	// replicated before and after.
+	CounterResets int64 `json:"counterResets"`
 }
 
 // ServedBy counts what one member of the broker groups served the run's consumers, summed over

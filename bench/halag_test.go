@@ -144,6 +144,46 @@ func TestServedByList(t *testing.T) {
 
 // TestReplicationSummary checks the summary lines and the JSON fields of the served-by counts
 // and the replication lag.
+// TestLagSamplerMasterRestart: when the master restarts during a run its byte counters start
+// again from 0. The compression is then over what the slave received before the restart plus
+// what it received since, never a ratio of the few bytes since the restart alone; with nothing
+// known at all it is "-".
+func TestLagSamplerMasterRestart(t *testing.T) {
+	s := newLagSampler(nil, []groupInfo{{name: "broker-a", master: "a:0", slaves: 2}}, time.Millisecond)
+	sample := func(raw1, wire1, raw2, wire2 int64) {
+		s.add("broker-a", &protocol.HAStatus{Slaves: []protocol.SlaveStatus{
+			{BrokerID: 1, Addr: "a:1", Connected: true, RawBytes: raw1, WireBytes: wire1},
+			{BrokerID: 2, Addr: "a:2", Connected: true, RawBytes: raw2, WireBytes: wire2},
+		}})
+	}
+	// Slave 1 gets 4 MB -> 1 MB before the restart, then 314 B -> 100 B since. Slave 2 had
+	// replicated everything before the run and gets nothing since the restart.
+	for i := range int64(5) {
+		sample(1000+i<<20, 1000+i<<18, 5000, 2000)
+	}
+	sample(314, 100, 0, 0) // the master restarted
+	got := s.report()
+	s1, s2 := got[0], got[1]
+	if s1.RawBytes != 4<<20+314 || s1.WireBytes != 1<<20+100 || s1.CounterResets != 1 || s1.CompressionRatio != round3(float64(4<<20+314)/float64(1<<20+100)) {
+		t.Errorf("slave 1 across the restart: %+v", s1)
+	}
+	if s2.CompressionRatio != 0 || s2.RawBytes != 0 || s2.WireBytes != 0 || s2.CounterResets != 1 {
+		t.Errorf("slave 2, nothing replicated but a restart: %+v", s2)
+	}
+	res := newResult()
+	res.Replication = got
+	var b bytes.Buffer
+	res.writeSummary(&b, summary{})
+	for _, want := range []string{
+		"in sync 0/6 | compression 4.00x (4.0 MB -> 1.0 MB) across 1 master restart(s)\n",
+		"in sync 0/6 | compression - across 1 master restart(s)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 func TestReplicationSummary(t *testing.T) {
 	res := newResult()
 	res.ServedBy = []ServedBy{{BrokerID: 0, Pulls: 10, Messages: 100}, {BrokerID: 1, Pulls: 5, Messages: 50, NotHere: 2}}

@@ -20,7 +20,7 @@ type Result struct {
 	Driver            string `json:"driver"`
 	MessageSize       int64  `json:"messageSize"`
 	Topics            int    `json:"topics"`
-	Partitions        int    `json:"partitions"`
+	Partitions        int    `json:"partitions"` // the queue count of every topic; 0 when they differ (see Queues)
 	ProducersPerTopic int    `json:"producersPerTopic"`
 	ConsumersPerTopic int    `json:"consumersPerTopic"`
 
@@ -100,8 +100,11 @@ type Result struct {
 	// known (timeout, connection lost after the write).
 	Failed  int64 `json:"failed"`
 	Unknown int64 `json:"unknown"`
-	// The verification counts are (message, subscription) pairs; zero unless Verified.
+	// The verification counts are (message, subscription) pairs; zero unless Verified. A
+	// consume-only run has no producer record: it counts Gaps instead of Lost, and Phantom,
+	// UnknownDelivered and the like stay 0.
 	Lost                 int64 `json:"lost"`
+	Gaps                 int64 `json:"gaps"`
 	Duplicated           int64 `json:"duplicated"`
 	DuplicatedAfterRetry int64 `json:"duplicatedAfterRetry"`
 	Reordered            int64 `json:"reordered"`
@@ -155,6 +158,9 @@ type Result struct {
 	// ExpectedMessages is, for a consume-only run, the messages the topics' queues held at the
 	// start (the sum over the queues of max - min offset), all of which must be consumed.
 	ExpectedMessages int64 `json:"expectedMessages"`
+	// Queues is the queue count of all the run's topics together, as the cluster reported it
+	// (every broker group's read queues).
+	Queues int `json:"queues"`
 	// ConsumedOutside counts, for a consume-only run, messages consumed outside the queues'
 	// ranges at the start (stored since): checked for identity and CRC, not for contiguity.
 	ConsumedOutside int64 `json:"consumedOutside"`
@@ -364,13 +370,15 @@ type summary struct {
 }
 
 // writeSummary prints the final human-readable summary. Its last line holds the verification
-// counts, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean run.
+// counts, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean run; for a
+// consume-only run, which has no producer record, "gaps=0 duplicated=0 reordered=0 corrupted=0"
+// followed by what it could not check (consumeOnlyVerdictNote).
 func (r *Result) writeSummary(w io.Writer, s summary) {
 	consumeOnly := r.Mode == "consume-only"
 	fmt.Fprintf(w, "\n==== petrel-bench summary ====\n")
 	fmt.Fprintf(w, "  workload          %s (%s, driver %s, cluster %s)\n", r.Workload, r.Mode, r.Driver, r.Cluster)
-	fmt.Fprintf(w, "  shape             %d topic(s) x %d queue(s), %d producer(s)/topic, %d subscription(s)/topic x %d consumer(s)\n",
-		r.Topics, r.Partitions, r.ProducersPerTopic, r.SubscriptionsPerTopic, divOr(r.ConsumersPerTopic, r.SubscriptionsPerTopic))
+	fmt.Fprintf(w, "  shape             %s, %d producer(s)/topic, %d subscription(s)/topic x %d consumer(s)\n",
+		shapeText(r.Topics, r.Partitions, r.Queues), r.ProducersPerTopic, r.SubscriptionsPerTopic, divOr(r.ConsumersPerTopic, r.SubscriptionsPerTopic))
 	if consumeOnly {
 		fmt.Fprintf(w, "  payload           %d bytes avg\n", r.MessageSize)
 	} else {
@@ -422,14 +430,19 @@ func (r *Result) writeSummary(w io.Writer, s summary) {
 		fmt.Fprintf(w, "  problem           %s\n", p)
 	}
 	if consumeOnly {
-		fmt.Fprintf(w, "  verification      %s: %d of %d expected consumed; %d outside the start's ranges (not checked for contiguity)\n",
-			cond(r.Passed, "PASS", "FAIL"), r.ExpectedMessages-r.Lost, r.ExpectedMessages, r.ConsumedOutside)
-	} else {
-		fmt.Fprintf(w, "  verification      %s: unknownDelivered=%d duplicatedAfterRetry=%d resent=%d foreign=%d\n",
-			cond(r.Passed, "PASS", "FAIL"), r.UnknownDelivered, r.DuplicatedAfterRetry, r.Resent, r.Foreign)
+		fmt.Fprintf(w, "  verification      %s: %d of %d expected consumed; %d outside the start's ranges (not checked for contiguity); %d foreign (no bench identity, not checked)\n",
+			cond(r.Passed, "PASS", "FAIL"), r.ExpectedMessages-r.Gaps, r.ExpectedMessages, r.ConsumedOutside, r.Foreign)
+		fmt.Fprintf(w, "gaps=%d duplicated=%d reordered=%d corrupted=%d %s\n", r.Gaps, r.Duplicated, r.Reordered, r.Corrupted, consumeOnlyVerdictNote)
+		return
 	}
+	fmt.Fprintf(w, "  verification      %s: unknownDelivered=%d duplicatedAfterRetry=%d resent=%d foreign=%d\n",
+		cond(r.Passed, "PASS", "FAIL"), r.UnknownDelivered, r.DuplicatedAfterRetry, r.Resent, r.Foreign)
 	fmt.Fprintf(w, "lost=%d duplicated=%d reordered=%d corrupted=%d phantom=%d\n", r.Lost, r.Duplicated, r.Reordered, r.Corrupted, r.Phantom)
 }
+
+// consumeOnlyVerdictNote ends the last line of a consume-only summary: what such a run cannot
+// check.
+const consumeOnlyVerdictNote = "(consume-only: no producer record, acknowledged-but-missing messages are not detectable)"
 
 // writeReplication prints the served-by counts and the replication lag of every slave.
 func (r *Result) writeReplication(w io.Writer) {
@@ -447,13 +460,16 @@ func (r *Result) writeReplication(w io.Writer) {
 		fmt.Fprintf(w, "  served by         %s\n", b.String())
 	}
 	for _, s := range r.Replication {
-		ratio := "-"
+		compression := "-"
 		if s.CompressionRatio > 0 {
-			ratio = fmt.Sprintf("%.2fx", s.CompressionRatio)
+			compression = fmt.Sprintf("%.2fx (%.1f MB -> %.1f MB)", s.CompressionRatio, float64(s.RawBytes)/(1<<20), float64(s.WireBytes)/(1<<20))
 		}
-		fmt.Fprintf(w, "  replication       %s slave %d %s: lag bytes p50 %d p99 %d max %d | lag ms p50 %d p99 %d max %d | in sync %d/%d | compression %s (%.1f MB -> %.1f MB)\n",
+		if s.CounterResets > 0 {
+			compression += fmt.Sprintf(" across %d master restart(s)", s.CounterResets)
+		}
+		fmt.Fprintf(w, "  replication       %s slave %d %s: lag bytes p50 %d p99 %d max %d | lag ms p50 %d p99 %d max %d | in sync %d/%d | compression %s\n",
 			s.BrokerName, s.BrokerID, s.Addr, s.LagBytes50pct, s.LagBytes99pct, s.LagBytesMax, s.LagMs50pct, s.LagMs99pct, s.LagMsMax,
-			s.InSyncSamples, s.Samples, ratio, float64(s.RawBytes)/(1<<20), float64(s.WireBytes)/(1<<20))
+			s.InSyncSamples, s.Samples, compression)
 	}
 	if len(r.Replication) > 0 || r.HASampleErrors > 0 {
 		fmt.Fprintf(w, "  replication       sampled every %d ms over the test and drain phases; %d failed sample(s)\n", r.HASampleIntervalMs, r.HASampleErrors)

@@ -109,7 +109,9 @@ type runner struct {
 	sendErrors    atomic.Int64 // failed attempts (error rate)
 	consumed      atomic.Int64 // deliveries of this run's messages
 	consumedBytes atomic.Int64
-	foreign       atomic.Int64 // messages of other runs (ignored)
+	foreign       atomic.Int64 // messages of other runs or not written by the bench (ignored)
+	// queues is each topic's queue count as the cluster reports it (topicQueues).
+	queues []int
 
 	pubLat, pubDelay, e2e *Recorder
 
@@ -228,7 +230,7 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 			emb.nameServers(), emb.describe(), cfg.FlushDiskType, emb.dir, keep)
 		newCluster = func(ctx context.Context) (cluster, error) {
 			return newPetrelCluster(ctx, emb.nameServers(), clusterOptions{
-				target: emb.masterAddr(), alsoCreateOn: emb.slaveAddrs(), readBrokerID: cfg.readBrokerID(),
+				target: emb.masterAddr(), waitTopicOn: emb.slaveAddrs(), readBrokerID: cfg.readBrokerID(),
 			}, r.log)
 		}
 	default:
@@ -278,6 +280,7 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 			return nil, err
 		}
 	}
+	r.queues = r.topicQueues(ctx)
 	r.startLagSampler(ctx)
 	defer r.stopLagSampler()
 	if cfg.Verify {
@@ -333,6 +336,47 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 	return r.finish(clusterDesc)
 }
 
+// topicQueues returns the queue count of each of the run's topics as the cluster reports it
+// (its read queues over every broker group): an existing topic (NoCreateTopic) may have any
+// count. A topic whose count the cluster cannot tell counts the workload's partitionsPerTopic.
+func (r *runner) topicQueues(ctx context.Context) []int {
+	out := make([]int, len(r.topics))
+	for i, topic := range r.topics {
+		bs, err := r.cl.queueBounds(ctx, topic)
+		if err != nil || len(bs) == 0 {
+			r.log.Warn("cannot tell the queue count of a topic: reporting the workload's", "topic", topic, "partitionsPerTopic", r.plan.w.PartitionsPerTopic, "err", err)
+			out[i] = r.plan.w.PartitionsPerTopic
+			continue
+		}
+		out[i] = len(bs)
+	}
+	return out
+}
+
+// queueShape returns the queue count of every topic (0 when they differ) and the count over
+// all topics.
+func queueShape(perTopic []int) (each, total int) {
+	for i, n := range perTopic {
+		total += n
+		switch {
+		case i == 0:
+			each = n
+		case n != each:
+			each = -1
+		}
+	}
+	return max(each, 0), total
+}
+
+// shapeText describes topics and queues: "2 topic(s) x 8 queue(s)", or "2 topic(s), 12
+// queue(s) in all" when the topics' queue counts differ (perTopic 0).
+func shapeText(topics, perTopic, total int) string {
+	if perTopic == 0 && total > 0 {
+		return fmt.Sprintf("%d topic(s), %d queue(s) in all", topics, total)
+	}
+	return fmt.Sprintf("%d topic(s) x %d queue(s)", topics, perTopic)
+}
+
 // createTopics creates the run's topics, a few at a time.
 func (r *runner) createTopics(ctx context.Context) error {
 	sem := make(chan struct{}, 8)
@@ -374,8 +418,13 @@ func (r *runner) printHeader(clusterDesc string) {
 			length = "at most " + length
 		}
 	}
-	fmt.Fprintf(r.out, "workload %q (%s): %d topic(s) x %d queue(s), %d producer(s)/topic, %d subscription(s)/topic, rate %s, warm-up %v, test %s, verify %v\n",
-		w.Name, r.plan.mode, w.Topics, w.PartitionsPerTopic, w.ProducersPerTopic, w.SubscriptionsPerTopic, rate, r.plan.warmup, length, r.cfg.Verify)
+	perTopic, total := queueShape(r.queues)
+	shape := shapeText(len(r.topics), perTopic, total)
+	if perTopic != w.PartitionsPerTopic {
+		shape += fmt.Sprintf(" (the workload's partitionsPerTopic is %d)", w.PartitionsPerTopic)
+	}
+	fmt.Fprintf(r.out, "workload %q (%s): %s, %d producer(s)/topic, %d subscription(s)/topic, rate %s, warm-up %v, test %s, verify %v\n",
+		w.Name, r.plan.mode, shape, w.ProducersPerTopic, w.SubscriptionsPerTopic, rate, r.plan.warmup, length, r.cfg.Verify)
 	fmt.Fprintf(r.out, "payload: %s (%d distinct bodies, %d bytes avg)\n", p.Source, len(p.Bodies), p.avgSize())
 	if p.SkippedEmpty > 0 {
 		fmt.Fprintf(r.out, "payload: skipped %d empty lines\n", p.SkippedEmpty)
@@ -831,13 +880,13 @@ func (r *runner) handler(sub int) client.Handler {
 		for i := range msgs {
 			m := &msgs[i]
 			id, err := ParseIdentity(m.Properties)
-			if err == nil {
-				if id.Run != r.runID {
-					r.foreign.Add(1) // another run's message on a reused topic
-					continue
-				}
-				r.e2e.Record(now - id.SentMicros)
+			if err != nil || id.Run != r.runID {
+				// Another run's message on a reused topic, or one the bench did not write (no
+				// identity; its batch passed the CRC check, so it is not corrupted).
+				r.foreign.Add(1)
+				continue
 			}
+			r.e2e.Record(now - id.SentMicros)
 			n++
 			bytes += int64(len(m.Body))
 			if ds != nil {
@@ -845,7 +894,6 @@ func (r *runner) handler(sub int) client.Handler {
 					Queue:    QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
 					Offset:   m.QueueOffset,
 					ID:       id,
-					IDErr:    err,
 					BodyCRC:  bodyCRC(m.Body),
 					BodySize: len(m.Body),
 				})
@@ -867,8 +915,8 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	res.Workload = w.Name
 	res.Driver = DriverName
 	res.MessageSize = int64(pl.avgSize())
-	res.Topics = w.Topics
-	res.Partitions = w.PartitionsPerTopic
+	res.Topics = len(r.topics)
+	res.Partitions, res.Queues = queueShape(r.queues)
 	res.ProducersPerTopic = w.ProducersPerTopic
 	res.SubscriptionsPerTopic = w.SubscriptionsPerTopic
 	res.ConsumersPerTopic = w.SubscriptionsPerTopic * r.plan.consumersPerSub

@@ -18,7 +18,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/client"
 	"github.com/petrel-mq/petrel/namesrv"
+	"github.com/petrel-mq/petrel/protocol"
 )
 
 func TestMain(m *testing.M) {
@@ -149,6 +151,79 @@ func every(k int, f fault) func(int, uint8) fault {
 			return f
 		}
 		return faultNone
+	}
+}
+
+// TestRunFakeForeignMessages: messages on the topics that the bench did not write (valid
+// batches without a bench identity, or with a malformed one) are counted as foreign and do not
+// fail the run; only this run's messages are verified.
+func TestRunFakeForeignMessages(t *testing.T) {
+	fc := newFakeCluster(nil)
+	for _, topic := range []string{"petrel-bench-fo-0", "petrel-bench-fo-1"} {
+		qs := make([][]client.MessageExt, 3)
+		qs[0] = []client.MessageExt{
+			{Topic: topic, BrokerName: "fake", QueueID: 0, QueueOffset: 0, Body: []byte("written by another application")},
+			{Topic: topic, BrokerName: "fake", QueueID: 0, QueueOffset: 1, Properties: protocol.AppendProperty(nil, "pbid", "not.an.identity"), Body: []byte("x")},
+		}
+		fc.queues[topic] = qs
+	}
+	res, out := runFake(t, t.Context(), Config{
+		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 2000)),
+		Duration:     200 * time.Millisecond,
+		Warmup:       0,
+		Verify:       true,
+		TopicID:      "fo",
+	}, fc)
+	// 2 foreign messages per topic, each consumed by the topic's 2 subscriptions.
+	if !res.OK() || res.Corrupted != 0 || res.Foreign != 8 || res.MessagesConsumed != 2*res.MessagesAcked {
+		t.Fatalf("%s foreign=%d; problems %q", countsOf(res), res.Foreign, res.Problems)
+	}
+	if !strings.Contains(out, "PASS: ") || !strings.Contains(out, "foreign=8") {
+		t.Errorf("the verification line does not show the foreign messages:\n%s", out)
+	}
+
+	// A consume-only run counts them as foreign too, and checks the queues' contiguity across
+	// them.
+	res, out = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"petrel-bench-fo-0"}}, fc)
+	if !res.OK() || res.Corrupted != 0 || res.Foreign != 2 || res.Gaps != 0 || !strings.Contains(out, "2 foreign") {
+		t.Fatalf("consume-only: %s foreign=%d gaps=%d; problems %q", countsOf(res), res.Foreign, res.Gaps, res.Problems)
+	}
+}
+
+// TestRunFakeExistingTopicShape: a run on existing topics (as with --no-create-topic; the fake
+// keeps a topic that exists) reports the queue count the cluster has, not the workload's
+// partitionsPerTopic, and so does a consume-only run; topics of different queue counts are
+// reported by their total.
+func TestRunFakeExistingTopicShape(t *testing.T) {
+	fc := newFakeCluster(nil)
+	fc.queues["petrel-bench-ex-0"] = make([][]client.MessageExt, 5)
+	fc.queues["petrel-bench-ex-1"] = make([][]client.MessageExt, 5)
+	res, out := runFake(t, t.Context(), Config{
+		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 2000)), // partitionsPerTopic: 3
+		Duration:     100 * time.Millisecond,
+		Warmup:       0,
+		Verify:       true,
+		TopicID:      "ex",
+	}, fc)
+	if !res.OK() || res.Topics != 2 || res.Partitions != 5 || res.Queues != 10 {
+		t.Fatalf("%s; topics %d partitions %d queues %d", countsOf(res), res.Topics, res.Partitions, res.Queues)
+	}
+	for _, want := range []string{"2 topic(s) x 5 queue(s) (the workload's partitionsPerTopic is 3)", "shape             2 topic(s) x 5 queue(s),"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	fc.mu.Lock()
+	fc.queues["petrel-bench-ex-1"] = fc.queues["petrel-bench-ex-1"][:2]
+	fc.mu.Unlock()
+	res, out = runFake(t, t.Context(), Config{ConsumeOnly: true, TopicID: "ex", WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 1))}, fc)
+	if res.Topics != 2 || res.Partitions != 0 || res.Queues != 7 || !strings.Contains(out, "shape             2 topic(s), 7 queue(s) in all,") {
+		t.Errorf("consume-only over 5 + 2 queues: topics %d partitions %d queues %d", res.Topics, res.Partitions, res.Queues)
+	}
+	res, out = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"petrel-bench-ex-0"}}, fc)
+	if res.Partitions != 5 || res.Queues != 5 || !strings.Contains(out, "shape             1 topic(s) x 5 queue(s),") {
+		t.Errorf("consume-only over 5 queues: partitions %d queues %d", res.Partitions, res.Queues)
 	}
 }
 

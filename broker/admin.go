@@ -23,6 +23,15 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 	}
 	switch code {
 	case protocol.CodeUpdateAndCreateTopic:
+		if b.haSlave != nil {
+			// NB: topic configs reach a slave only through its sync with the master
+			// (syncWithMaster), which writes b.topics directly and does not come here.
+			return rpc.Reply{
+				Status:     protocol.StatusNotMaster,
+				Remark:     "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) + " is a slave: create or update topics on its master",
+				MasterAddr: b.master().clientAddr,
+			}
+		}
 		var h protocol.TopicConfig
 		if err := h.ReadFrom(header); err != nil {
 			return malformed(err)

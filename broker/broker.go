@@ -54,7 +54,8 @@ type Broker struct {
 	conns          atomic.Int64
 	maxConns       int
 	connLog        ratelog.Limiter
-	inboundPartial atomic.Int64 // bytes of incomplete frames over all connections
+	appendLog      ratelog.Limiter // "append failed": once a second, not once per send (disk full)
+	inboundPartial atomic.Int64    // bytes of incomplete frames over all connections
 	fatal          chan error
 	workers        sync.WaitGroup // admin request goroutines
 
@@ -76,6 +77,10 @@ type Broker struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// testPreallocate, when not nil, replaces how the store gives a new file its size: tests set it
+// before New to make the disk look full. Nil in production.
+var testPreallocate func(f *os.File, size int64) error
 
 // New validates cfg and opens the broker's store (recovering it after a crash). It does not
 // listen yet; call Start.
@@ -115,6 +120,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		RetentionBytes:   cfg.RetentionBytes,
 		Parser:           parseStoredBatch,
 		Logger:           logger.With("component", "commitlog"),
+		Preallocate:      testPreallocate,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot open store: %w", err)

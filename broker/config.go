@@ -116,17 +116,20 @@ type Config struct {
 	// SYNC_MASTER acknowledges it; fewer in-sync members refuse sends (default 1).
 	MinInSyncReplicas int `prop:"minInSyncReplicas" help:"how many members, the master included, must hold a message before a SYNC_MASTER acknowledges it; fewer in-sync members refuse sends (default 1)"`
 	// SyncReplicationTimeout bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file,
-	// default 3 s); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master only).
-	SyncReplicationTimeout time.Duration `prop:"syncReplicationTimeout" unit:"ms" help:"bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file, default 3 s); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master only)"`
+	// default 2 s: below the client's 3 s send timeout, so a client hears FLUSH_SLAVE_TIMEOUT
+	// rather than nothing); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master
+	// only).
+	SyncReplicationTimeout time.Duration `prop:"syncReplicationTimeout" unit:"ms" help:"bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file, default 2 s, below the client's 3 s send timeout); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master only)"`
 	// HACompression is the codec of replication chunks: s2 (default), zstd or none.
 	HACompression string `prop:"haCompression" help:"the codec of replication chunks: s2 (default), zstd or none"`
 	// HAMaxChunkBytes caps one replication chunk before compression (bytes, default 1 MiB).
 	HAMaxChunkBytes int `prop:"haMaxChunkBytes" help:"caps one replication chunk before compression (bytes, default 1 MiB)"`
 	// HAInSyncMaxLagBytes and HAInSyncMaxLagTime: a slave lagging more than this many bytes for
-	// longer than this time leaves the in-sync set (defaults 256 MiB as RocketMQ's
-	// haMaxGapNotInSync, and 3 s; ms in the file); it rejoins once caught up.
+	// longer than this time, or silent for this time, leaves the in-sync set (defaults 256 MiB as
+	// RocketMQ's haMaxGapNotInSync, and 1 s: a stalled slave holds SYNC sends up for at most
+	// that long; ms in the file); it rejoins once caught up. A closed connection leaves at once.
 	HAInSyncMaxLagBytes int64         `prop:"haInSyncMaxLagBytes" help:"a slave lagging more than this many bytes for longer than haInSyncMaxLagTime leaves the in-sync set (default 256 MiB, RocketMQ's haMaxGapNotInSync); it rejoins once caught up"`
-	HAInSyncMaxLagTime  time.Duration `prop:"haInSyncMaxLagTime" unit:"ms" help:"how long a slave may lag more than haInSyncMaxLagBytes, or stay silent, before it leaves the in-sync set (ms, default 3 s)"`
+	HAInSyncMaxLagTime  time.Duration `prop:"haInSyncMaxLagTime" unit:"ms" help:"how long a slave may lag more than haInSyncMaxLagBytes, or stay silent, before it leaves the in-sync set (ms, default 1 s)"`
 	// SlaveReadEnable lets the master suggest that consumers read from slaves (default true).
 	SlaveReadEnable bool `prop:"slaveReadEnable" help:"lets the master suggest that consumers read from slaves (default true)"`
 	// AccessMessageInMemoryMaxRatio: a consumer reading further behind the log end than this
@@ -175,11 +178,11 @@ func DefaultConfig() Config {
 		ShutdownGracePeriod:           5 * time.Second,
 		MaxInboundBufferedBytes:       256 << 20,
 		MinInSyncReplicas:             1,
-		SyncReplicationTimeout:        3 * time.Second,
+		SyncReplicationTimeout:        2 * time.Second,
 		HACompression:                 "s2",
 		HAMaxChunkBytes:               1 << 20,
 		HAInSyncMaxLagBytes:           256 << 20,
-		HAInSyncMaxLagTime:            3 * time.Second,
+		HAInSyncMaxLagTime:            time.Second,
 		SlaveReadEnable:               true,
 		AccessMessageInMemoryMaxRatio: 40,
 		SlaveReadLoadMsgsPerSec:       200_000,
@@ -269,8 +272,8 @@ func (c *Config) Validate() error {
 	if c.BindAddress != "" && net.ParseIP(c.BindAddress) == nil {
 		return fmt.Errorf("bindAddress %q: want an IP address", c.BindAddress)
 	}
-	if c.BrokerIP1 != "" && net.ParseIP(c.BrokerIP1) == nil && !validHostname(c.BrokerIP1) {
-		return fmt.Errorf("brokerIP1 %q: want an IP address or a host name", c.BrokerIP1)
+	if c.BrokerIP1 != "" && net.ParseIP(c.BrokerIP1) == nil {
+		return fmt.Errorf("brokerIP1 %q: want an IP address (the address NameServers and clients dial), such as 10.0.0.7", c.BrokerIP1)
 	}
 	if c.StorePathRootDir == "" {
 		return fmt.Errorf("storePathRootDir must not be empty")
@@ -334,24 +337,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-// validHostname reports whether s is a syntactically valid DNS host name.
-func validHostname(s string) bool {
-	if len(s) == 0 || len(s) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(s, ".") {
-		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, ch := range label {
-			if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // NamesrvAddrs splits NamesrvAddr.

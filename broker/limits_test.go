@@ -3,9 +3,13 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,5 +206,61 @@ func TestGracefulShutdownRefusesCleanly(t *testing.T) {
 	}
 	if o.ok == 0 || o.refused == 0 || o.unknown != 0 {
 		t.Fatalf("outcomes %+v: want successes, clean refusals and no unknown outcome", o)
+	}
+}
+
+// TestDiskFullWarningRateLimited: while the disk is full every send is refused with DISK_FULL,
+// but the broker logs "append failed" about once a second, not once per refused send, and the
+// next line counts the ones it skipped.
+func TestDiskFullWarningRateLimited(t *testing.T) {
+	var full atomic.Bool
+	testPreallocate = func(f *os.File, size int64) error {
+		if full.Load() {
+			return fmt.Errorf("cannot allocate %d bytes: %w", size, syscall.ENOSPC)
+		}
+		return f.Truncate(size)
+	}
+	defer func() { testPreallocate = nil }()
+	var logs logCapture
+	cfg := testConfig(t.TempDir())
+	cfg.MappedFileSizeCommitLog = 64 << 10
+	b, err := New(cfg, slogTo(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "Full", 1)
+	send(t, c, "Full", 0, "before the disk filled up")
+	full.Store(true)
+
+	body := strings.Repeat("x", 8<<10)
+	refused := 0
+	for i := 0; refused < 300; i++ {
+		if i > 1000 {
+			t.Fatalf("only %d of %d sends refused with the disk full", refused, i)
+		}
+		_, err := sendBatch(c, buildBatch("Full", 0, body))
+		if err == nil {
+			continue
+		}
+		if st := statusOf(err); st != protocol.StatusDiskFull {
+			t.Fatalf("send with the disk full: %v (status %v), want DISK_FULL", err, st)
+		}
+		refused++
+	}
+	lines := func() int { return strings.Count(logs.String(), `msg="append failed"`) }
+	if n := lines(); n < 1 || n > 2 {
+		t.Fatalf("%d refused sends logged %d \"append failed\" lines, want 1 (2 across a second boundary):\n%s", refused, n, logs.String())
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := sendBatch(c, buildBatch("Full", 0, body)); statusOf(err) != protocol.StatusDiskFull {
+		t.Fatalf("send with the disk full: %v, want DISK_FULL", err)
+	}
+	if !strings.Contains(logs.String(), "similar_not_logged=") {
+		t.Fatalf("the next \"append failed\" line does not count the skipped ones:\n%s", logs.String())
 	}
 }

@@ -48,7 +48,7 @@ func (l haLog) AppendReplicated(start int64, data []byte) (int64, error) {
 	return l.s.AppendReplicated(start, data)
 }
 
-func (l haLog) ResetTo(base int64) error { return l.s.ResetTo(base) }
+func (l haLog) ResetTo(base int64, keep bool) (string, error) { return l.s.ResetTo(base, keep) }
 
 // newHA builds the replication side of the broker's role before the server accepts requests,
 // so that every handler sees it: a master's Master (serving its slaves on the HA port), or a
@@ -66,7 +66,7 @@ func (b *Broker) newHA() {
 			Log:           haLog{b.store},
 			MaxChunkBytes: b.cfg.HAMaxChunkBytes,
 			MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
-			Logger:        b.log.With("component", "ha-slave"),
+			Logger:        b.log,              // ha adds component=ha-slave
 			OnProgress:    func(end, masterEnd int64) { b.wakeReplicated() },
 			OnMasterAddr:  func(addr string) { b.learnMaster(addr, "") },
 		})
@@ -85,7 +85,7 @@ func (b *Broker) newHA() {
 		// time lets a slave that died while idle leave the set about haInSyncMaxLagTime later,
 		// not 5 s (ha.DefaultMaxWait) later.
 		MaxWait:    min(ha.DefaultMaxWait, b.cfg.HAInSyncMaxLagTime/2),
-		Logger:     b.log.With("component", "ha-master"),
+		Logger:     b.log, // ha adds component=ha-master
 		Loaded:     b.loaded.Load,
 		ClientAddr: b.Addr,
 	})

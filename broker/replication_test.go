@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -468,6 +469,78 @@ func TestSlaveRefusesSends(t *testing.T) {
 	}
 	_, admin := hc.newAdmin()
 	assertIdentical(t, admin, m, s)
+}
+
+// TestReplicationLogsNameComponentOnce: the replication log lines of a master and of a slave
+// carry their component (ha-master, ha-slave) once; ha adds it, the broker does not repeat it.
+func TestReplicationLogsNameComponentOnce(t *testing.T) {
+	hc := newHACluster(t, RoleAsyncMaster, 1, nil)
+	hc.waitInSync(1)
+	eventually(t, "replication log lines of both roles", func() bool {
+		return hc.logs.hasLine("slave connected", "component=ha-master") && hc.logs.hasLine("connected to the master", "component=ha-slave")
+	})
+	for _, line := range strings.Split(hc.logs.String(), "\n") {
+		if n := strings.Count(line, "component="); n > 1 {
+			t.Fatalf("log line names its component %d times: %s", n, line)
+		}
+	}
+}
+
+// TestSlaveRefusesTopicUpdates: a slave refuses to create or update a topic with NOT_MASTER
+// naming its master's client address, and neither its topic table nor its topics.json changes;
+// topic configs still reach it through its sync with the master, updates included.
+func TestSlaveRefusesTopicUpdates(t *testing.T) {
+	hc := newHACluster(t, RoleAsyncMaster, 1, nil)
+	m, s := hc.b(0), hc.b(1)
+	hc.waitMasterKnown(1)
+	mc, sc := dial(t, m.Addr()), dial(t, s.Addr())
+	createTopic(t, mc, "Cfg", 2)
+	hc.waitTopic(1, "Cfg")
+	persisted := func() string {
+		t.Helper()
+		data, err := os.ReadFile(s.topics.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	before := persisted()
+	refused := func(cfg protocol.TopicConfig) {
+		t.Helper()
+		err := sc.CallDecode(ctx5s(t), protocol.CodeUpdateAndCreateTopic, &cfg, nil, nil, nil)
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Status != protocol.StatusNotMaster || pe.MasterAddr != m.Addr() {
+			t.Fatalf("topic update %s on the slave: %v; want NOT_MASTER naming %s", cfg.Topic, err, m.Addr())
+		}
+	}
+	refused(protocol.TopicConfig{Topic: "Rogue", ReadQueueNums: 4, WriteQueueNums: 4, Perm: protocol.PermReadWrite})
+	refused(protocol.TopicConfig{Topic: "Cfg", ReadQueueNums: 8, WriteQueueNums: 8, Perm: protocol.PermReadWrite})
+	if s.topics.get([]byte("Rogue")) != nil {
+		t.Fatal("the refused topic exists on the slave")
+	}
+	if got := s.topics.get([]byte("Cfg")).cfg.WriteQueueNums; got != 2 {
+		t.Fatalf("the refused update changed the slave's topic: %d write queues", got)
+	}
+	if after := persisted(); after != before {
+		t.Fatalf("the refused updates changed the slave's topics.json:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// The master's update reaches the slave through the sync.
+	upd := protocol.TopicConfig{Topic: "Cfg", ReadQueueNums: 6, WriteQueueNums: 6, Perm: protocol.PermReadWrite}
+	if err := mc.CallDecode(ctx5s(t), protocol.CodeUpdateAndCreateTopic, &upd, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "slave has the master's topic update", func() bool {
+		tp := s.topics.get([]byte("Cfg"))
+		return tp != nil && tp.cfg == upd
+	})
+	reread, err := openTopicTable(filepath.Dir(s.topics.path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := reread.get([]byte("Cfg")); tp == nil || tp.cfg != upd {
+		t.Fatalf("the synced update is not in the slave's topics.json: %s", persisted())
+	}
 }
 
 // TestPullSuggestions: every pull answer of a master and of its slaves carries the member to
@@ -1133,7 +1206,7 @@ func TestConsumeFromSlavesWhenMasterDown(t *testing.T) {
 }
 
 // TestSyncMasterSlaveDeathDefaultTimeouts: with the default haInSyncMaxLagTime and
-// syncReplicationTimeout (both 3 s) and minInSyncReplicas=1, sends right after a slave dies must
+// syncReplicationTimeout (1 s and 2 s) and minInSyncReplicas=1, sends right after a slave dies must
 // still succeed (acceptance: "kill -9 a slave during a SYNC_MASTER run: no failed sends").
 func TestSyncMasterSlaveDeathDefaultTimeouts(t *testing.T) {
 	hc := newHACluster(t, RoleSyncMaster, 2, func(c *Config) {

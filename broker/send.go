@@ -84,7 +84,7 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 		} else if errors.Is(err, commitlog.ErrClosed) {
 			st = protocol.StatusShuttingDown
 		}
-		b.log.Warn("append failed", "topic", tp.cfg.Topic, "queue", h.QueueID, "err", err)
+		b.appendLog.Warn(b.log, "append failed", "topic", tp.cfg.Topic, "queue", h.QueueID, "err", err)
 		b.replyError(cs, f, st, err.Error(), "")
 		return
 	}

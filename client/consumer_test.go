@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
 // collector is a Handler that records what it got and checks per-queue order.
@@ -369,6 +371,16 @@ func TestConsumerFollowsSuggestion(t *testing.T) {
 	produce(t, p, "T", 0, 10)
 	var mu sync.Mutex
 	servedBy := map[int64]int{}
+	// The master answers the consumer's first pull with nothing and a suggestion of the slave,
+	// which then has the whole backlog to serve, whatever the timing.
+	var first atomic.Bool
+	master.setPullHook(func(h *protocol.PullRequestHeader) (rpc.Reply, bool) {
+		if !first.CompareAndSwap(false, true) {
+			return rpc.Reply{}, false
+		}
+		return rpc.Reply{Header: &protocol.PullResponseHeader{Result: protocol.PullNoNewMessage,
+			NextQueueOffset: h.QueueOffset, MaxOffset: 10, SuggestBrokerID: 1}}, true
+	})
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, func(_ context.Context, ms []MessageExt) error {
 		mu.Lock()
@@ -378,7 +390,19 @@ func TestConsumerFollowsSuggestion(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, "the slave serves pulls", func() bool { return slave.pulls.Load() > 0 })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := servedBy[1]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slave served nothing: slave pulls %d, master pulls %d, stats %+v", slave.pulls.Load(), master.pulls.Load(), co.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	produce(t, p, "T", 10, 20)
 	eventually(t, "all consumed", func() bool { return co.Stats().Delivered >= 20 })
 	// The slave goes away: back to the master.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -214,37 +215,54 @@ const resetSuffix = ".reset"
 
 // ResetTo discards the whole log and every consume queue and starts an empty log at base, for
 // a slave that must copy the master's log afresh (its own is below the master's min offset,
-// or diverged). base must be a segment boundary of the master. Crash-safe: queues go first,
-// then segments oldest first, so a crash leaves a shorter log that replication resets again.
-// Any goroutine; the log must not take Appends meanwhile.
-func (s *Store) ResetTo(base int64) error {
+// or diverged). base must be a segment boundary of the master. With keep, the old segments are
+// not deleted but moved into a new directory diverged/<unix ms>/ next to the commit-log
+// directory, whose path is returned: a slave whose log is ahead of its master's may hold
+// acknowledged messages the master lost, and only an operator should throw them away.
+// Crash-safe: queues go first, then segments oldest first, so a crash leaves a shorter log that
+// replication resets again. Any goroutine; the log must not take Appends meanwhile.
+func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 	if base < 0 || base%s.cfg.SegmentSize != 0 {
-		return fmt.Errorf("cannot reset the log to %d: not a multiple of the segment size %d: %w", base, s.cfg.SegmentSize, ErrInvalidConfig)
+		return "", fmt.Errorf("cannot reset the log to %d: not a multiple of the segment size %d: %w", base, s.cfg.SegmentSize, ErrInvalidConfig)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return "", ErrClosed
+	}
+	old := *s.segs.Load()
+	if keep {
+		kept = filepath.Join(filepath.Dir(s.logDir), "diverged", strconv.FormatInt(time.Now().UnixMilli(), 10))
+		if err := os.MkdirAll(kept, 0o755); err != nil {
+			return "", fmt.Errorf("cannot set the diverged log aside: %w", err)
+		}
 	}
 	for _, t := range s.topicsSnapshotLocked() {
 		s.deleteQueuesLocked(t)
 	}
 	// Move the old segments out of the way, oldest first (a crash leaves a shorter log, and
-	// Open deletes the moved files); they are removed once no reader maps them.
-	old := *s.segs.Load()
+	// Open deletes the moved files); they are removed once no reader maps them, unless kept.
 	for _, f := range old {
 		p := f.path() + resetSuffix
+		if keep {
+			p = filepath.Join(kept, filepath.Base(f.path()))
+		}
 		if err := os.Rename(f.path(), p); err != nil {
-			return fmt.Errorf("cannot reset the log: %w", err)
+			return "", fmt.Errorf("cannot reset the log: %w", err)
 		}
 		f.pathp.Store(&p)
 	}
 	if err := fsyncDir(s.logDir); err != nil {
-		return fmt.Errorf("cannot reset the log: %w", err)
+		return "", fmt.Errorf("cannot reset the log: %w", err)
+	}
+	if keep {
+		if err := fsyncDir(kept); err != nil {
+			return "", fmt.Errorf("cannot reset the log: %w", err)
+		}
 	}
 	seg, err := s.takeSegmentLocked(base)
 	if err != nil {
-		return err
+		return "", err
 	}
 	list := []*mappedFile{seg}
 	s.segs.Store(&list)
@@ -255,16 +273,16 @@ func (s *Store) ResetTo(base int64) error {
 	s.flushed.Store(base)
 	s.prefaultedTo.Store(base)
 	for _, f := range old {
-		f.remove.Store(true)
+		f.remove.Store(!keep)
 		f.release()
 	}
 	if err := fsyncDir(s.logDir); err != nil {
-		return fmt.Errorf("cannot reset the log: %w", err)
+		return "", fmt.Errorf("cannot reset the log: %w", err)
 	}
 	kick(s.allocKick)
 	kick(s.qflushKick)
-	s.logger.Warn("commitlog: log reset for a resync", "base", base, "segmentsDropped", len(old))
-	return nil
+	s.logger.Warn("commitlog: log reset for a resync", "base", base, "segmentsDropped", len(old), "keptIn", kept)
+	return kept, nil
 }
 
 // topicsSnapshotLocked lists the topics. Caller holds mu.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -155,14 +157,14 @@ func TestResetTo(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := 4 * cfg.SegmentSize
-	if err := s.ResetTo(base); err != nil {
-		t.Fatal(err)
+	if kept, err := s.ResetTo(base, false); err != nil || kept != "" {
+		t.Fatal(kept, err)
 	}
 	held.Release() // the old mapping stayed valid until now
 	if s.LogMinOffset() != base || s.LogEndOffset() != base || s.MaxOffset([]byte("a"), 0) != 0 {
 		t.Fatalf("after reset: log [%d, %d), queue max %d", s.LogMinOffset(), s.LogEndOffset(), s.MaxOffset([]byte("a"), 0))
 	}
-	if err := s.ResetTo(base + 1); err == nil {
+	if _, err := s.ResetTo(base+1, false); err == nil {
 		t.Fatal("reset to a non-segment boundary accepted")
 	}
 	// A master whose log starts at base feeds the reset slave; queue offsets continue from the
@@ -219,5 +221,64 @@ func TestQueuePhysicalOffsetAndChecksum(t *testing.T) {
 	_, _, c, _ := s.Checksum(0, recs[6].phys)
 	if a != b || a == c {
 		t.Fatal("checksum not a function of the range")
+	}
+}
+
+// TestResetToKeeps: a reset that keeps the old log moves its segments, byte for byte, into a
+// diverged/ directory that recovery leaves alone; the store reopens with the new log.
+func TestResetToKeeps(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	s := mustOpen(t, cfg)
+	m := newModel()
+	for i := 0; i < 200; i++ {
+		appendRec(t, s, m, "a", 0, 1, make([]byte, 1000))
+	}
+	end := s.LogEndOffset()
+	_, _, want, err := s.Checksum(0, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.ResetTo(0, true)
+	if err != nil || kept == "" {
+		t.Fatalf("kept %q, %v", kept, err)
+	}
+	if s.LogEndOffset() != 0 || s.MaxOffset([]byte("a"), 0) != 0 {
+		t.Fatalf("after reset: end %d", s.LogEndOffset())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(kept, "*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("nothing kept in %s: %v", kept, err)
+	}
+	// The kept segments hold the old log: a store opened on a copy of them has it all.
+	other := testConfig(t.TempDir())
+	if err := os.MkdirAll(filepath.Join(other.Dir, "commitlog"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(other.Dir, "commitlog", filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := mustOpen(t, other)
+	defer o.Close()
+	if _, _, got, err := o.Checksum(0, end); err != nil || got != want || o.LogEndOffset() != end {
+		t.Fatalf("kept log: end %d (want %d), checksum match %v, %v", o.LogEndOffset(), end, got == want, err)
+	}
+	// The original store reopens with the reset (empty) log and leaves diverged/ alone.
+	r := mustOpen(t, cfg)
+	defer r.Close()
+	if r.LogEndOffset() != 0 {
+		t.Fatalf("reopened after the reset: end %d", r.LogEndOffset())
+	}
+	if files2, _ := filepath.Glob(filepath.Join(kept, "*")); len(files2) != len(files) {
+		t.Fatalf("recovery touched the kept log: %d files, had %d", len(files2), len(files))
 	}
 }

@@ -28,8 +28,9 @@ type SlaveLog interface {
 	// checked; consume queues are rebuilt from the batches. Returns the new end.
 	AppendReplicated(start int64, data []byte) (end int64, err error)
 	// ResetTo discards the whole log and consume queues and starts an empty log at base (a segment
-	// boundary of the master), for a resync.
-	ResetTo(base int64) error
+	// boundary of the master), for a resync. With keep the old log is set aside rather than
+	// deleted, and where it went is returned (for the log line an operator reads).
+	ResetTo(base int64, keep bool) (kept string, err error)
 }
 
 // Errors of MasterLog.ReadReplication, which the master maps to pull results.

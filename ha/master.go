@@ -21,7 +21,7 @@ const (
 	DefaultMaxChunkBytes     = 1 << 20
 	DefaultMaxWait           = 5 * time.Second
 	DefaultInSyncMaxLagBytes = 256 << 20
-	DefaultInSyncMaxLagTime  = 3 * time.Second
+	DefaultInSyncMaxLagTime  = time.Second
 	// tickInterval is how often the master re-evaluates the in-sync set, so silent slaves leave
 	// it without an acknowledgement to trigger the evaluation.
 	tickInterval = 100 * time.Millisecond
@@ -47,7 +47,7 @@ type MasterConfig struct {
 	MaxWait time.Duration
 	// InSyncMaxLagBytes and InSyncMaxLagTime: a slave lagging more than InSyncMaxLagBytes
 	// (default 256 MiB, RocketMQ's haMaxGapNotInSync) for longer than InSyncMaxLagTime (default
-	// 3 s), or not heard from for InSyncMaxLagTime, leaves the in-sync set.
+	// 1 s), or not heard from for InSyncMaxLagTime, leaves the in-sync set.
 	InSyncMaxLagBytes int64
 	InSyncMaxLagTime  time.Duration
 	// InSyncRejoinLagBytes: a slave joins the set once it lags at most this much (default 0:
@@ -127,6 +127,7 @@ type slaveState struct {
 	haAddr       string // remote address of its replication connection
 	acked        int64  // -1: nothing acknowledged
 	readEnd      int64  // master's end when it last read for the slave; -1 before the first read
+	readAt       time.Time
 	lastSeen     time.Time
 	lastCaughtUp time.Time
 	// lastFull is the last time the slave held everything the master had when it last read for
@@ -145,6 +146,7 @@ func (s *slaveState) progressLocked(now time.Time) SlaveProgress {
 	p := SlaveProgress{
 		Acked:        s.acked,
 		ReadEnd:      s.readEnd,
+		ReadAt:       s.readAt,
 		LastSeen:     s.lastSeen,
 		LastCaughtUp: s.lastCaughtUp,
 		Regressed:    s.regressed,
@@ -539,8 +541,15 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 		s = &slaveState{id: h.SlaveID, acked: -1, readEnd: -1, lastCaughtUp: now}
 		m.slaves[h.SlaveID] = s
 	} else if s.session != 0 {
-		m.log.Warn("slave connected again while its previous connection is open; the new one takes over",
+		// A slave that reconnects before its old connection was seen closing, or a second
+		// broker configured with the same brokerId: the new connection takes over and the old
+		// one is closed, so that no connection replicates under a record it no longer owns
+		// (two slaves with one id then keep taking over from each other, loudly).
+		m.warn.Warn(m.log, "slave connected again while its previous connection is open; the new one takes over and the old one is closed",
 			"slave", s.id, "old", s.haAddr, "new", p.RemoteAddr())
+		if old := m.sessionOf(s.session); old != nil {
+			_ = old.peer.Close()
+		}
 	}
 	if s.session == 0 {
 		m.connected.Add(1)
@@ -557,6 +566,9 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 	m.publishLocked()
 	return sess, nil
 }
+
+// sessionOf returns the session of connection id, nil if none. m.mu must be held.
+func (m *Master) sessionOf(id uint64) *session { return m.sessions[id] }
 
 // onDisconnect forgets a closed connection (rpc server callback, after its last request).
 func (m *Master) onDisconnect(p *rpc.Peer) {
@@ -609,7 +621,7 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 			"slave", s.id, "from", s.acked, "to", offset)
 	}
 	if s.readEnd < 0 {
-		s.readEnd = readEnd
+		s.readEnd, s.readAt = readEnd, now
 	}
 	if offset >= s.readEnd {
 		s.lastFull = now
@@ -620,7 +632,7 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 		s.lastCaughtUp = now
 	}
 	m.evalLocked(s, readEnd, now)
-	s.readEnd = readEnd
+	s.readEnd, s.readAt = readEnd, now
 	m.publishLocked()
 	limit, n := m.ackLimit.Load(), int(m.inSyncN.Load())
 	m.mu.Unlock()
@@ -632,7 +644,7 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 func (m *Master) readFor(sess *session, readEnd int64) {
 	m.mu.Lock()
 	if sess.slave.session == sess.peer.ID() {
-		sess.slave.readEnd = readEnd
+		sess.slave.readEnd, sess.slave.readAt = readEnd, m.cfg.Now()
 	}
 	m.mu.Unlock()
 }

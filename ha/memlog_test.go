@@ -32,6 +32,7 @@ type memLog struct {
 	// resetHook runs at the start of ResetTo without the lock.
 	resetHook func()
 	resets    int
+	kept      [][]byte // logs set aside by ResetTo(keep)
 }
 
 const memHeader = 16
@@ -189,21 +190,26 @@ func (l *memLog) AppendReplicated(start int64, data []byte) (int64, error) {
 	return l.end(), nil
 }
 
-func (l *memLog) ResetTo(base int64) error {
+func (l *memLog) ResetTo(base int64, keep bool) (string, error) {
 	if h := l.resetHook; h != nil {
 		h()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if base%l.segSize != 0 {
-		return fmt.Errorf("memlog: reset to %d, not a segment base", base)
+		return "", fmt.Errorf("memlog: reset to %d, not a segment base", base)
+	}
+	kept := ""
+	if keep {
+		l.kept = append(l.kept, append([]byte(nil), l.data...))
+		kept = fmt.Sprintf("kept-%d", len(l.kept))
 	}
 	l.min = base
 	l.data = nil
 	l.batches = map[int64]bool{}
 	l.markers = map[int64]bool{}
 	l.resets++
-	return nil
+	return kept, nil
 }
 
 // equalFrom reports whether l and o hold the same bytes, batches and markers over [from, end),

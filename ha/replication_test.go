@@ -1,10 +1,12 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -163,10 +165,18 @@ func TestSlaveAheadResyncs(t *testing.T) {
 	fill(mlog, 0, 20, 500)
 	fill(slog, 0, 20, 500)
 	fill(slog, 100, 5, 500) // the slave has more than the master
+	before := slices.Clone(slog.data)
 	p := startPair(t, mlog, slog, MasterConfig{}, SlaveConfig{})
 	p.waitEqual(t, 5*time.Second)
 	if st := p.s.Status(); st.Resyncs != 1 {
 		t.Fatalf("resyncs %d", st.Resyncs)
+	}
+	// The diverged log (maybe the only copy of messages the master lost) was set aside whole.
+	slog.mu.Lock()
+	kept := slog.kept
+	slog.mu.Unlock()
+	if len(kept) != 1 || !bytes.Equal(kept[0], before) {
+		t.Fatalf("diverged log not kept: %d logs kept", len(kept))
 	}
 	p.appendN(200, 10, 500)
 	p.waitEqual(t, 5*time.Second)
@@ -467,19 +477,27 @@ func TestMasterCloseAnswersWaiters(t *testing.T) {
 	t.Cleanup(gate.open) // runs before the pair's cleanup: a failed test must not leave the slave frozen
 	p.waitEqual(t, 5*time.Second)
 	eventually(t, 2*time.Second, "slave in sync", func() bool { return p.m.InSyncCount() == 1 })
-	// A second, raw slave whose pull is held at the end.
-	c := dialMaster(t, p.m)
-	held := make(chan error, 1)
-	go func() {
-		_, err := c.Call(context.Background(), protocol.CodeHAPull,
-			&protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 2, Offset: mlog.LogEndOffset(), WaitMs: 60_000}, nil)
-		held <- err
-	}()
-	eventually(t, 2*time.Second, "held pull", func() bool { return p.m.ConnectedSlaves() == 2 })
+	// The slave freezes with a batch it cannot acknowledge: a waiter for it stays pending.
 	gate.close()
 	end := p.appendN(9, 1, 100)
 	done := make(chan error, 1)
 	p.m.WaitReplicated(end, 1, time.Hour, func(err error) { done <- err })
+	// A second, raw slave whose pull is held at the end (after the append, which would wake it).
+	c := dialMaster(t, p.m)
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Call(context.Background(), protocol.CodeHAPull,
+			&protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 2, Offset: end, WaitMs: 60_000}, nil)
+		held <- err
+	}()
+	eventually(t, 2*time.Second, "held pull", func() bool {
+		for _, s := range p.m.Status().Slaves {
+			if s.BrokerID == 2 && s.Connected && s.AckedOffset == end {
+				return true
+			}
+		}
+		return false
+	})
 	start := time.Now()
 	_ = p.m.Close()
 	if d := time.Since(start); d > 2*time.Second {
@@ -674,3 +692,31 @@ func (g *gate) pass() {
 }
 
 var _ = fmt.Sprintf
+
+// TestDuplicateSlaveID: a second slave started with the same brokerId takes the record over and
+// the first one's connection is closed; once the duplicate is gone, the real slave reconnects and
+// counts again (connected, in sync, acknowledging).
+func TestDuplicateSlaveID(t *testing.T) {
+	mlog, real, dup := newMemLog(64<<10), newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 20, 300)
+	m := startMaster(t, mlog, MasterConfig{InSyncMaxLagTime: 300 * time.Millisecond})
+	startSlave(t, real, m.Addr(), SlaveConfig{SlaveID: 1, Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	(&pair{mlog: mlog, slog: real}).waitEqual(t, 5*time.Second)
+	eventually(t, 2*time.Second, "real slave in sync", func() bool { return m.InSyncCount() == 1 })
+
+	d := startSlave(t, dup, m.Addr(), SlaveConfig{SlaveID: 1, Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	(&pair{mlog: mlog, slog: dup}).waitEqual(t, 5*time.Second)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		_, end := mlog.Append(payload(1000+i, 300))
+		m.NotifyAppend(end)
+	}
+	(&pair{mlog: mlog, slog: real}).waitEqual(t, 5*time.Second)
+	eventually(t, 5*time.Second, "the real slave connected and in sync again", func() bool {
+		st := m.Status()
+		return m.ConnectedSlaves() == 1 && m.InSyncCount() == 1 && len(st.Slaves) == 1 &&
+			st.Slaves[0].AckedOffset == mlog.LogEndOffset()
+	})
+}

@@ -363,22 +363,30 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 	case protocol.HAResync:
 		s.log.Error("RESYNC: the master no longer has this slave's end offset (retention); discarding the whole log",
 			"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd, "restartAt", h.Offset)
-		return s.reset(h.Offset)
+		return s.reset(h.Offset, false)
 	case protocol.HAOutOfRange:
 		// TODO(issue 4, Raft election): truncate to the last epoch shared with the master
 		// (epoch start offsets) instead of discarding the whole log.
-		s.log.Error("RESYNC: this slave's log is ahead of the master's or diverged from it; discarding the whole log",
+		// NB: the old log is kept, not deleted: when the master lost its tail (a crash under
+		// ASYNC_FLUSH, a replaced disk), this slave may hold the only copy of acknowledged
+		// messages, and only an operator may decide to throw them away.
+		s.log.Error("RESYNC: this slave's log is ahead of the master's or diverged from it; setting it aside and copying the master's",
 			"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd)
-		return s.reset(h.MasterMin)
+		return s.reset(h.MasterMin, true)
 	case protocol.HAFenced:
 		return errFenced
 	}
 	return fmt.Errorf("%w: result %d", ErrBadChunk, h.Result)
 }
 
-func (s *Slave) reset(base int64) error {
-	if err := s.cfg.Log.ResetTo(base); err != nil {
+func (s *Slave) reset(base int64, keep bool) error {
+	kept, err := s.cfg.Log.ResetTo(base, keep)
+	if err != nil {
 		return fmt.Errorf("cannot reset the log to %d: %w", base, err)
+	}
+	if kept != "" {
+		s.log.Error("the diverged log was moved aside: it may hold acknowledged messages the master lost; "+
+			"inspect it (e.g. open a copy as a store) before deleting it", "dir", kept)
 	}
 	s.mu.Lock()
 	s.st.Resyncs++

@@ -28,6 +28,9 @@ type SlaveProgress struct {
 	// the live end instead would keep a slave out forever under continuous writes, because the
 	// end always moves during the round trip).
 	ReadEnd int64
+	// ReadAt is when the master made that read: a slave that held ReadEnd long ago (it was
+	// frozen since) is not caught up now, however close Acked is to ReadEnd.
+	ReadAt time.Time
 	// LastSeen is when the slave last sent a request, or now while one of its pulls is held by
 	// the master (a held pull is a live, caught-up slave).
 	LastSeen time.Time
@@ -76,7 +79,8 @@ func CaughtUp(s SlaveProgress, masterEnd int64, rules SyncRules) bool {
 // A member leaves when it has not been heard from for MaxLagTime, when its acknowledged offset
 // went back, or when it has not been caught up (CaughtUp) for longer than MaxLagTime. A
 // non-member joins when it is connected, was heard from within MaxLagTime, did not regress, and
-// lags at most RejoinLagBytes behind ReadEnd.
+// lags at most RejoinLagBytes behind ReadEnd, read within MaxLagTime (a slave back from a freeze
+// acknowledges the end of a read made before the freeze: that does not make it caught up).
 func NextInSync(cur bool, s SlaveProgress, masterEnd int64, now time.Time, rules SyncRules) (bool, SyncReason) {
 	silent := now.Sub(s.LastSeen) > rules.MaxLagTime
 	if cur {
@@ -97,7 +101,7 @@ func NextInSync(cur bool, s SlaveProgress, masterEnd int64, now time.Time, rules
 	if s.Acked < 0 || s.Regressed || silent || !s.Connected {
 		return false, ReasonNone
 	}
-	if s.ReadEnd-s.Acked <= rules.RejoinLagBytes {
+	if s.ReadEnd-s.Acked <= rules.RejoinLagBytes && now.Sub(s.ReadAt) <= rules.MaxLagTime {
 		return true, ReasonCaughtUp
 	}
 	return false, ReasonNone

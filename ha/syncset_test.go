@@ -138,7 +138,7 @@ func TestNextInSyncNonMember(t *testing.T) {
 	r := syncTestRules
 	const end = 100_000
 	// back is a connected non-member that holds everything the master read for it, seen now.
-	back := SlaveProgress{Acked: end, ReadEnd: end, LastSeen: syncTestNow, LastCaughtUp: syncTestNow, Connected: true}
+	back := SlaveProgress{Acked: end, ReadEnd: end, ReadAt: syncTestNow, LastSeen: syncTestNow, LastCaughtUp: syncTestNow, Connected: true}
 	with := func(edit func(*SlaveProgress)) SlaveProgress {
 		s := back
 		edit(&s)
@@ -147,6 +147,11 @@ func TestNextInSyncNonMember(t *testing.T) {
 	exact := SyncRules{MaxLagBytes: r.MaxLagBytes, MaxLagTime: r.MaxLagTime, RejoinLagBytes: 0}
 	runSyncCases(t, []syncCase{
 		{name: "caught up joins", masterEnd: end, want: true, why: ReasonCaughtUp, s: back},
+		// Back from a freeze: it acknowledges all of a read made before the freeze.
+		{name: "holds a read made longer than MaxLagTime ago stays out", masterEnd: end + 100*r.MaxLagBytes, want: false,
+			s: with(func(s *SlaveProgress) { s.ReadAt = ago(r.MaxLagTime + time.Millisecond) })},
+		{name: "holds a read made exactly MaxLagTime ago joins", masterEnd: end, want: true, why: ReasonCaughtUp,
+			s: with(func(s *SlaveProgress) { s.ReadAt = ago(r.MaxLagTime) })},
 		{name: "RejoinLagBytes behind ReadEnd joins", masterEnd: end, want: true, why: ReasonCaughtUp,
 			s: with(func(s *SlaveProgress) { s.Acked = end - r.RejoinLagBytes })},
 		{name: "RejoinLagBytes+1 behind ReadEnd stays out", masterEnd: end, want: false,
@@ -187,7 +192,7 @@ func TestNextInSyncScenario(t *testing.T) {
 	r := syncTestRules
 	t0 := syncTestNow
 	in := true
-	p := SlaveProgress{Acked: 0, ReadEnd: 0, LastSeen: t0, LastCaughtUp: t0, Connected: true}
+	p := SlaveProgress{Acked: 0, ReadEnd: 0, ReadAt: t0, LastSeen: t0, LastCaughtUp: t0, Connected: true}
 	end := int64(0)
 	var reasons []SyncReason
 	step := func(at time.Duration, acked, readEnd, newEnd int64, seen bool) {
@@ -212,7 +217,7 @@ func TestNextInSyncScenario(t *testing.T) {
 		}
 		in = next
 		if readEnd >= 0 {
-			p.ReadEnd = readEnd
+			p.ReadEnd, p.ReadAt = readEnd, now
 		}
 	}
 	// Keeps up with writes of 500 bytes per 100 ms.
@@ -222,12 +227,13 @@ func TestNextInSyncScenario(t *testing.T) {
 			t.Fatalf("dropped while keeping up at step %d", i)
 		}
 	}
-	// It stalls at 4500 but keeps asking (a slow disk): the master writes on.
+	// It stalls at 4500 but keeps asking (a slow disk): the master writes on, and reads its end
+	// for every request.
 	stall := 4500
 	var left time.Duration
 	for i := int64(11); i <= 60; i++ {
 		at := time.Duration(i) * 100 * time.Millisecond
-		step(at, int64(stall), -1, i*500, true)
+		step(at, int64(stall), i*500, i*500, true)
 		if !in {
 			left = at
 			break

@@ -93,9 +93,10 @@ sampled from the master's haStatus every --ha-sample-interval) and compression r
 
 --consume-only reads existing topics (--topic, or <prefix>-<topic-id>-<i>) of a running cluster
 from their earliest offsets, with no producer, until every message below the queues' max offsets
-at the start has arrived; it checks the bench identity and body CRC of each message, that every
-queue is contiguous (no gap, no offset twice) and that no message was stored twice, and exits 1 on
-any problem. With --read-broker-id N the consumers read from member N of each group alone: a
+at the start has arrived; it checks the body CRC of each bench message (messages without a bench
+identity count as foreign), that every queue is contiguous (no gap, no offset twice) and that no
+message was stored twice, and exits 1 on any problem. Having no producer record, it cannot tell an
+acknowledged message missing altogether: its last line counts gaps, not lost messages. With --read-broker-id N the consumers read from member N of each group alone: a
 consume-only run against one slave.`,
 		Example: `  petrel-bench --payload-dir bench/testdata/loghub --verify
   petrel-bench --workload bench/workloads/1-topic-16-partitions-1kb.yaml -n 127.0.0.1:9876 --verify --duration 20s --json out.json

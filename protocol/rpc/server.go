@@ -60,6 +60,11 @@ func (p *Peer) ID() uint64 { return p.id }
 // RemoteAddr returns the peer's address.
 func (p *Peer) RemoteAddr() string { return p.remote }
 
+// Close closes the peer's connection: the goroutine serving it stops at its next read or write
+// and OnDisconnect runs as for any closed connection. Safe to call from any goroutine, more
+// than once.
+func (p *Peer) Close() error { return p.nc.Close() }
+
 // ServerOptions tune a Server.
 type ServerOptions struct {
 	// MaxFrameSize bounds request frames (bytes); default protocol.DefaultMaxFrameSize.
