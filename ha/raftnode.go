@@ -1,0 +1,197 @@
+package ha
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// RaftPeer is one member of a Raft-elected broker group: its Raft server id (raftSelfId, e.g.
+// "b1") and the address of its Raft port.
+type RaftPeer struct {
+	ID   string
+	Addr string
+}
+
+// RaftConfig configures a RaftNode. Durations are LAN-tuned by default (hundreds of ms).
+type RaftConfig struct {
+	// SelfID is this member's id; Peers lists every member, this one included.
+	SelfID string
+	Peers  []RaftPeer
+	// Dir holds the Raft log and stable store (raft.db, bbolt) and the snapshots.
+	Dir string
+	// HeartbeatTimeout and ElectionTimeout (default 300 ms each) and LeaderLeaseTimeout (default
+	// 150 ms, shorter than the election timeout: a leader cut off from its quorum steps down
+	// before another can be elected).
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// Logger receives Raft's log lines at warn level and above; default slog.Default().
+	Logger *slog.Logger
+	// OnChange hears every change of the control state (see ControlFSM).
+	OnChange func(ControlState)
+}
+
+// RaftNode is one member's Raft node for the group's control state: a durable log and stable
+// store (hashicorp/raft-boltdb v2), file snapshots, and a TCP transport on the member's Raft
+// port. Messages never go through it.
+type RaftNode struct {
+	cfg   RaftConfig
+	fsm   *ControlFSM
+	r     *raft.Raft
+	store *raftboltdb.BoltStore
+	trans *raft.NetworkTransport
+}
+
+// ErrNotLeader is returned by Propose on a member that is not the Raft leader.
+var ErrNotLeader = errors.New("ha: not the Raft leader")
+
+// StartRaftNode opens (or creates) the member's Raft state in cfg.Dir, listens on its Raft
+// address and joins the group; on first start the group is bootstrapped with cfg.Peers (every
+// member does it with the same list, which Raft accepts).
+func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
+	var self *RaftPeer
+	for i := range cfg.Peers {
+		if cfg.Peers[i].ID == cfg.SelfID {
+			self = &cfg.Peers[i]
+		}
+	}
+	if self == nil || len(cfg.Peers) < 3 {
+		return nil, fmt.Errorf("raft: self %q must be one of at least 3 peers, got %v", cfg.SelfID, cfg.Peers)
+	}
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = 300 * time.Millisecond
+	}
+	if cfg.ElectionTimeout <= 0 {
+		cfg.ElectionTimeout = 300 * time.Millisecond
+	}
+	if cfg.LeaderLeaseTimeout <= 0 {
+		cfg.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raft: %w", err)
+	}
+	n := &RaftNode{cfg: cfg, fsm: NewControlFSM(cfg.OnChange)}
+	var err error
+	if n.store, err = raftboltdb.NewBoltStore(filepath.Join(cfg.Dir, "raft.db")); err != nil {
+		return nil, fmt.Errorf("raft: cannot open the log store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(cfg.Dir, 2, io.Discard)
+	if err != nil {
+		n.store.Close()
+		return nil, fmt.Errorf("raft: cannot open the snapshot store: %w", err)
+	}
+	tcpAddr, err := net.ResolveTCPAddr("tcp", self.Addr)
+	if err != nil {
+		n.store.Close()
+		return nil, fmt.Errorf("raft: address %q: %w", self.Addr, err)
+	}
+	if n.trans, err = raft.NewTCPTransport(self.Addr, tcpAddr, 3, 2*time.Second, io.Discard); err != nil {
+		n.store.Close()
+		return nil, fmt.Errorf("raft: cannot listen on %s: %w", self.Addr, err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.SelfID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.LogOutput = io.Discard
+	if n.r, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans); err != nil {
+		n.trans.Close()
+		n.store.Close()
+		return nil, fmt.Errorf("raft: %w", err)
+	}
+	has, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		_ = n.Close()
+		return nil, fmt.Errorf("raft: %w", err)
+	}
+	if !has {
+		var servers []raft.Server
+		for _, p := range cfg.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+		}
+		if err := n.r.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			_ = n.Close()
+			return nil, fmt.Errorf("raft: bootstrap: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// IsLeader reports whether this member is the Raft leader now.
+func (n *RaftNode) IsLeader() bool { return n.r.State() == raft.Leader }
+
+// LeaderID returns the current leader's id ("" when unknown).
+func (n *RaftNode) LeaderID() string {
+	_, id := n.r.LeaderWithID()
+	return string(id)
+}
+
+// LeaderCh delivers true when this member becomes leader and false when it stops being leader
+// (raft.Raft.LeaderCh: a slow reader misses intermediate changes, never the latest one).
+func (n *RaftNode) LeaderCh() <-chan bool { return n.r.LeaderCh() }
+
+// State returns the control state this member has applied.
+func (n *RaftNode) State() ControlState { return n.fsm.State() }
+
+// Barrier waits until every entry committed before it is applied here (a new leader calls it
+// before it acts on the state).
+func (n *RaftNode) Barrier(timeout time.Duration) error { return n.r.Barrier(timeout).Error() }
+
+// Propose commits c through Raft and returns the rules' verdict (nil, or the Apply error such as
+// ErrStaleEpoch), ErrNotLeader on a follower, or Raft's error when the entry did not commit in
+// time (then it may still commit later).
+func (n *RaftNode) Propose(c Command, timeout time.Duration) error {
+	b, err := c.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	f := n.r.Apply(b, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
+		return err
+	}
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// TransferLeadership hands leadership to member id (raft.LeadershipTransferToServer).
+func (n *RaftNode) TransferLeadership(id string) error {
+	for _, p := range n.cfg.Peers {
+		if p.ID == id {
+			return n.r.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(p.Addr)).Error()
+		}
+	}
+	return fmt.Errorf("raft: no member %q", id)
+}
+
+// Close shuts the node down and closes its transport (pooled outbound connections too, so the
+// peers' goroutines serving them end) and store.
+func (n *RaftNode) Close() error {
+	err := n.r.Shutdown().Error()
+	n.trans.CloseStreams()
+	if e := n.trans.Close(); err == nil {
+		err = e
+	}
+	if e := n.store.Close(); err == nil {
+		err = e
+	}
+	return err
+}
