@@ -51,12 +51,27 @@ func (s *Store) recover() error {
 		}
 	}
 
+	// A truncation request (PrepareTruncate) caps the scan: everything from its offset on is
+	// treated as a torn tail.
+	_ = os.Remove(filepath.Join(s.cfg.Dir, truncateName+".tmp"))
+	truncAt, truncOK, err := readTruncateRequest(s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	if truncOK && (truncAt < logMin || truncAt > lastEnd) {
+		s.logger.Warn("commitlog: ignoring a truncation request outside the log", "offset", truncAt, "logMin", logMin, "logEnd", lastEnd)
+		truncOK = false
+	}
+	if truncOK {
+		scanFrom, dispatchFrom = min(scanFrom, truncAt), min(dispatchFrom, truncAt)
+	}
+
 	damage, err := s.loadQueues()
 	if err != nil {
 		return err
 	}
 	dispatchFrom = min(dispatchFrom, max(damage, logMin))
-	crashed := !fresh && (!ckOK || !ck.clean)
+	crashed := !fresh && (!ckOK || !ck.clean) || truncOK
 
 	// Scan (and re-dispatch) from the start of the segment holding the earlier of the two.
 	k := segIndex(segs, min(scanFrom, dispatchFrom))
@@ -69,6 +84,10 @@ func (s *Store) recover() error {
 	)
 	for {
 		seg := segs[k]
+		if truncOK && pos >= truncAt {
+			reason = fmt.Sprintf("truncation requested at %d", truncAt)
+			break
+		}
 		rel := pos - seg.base
 		rem := seg.size - rel
 		if rem < markerSize || binary.BigEndian.Uint32(seg.data[rel:]) == 0 &&
@@ -184,6 +203,14 @@ func (s *Store) recover() error {
 		return err
 	}
 	s.lastCkpt = ck
+	if truncOK {
+		if end != truncAt {
+			s.logger.Error("commitlog: truncation request was not on a batch boundary; cut at the next one", "requested", truncAt, "end", end)
+		}
+		if err := doneTruncateRequest(s.cfg.Dir); err != nil {
+			return fmt.Errorf("cannot remove the truncation request: %w", err)
+		}
+	}
 	s.logger.Info("commitlog: recovered",
 		"dir", s.cfg.Dir,
 		"logMin", logMin,

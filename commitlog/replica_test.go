@@ -282,3 +282,57 @@ func TestResetToKeeps(t *testing.T) {
 		t.Fatalf("recovery touched the kept log: %d files, had %d", len(files2), len(files))
 	}
 }
+
+// TestPrepareTruncate: a truncation request cuts the log and the consume queues at a batch
+// boundary on the next Open, survives a crash before that Open (it is honoured again), and
+// appends after the cut reuse the queue offsets the cut freed — exactly once.
+func TestPrepareTruncate(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := mustOpen(t, cfg)
+	m := newModel()
+	var recs []rec
+	for i := 0; i < 120; i++ {
+		recs = append(recs, appendRec(t, s, m, "a", int32(i%2), 2, make([]byte, 900)))
+	}
+	cut := recs[70]
+	if err := s.PrepareTruncate(cut.phys + 1); !errors.Is(err, ErrNotBatchBoundary) {
+		t.Fatalf("inside a batch: %v", err)
+	}
+	if err := s.PrepareTruncate(s.LogEndOffset() + 1); !errors.Is(err, ErrBeyondEnd) {
+		t.Fatalf("past the end: %v", err)
+	}
+	if err := s.PrepareTruncate(cut.phys); err != nil {
+		t.Fatal(err)
+	}
+	_, _, want, err := s.Checksum(0, cut.phys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.abandon() // a crash right after the request: the next Open still cuts
+	for round := 0; round < 2; round++ {
+		s = mustOpen(t, cfg)
+		if s.LogEndOffset() != cut.phys {
+			t.Fatalf("round %d: end %d, want %d", round, s.LogEndOffset(), cut.phys)
+		}
+		if _, _, got, err := s.Checksum(0, cut.phys); err != nil || got != want {
+			t.Fatalf("round %d: the kept part changed: %v", round, err)
+		}
+		// Queue 0 held batches 0, 2, ..., 68 (35 batches of 2), queue 1 batches 1, ..., 69.
+		if q0, q1 := s.MaxOffset([]byte("a"), 0), s.MaxOffset([]byte("a"), 1); q0 != 70 || q1 != 70 {
+			t.Fatalf("round %d: queue max offsets %d, %d; want 70, 70", round, q0, q1)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Appends go on from the cut with the next queue offsets.
+	s = mustOpen(t, cfg)
+	defer s.Close()
+	res, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, make([]byte, 10)), 1, 0, testStamp)
+	if err != nil || res.PhysicalOffset != cut.phys || res.BaseQueueOffset != 70 {
+		t.Fatalf("append after the cut: %+v, %v", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, truncateName)); !os.IsNotExist(err) {
+		t.Fatalf("the request outlived the cut: %v", err)
+	}
+}
