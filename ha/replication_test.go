@@ -720,3 +720,36 @@ func TestDuplicateSlaveID(t *testing.T) {
 			st.Slaves[0].AckedOffset == mlog.LogEndOffset()
 	})
 }
+
+// TestSlaveRefusesOlderEpoch: once a slave has followed a master of epoch 5, a master of epoch 3
+// (a deposed one) feeds it nothing: the slave's requests carry epoch 5, which that master fences,
+// and an answer of an older epoch would be refused by the slave too (both sides check).
+func TestSlaveRefusesOlderEpoch(t *testing.T) {
+	newer, older, slog := newMemLog(64<<10), newMemLog(64<<10), newMemLog(64<<10)
+	fill(newer, 0, 10, 300)
+	fill(older, 0, 10, 300)
+	fill(older, 50, 10, 300) // the deposed master wrote on alone
+	mNew := startMaster(t, newer, MasterConfig{})
+	mNew.SetEpoch(5)
+	mOld := startMaster(t, older, MasterConfig{})
+	mOld.SetEpoch(3)
+	var addr atomic.Pointer[string]
+	a := mNew.Addr()
+	addr.Store(&a)
+	s := startSlave(t, slog, "", SlaveConfig{MasterHAAddr: func() string { return *addr.Load() }, WaitMs: 50,
+		Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	(&pair{mlog: newer, slog: slog}).waitEqual(t, 5*time.Second)
+	end := slog.LogEndOffset()
+	b := mOld.Addr()
+	addr.Store(&b)
+	eventually(t, 5*time.Second, "the slave talks to the deposed master", func() bool {
+		return s.Status().MasterHAAddr == b && !s.Status().LastContact.IsZero()
+	})
+	time.Sleep(200 * time.Millisecond) // several refused answers
+	if got := slog.LogEndOffset(); got != end {
+		t.Fatalf("a master of an older epoch fed the slave: end %d -> %d", end, got)
+	}
+	if st := s.Status(); st.Epoch != 5 || st.Resyncs != 0 {
+		t.Fatalf("status %+v", st)
+	}
+}

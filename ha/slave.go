@@ -133,6 +133,7 @@ type Slave struct {
 // errFenced and errMasterMoved end a link on purpose.
 var (
 	errFenced      = errors.New("ha: the master fenced the pull (other broker group or newer epoch)")
+	errStaleMaster = errors.New("ha: answer of a master with an older epoch")
 	errMasterMoved = errors.New("ha: the master's address changed")
 )
 
@@ -332,6 +333,14 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 	h, raw, err := s.dec.readResponse(offset, hdr, body)
 	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	seen := s.st.Epoch
+	s.mu.Unlock()
+	if h.Epoch < seen {
+		// A deposed master (an older epoch than one this slave already followed) must not
+		// feed it: nothing of the answer is applied.
+		return fmt.Errorf("%w: the master answers in epoch %d, this slave has seen epoch %d", errStaleMaster, h.Epoch, seen)
 	}
 	s.masterEnd.Store(h.MasterEnd)
 	s.masterLoaded.Store(h.MasterLoaded)
