@@ -174,14 +174,13 @@ func (b *Broker) master() masterInfo {
 
 // wakeReplicated answers the pulls held on a slave for queues that replication just extended.
 func (b *Broker) wakeReplicated() {
-	for _, t := range b.topics.list() {
-		tp := b.topics.get([]byte(t.Topic))
-		if tp == nil {
+	// Runs after every replicated chunk: only topics with held pulls cost anything.
+	for name, tp := range *b.topics.m.Load() {
+		if tp.waiters.n.Load() == 0 {
 			continue
 		}
-		name := []byte(t.Topic)
-		ws := tp.waiters.takeReady(func(qid int32) int64 { return b.store.MaxOffset(name, qid) })
-		if ws != nil {
+		key := []byte(name)
+		if ws := tp.waiters.takeReady(func(qid int32) int64 { return b.store.MaxOffset(key, qid) }); ws != nil {
 			b.wakeWaiters(ws)
 		}
 	}

@@ -53,7 +53,6 @@ func (s *Store) recover() error {
 
 	// A truncation request (PrepareTruncate) caps the scan: everything from its offset on is
 	// treated as a torn tail.
-	_ = os.Remove(filepath.Join(s.cfg.Dir, truncateName+".tmp"))
 	truncAt, truncOK, err := readTruncateRequest(s.cfg.Dir)
 	if err != nil {
 		return err

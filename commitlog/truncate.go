@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/petrel-mq/petrel/internal/fsutil"
 )
 
 // truncateName is the file that asks the next Open to cut the log (see PrepareTruncate).
@@ -27,23 +29,10 @@ func (s *Store) PrepareTruncate(offset int64) error {
 	if err := s.ReadReplication(offset, 1, func(int64, []byte) error { return nil }); err != nil {
 		return fmt.Errorf("cannot truncate the log at %d: %w", offset, err)
 	}
-	tmp := filepath.Join(s.cfg.Dir, truncateName+".tmp")
-	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(offset, 10)+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(s.cfg.Dir, truncateName), []byte(strconv.FormatInt(offset, 10)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("cannot write the truncation request: %w", err)
 	}
-	f, err := os.Open(tmp)
-	if err != nil {
-		return fmt.Errorf("cannot write the truncation request: %w", err)
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("cannot write the truncation request: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.cfg.Dir, truncateName)); err != nil {
-		return fmt.Errorf("cannot write the truncation request: %w", err)
-	}
-	return fsyncDir(s.cfg.Dir)
+	return nil
 }
 
 // readTruncateRequest returns the offset PrepareTruncate asked for; ok is false when there is

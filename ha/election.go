@@ -7,10 +7,11 @@ package ha
 // the same commands holds the same state (a Raft FSM must be deterministic).
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/petrel-mq/petrel/protocol"
 )
 
 // EpochStart is one epoch of a group and the commit-log offset its master started it at (Kafka's
@@ -192,96 +193,34 @@ func TruncationPoint(mine []EpochStart, myEnd int64, theirs []EpochStart, master
 	return -1
 }
 
-// MarshalBinary encodes c for the Raft log: kind, epoch, start offset, master id and the set,
-// strings as u16 length + bytes.
+// MarshalBinary encodes c for the Raft log with the protocol package's primitives: kind, epoch,
+// start offset, master id, then the set as a u32 count of u16-prefixed strings.
 func (c Command) MarshalBinary() ([]byte, error) {
 	b := []byte{byte(c.Kind)}
-	b = binary.BigEndian.AppendUint32(b, c.Epoch)
-	b = binary.BigEndian.AppendUint64(b, uint64(c.StartOffset))
-	b = appendStr(b, c.MasterID)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(c.SyncStateSet)))
+	b = protocol.AppendU32(b, c.Epoch)
+	b = protocol.AppendI64(b, c.StartOffset)
+	b = protocol.AppendString(b, c.MasterID)
+	b = protocol.AppendU32(b, uint32(len(c.SyncStateSet)))
 	for _, id := range c.SyncStateSet {
-		b = appendStr(b, id)
+		b = protocol.AppendString(b, id)
 	}
 	return b, nil
 }
 
+// maxMemberID bounds a member id in encoded commands and snapshots (bytes).
+const maxMemberID = 255
+
 // UnmarshalBinary decodes what MarshalBinary encoded; it fails with ErrBadCommand on anything
 // else.
 func (c *Command) UnmarshalBinary(b []byte) error {
-	var d cmdDecoder
-	d.b = b
-	*c = Command{Kind: CommandKind(d.u8())}
-	c.Epoch = d.u32()
-	c.StartOffset = int64(d.u64())
-	c.MasterID = d.str()
-	n := int(d.u16())
-	if d.err == nil && n > len(d.b) {
-		d.err = errShort
+	r := protocol.NewReader(b)
+	next := Command{Kind: CommandKind(r.U8()), Epoch: r.U32(), StartOffset: r.I64(), MasterID: r.Str(maxMemberID)}
+	for n := r.Count(2); n > 0; n-- {
+		next.SyncStateSet = append(next.SyncStateSet, r.Str(maxMemberID))
 	}
-	for i := 0; i < n && d.err == nil; i++ {
-		c.SyncStateSet = append(c.SyncStateSet, d.str())
+	if err := r.Done(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadCommand, err)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return fmt.Errorf("%w: %v", ErrBadCommand, d.err)
-	}
+	*c = next
 	return nil
-}
-
-func appendStr(b []byte, s string) []byte {
-	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
-	return append(b, s...)
-}
-
-var errShort = errors.New("short command")
-
-type cmdDecoder struct {
-	b   []byte
-	err error
-}
-
-func (d *cmdDecoder) take(n int) []byte {
-	if d.err != nil || len(d.b) < n {
-		d.err = errShort
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *cmdDecoder) u8() uint8 {
-	if p := d.take(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *cmdDecoder) u16() uint16 {
-	if p := d.take(2); p != nil {
-		return binary.BigEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *cmdDecoder) u32() uint32 {
-	if p := d.take(4); p != nil {
-		return binary.BigEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *cmdDecoder) u64() uint64 {
-	if p := d.take(8); p != nil {
-		return binary.BigEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *cmdDecoder) str() string {
-	n := int(d.u16())
-	return string(d.take(n))
 }

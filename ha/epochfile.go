@@ -6,16 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/petrel-mq/petrel/internal/fsutil"
 )
 
 // EpochFile is a member's durable list of epoch starts (Kafka's leader-epoch-checkpoint file):
 // which epoch's master wrote each part of its log, so that TruncationPoint can find the last
 // epoch it shares with a new master. One "epoch startOffset" line per epoch, ascending; every
-// change rewrites the file through a temporary file, fsync and rename, so a crash leaves the old
-// list or the new one, never a mix.
+// change rewrites the file with fsutil.WriteFileAtomic, so a crash leaves the old list or the
+// new one, never a mix.
 type EpochFile struct {
 	path   string
 	epochs []EpochStart
@@ -97,29 +98,7 @@ func (f *EpochFile) write(epochs []EpochStart) error {
 	for _, e := range epochs {
 		fmt.Fprintf(&b, "%d %d\n", e.Epoch, e.StartOffset)
 	}
-	tmp := f.path + ".tmp"
-	w, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("cannot write the epoch file: %w", err)
-	}
-	_, err = w.Write(b.Bytes())
-	if err == nil {
-		err = w.Sync()
-	}
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, f.path)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(f.path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
+	if err := fsutil.WriteFileAtomic(f.path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("cannot write the epoch file: %w", err)
 	}
 	f.epochs = epochs

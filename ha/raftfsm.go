@@ -1,12 +1,13 @@
 package ha
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/petrel-mq/petrel/protocol"
 )
 
 // ControlFSM is the raft.FSM of a group's control state: the Raft log holds Commands (never
@@ -96,45 +97,34 @@ func (s controlSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s controlSnapshot) Release() {}
 
 // MarshalBinary encodes the state (for snapshots): master id, epoch, the epoch starts and the
-// in-sync set, strings as u16 length + bytes, counts as u32.
+// in-sync set, with the protocol package's primitives (u32 counts, u16-prefixed strings).
 func (s ControlState) MarshalBinary() []byte {
-	b := appendStr(nil, s.MasterID)
-	b = binary.BigEndian.AppendUint32(b, s.Epoch)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(s.Epochs)))
+	b := protocol.AppendString(nil, s.MasterID)
+	b = protocol.AppendU32(b, s.Epoch)
+	b = protocol.AppendU32(b, uint32(len(s.Epochs)))
 	for _, e := range s.Epochs {
-		b = binary.BigEndian.AppendUint32(b, e.Epoch)
-		b = binary.BigEndian.AppendUint64(b, uint64(e.StartOffset))
+		b = protocol.AppendU32(b, e.Epoch)
+		b = protocol.AppendI64(b, e.StartOffset)
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(s.SyncStateSet)))
+	b = protocol.AppendU32(b, uint32(len(s.SyncStateSet)))
 	for _, id := range s.SyncStateSet {
-		b = appendStr(b, id)
+		b = protocol.AppendString(b, id)
 	}
 	return b
 }
 
 // UnmarshalBinary decodes what MarshalBinary encoded; anything else fails with ErrBadCommand.
 func (s *ControlState) UnmarshalBinary(b []byte) error {
-	d := cmdDecoder{b: b}
-	st := ControlState{MasterID: d.str(), Epoch: d.u32()}
-	n := int(d.u32())
-	if d.err == nil && n > len(d.b)/12 {
-		d.err = errShort
+	r := protocol.NewReader(b)
+	st := ControlState{MasterID: r.Str(maxMemberID), Epoch: r.U32()}
+	for n := r.Count(12); n > 0; n-- {
+		st.Epochs = append(st.Epochs, EpochStart{Epoch: r.U32(), StartOffset: r.I64()})
 	}
-	for i := 0; i < n && d.err == nil; i++ {
-		st.Epochs = append(st.Epochs, EpochStart{Epoch: d.u32(), StartOffset: int64(d.u64())})
+	for n := r.Count(2); n > 0; n-- {
+		st.SyncStateSet = append(st.SyncStateSet, r.Str(maxMemberID))
 	}
-	n = int(d.u32())
-	if d.err == nil && n > len(d.b)/2 {
-		d.err = errShort
-	}
-	for i := 0; i < n && d.err == nil; i++ {
-		st.SyncStateSet = append(st.SyncStateSet, d.str())
-	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return fmt.Errorf("%w: control-state snapshot: %v", ErrBadCommand, d.err)
+	if err := r.Done(); err != nil {
+		return fmt.Errorf("%w: control-state snapshot: %v", ErrBadCommand, err)
 	}
 	*s = st
 	return nil
