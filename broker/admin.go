@@ -22,13 +22,19 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 		return rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
 	}
 	switch code {
+	case protocol.CodeElectMaster:
+		var h protocol.ElectMasterRequest
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		return b.electMaster(h)
 	case protocol.CodeUpdateAndCreateTopic:
-		if b.haSlave != nil {
+		if b.role.Load().master == nil {
 			// NB: topic configs reach a slave only through its sync with the master
 			// (syncWithMaster), which writes b.topics directly and does not come here.
 			return rpc.Reply{
 				Status:     protocol.StatusNotMaster,
-				Remark:     "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) + " is a slave: create or update topics on its master",
+				Remark:     "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) + " is not the master: create or update topics on the master",
 				MasterAddr: b.master().clientAddr,
 			}
 		}

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/petrel-mq/petrel/commitlog"
-	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
@@ -61,8 +60,11 @@ type Broker struct {
 
 	// Replication (replication.go): a master's server for its slaves, or a slave's link to
 	// its master and what it knows of the master.
-	haMaster   *ha.Master
-	haSlave    *ha.Slave
+	role       atomic.Pointer[role] // never nil after New
+	raft       *raftMember          // nil unless enableRaftHA
+	hwm        bool                 // consumers read up to the high watermark (highWatermark)
+	staticID   atomic.Int64         // the brokerId registered with static roles (electMaster swaps it)
+	lastHWM    atomic.Int64
 	masterAddr atomic.Pointer[masterInfo]
 	masterMu   sync.Mutex  // serialises learnMaster (registration and replication both call it)
 	slowBytes  int64       // reads further behind the log end than this are old (bytes)
@@ -148,8 +150,17 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	b.slowBytes = slowReadBytes(&cfg)
 	empty := ""
 	b.addr.Store(&empty)
+	b.role.Store(&role{})
+	b.staticID.Store(cfg.BrokerID)
 	b.stamp = func(dst []byte, phys, baseQueueOffset, storeTimestamp int64) {
 		protocol.StampBatch(dst, phys, baseQueueOffset, storeTimestamp, b.epoch.Load())
+	}
+	if cfg.EnableRaftHA {
+		if b.raft, err = newRaftMember(b); err != nil {
+			store.Close()
+			return nil, err
+		}
+		b.hwm = cfg.BrokerRole == RoleSyncMaster
 	}
 	return b, nil
 }

@@ -144,6 +144,24 @@ type Config struct {
 	// SlaveSyncInterval is how often a slave syncs topic configs and consumer offsets with its
 	// master (ms in the file, default 3 s).
 	SlaveSyncInterval time.Duration `prop:"slaveSyncInterval" unit:"ms" help:"how often a slave syncs topic configs and consumer offsets with its master (ms in the file, default 3 s)"`
+	// EnableRaftHA makes the broker a member of a Raft-elected group of three or more (issue 4,
+	// ARCHITECTURE.md "Election"): the Raft leader that is in the in-sync set acts as master and
+	// registers as brokerId 0; the others are its slaves. brokerRole (SYNC_MASTER or ASYNC_MASTER)
+	// is then the acknowledgement mode of whoever is master, and brokerId (>= 1) the member's id
+	// while it is a slave.
+	EnableRaftHA bool `prop:"enableRaftHA" help:"makes the broker a member of a Raft-elected group of three or more: the Raft leader that is in the in-sync set acts as master (registers as brokerId 0); brokerRole (SYNC_MASTER or ASYNC_MASTER) is the acknowledgement mode of whoever is master, brokerId (>= 1) the member's id while it is a slave"`
+	// RaftSelfID is this member's Raft server id (e.g. b1), one of RaftPeers.
+	RaftSelfID string `prop:"raftSelfId" help:"this member's Raft server id (e.g. b1), one of raftPeers"`
+	// RaftPeers lists every member of the group as id-host:port of its Raft port, separated by
+	// ';' (e.g. b1-127.0.0.1:40911;b2-127.0.0.1:40912;b3-127.0.0.1:40913, as DLedger's
+	// dLegerPeers).
+	RaftPeers string `prop:"raftPeers" help:"every member of the group as id-host:port of its Raft port, separated by ';' (e.g. b1-127.0.0.1:40911;b2-127.0.0.1:40912;b3-127.0.0.1:40913)"`
+	// RaftHeartbeatTimeout and RaftElectionTimeout tune Raft for the network (ms in the file,
+	// default 300 each: a LAN). A follower that hears no leader for about the heartbeat timeout
+	// starts an election; the leader lease is half the heartbeat timeout, so a master cut off
+	// from its quorum stops acknowledging before another can be elected.
+	RaftHeartbeatTimeout time.Duration `prop:"raftHeartbeatTimeout" unit:"ms" help:"a follower that hears no Raft leader for about this long starts an election (ms, default 300); the leader lease is half of it"`
+	RaftElectionTimeout  time.Duration `prop:"raftElectionTimeout" unit:"ms" help:"how long a Raft candidate waits for votes before it tries again (ms, default 300)"`
 	// ShutdownGracePeriod bounds the wait for in-flight requests on shutdown (ms in the file).
 	ShutdownGracePeriod time.Duration `prop:"shutdownGracePeriod" unit:"ms" help:"bounds the wait for in-flight requests on shutdown (ms in the file)"`
 }
@@ -188,6 +206,8 @@ func DefaultConfig() Config {
 		SlaveReadLoadMsgsPerSec:       200_000,
 		SlaveSyncInterval:             3 * time.Second,
 		FrameReadTimeout:              30 * time.Second,
+		RaftHeartbeatTimeout:          300 * time.Millisecond,
+		RaftElectionTimeout:           300 * time.Millisecond,
 	}
 }
 
@@ -232,11 +252,17 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("flushDiskType %q: want ASYNC_FLUSH or SYNC_FLUSH", c.FlushDiskType)
 	}
-	if c.BrokerRole == RoleSlave && c.BrokerID <= 0 {
-		return fmt.Errorf("brokerId %d: a SLAVE has brokerId > 0", c.BrokerID)
-	}
-	if c.BrokerRole != RoleSlave && c.BrokerID != 0 {
-		return fmt.Errorf("brokerId %d: a master (%s) has brokerId 0", c.BrokerID, c.BrokerRole)
+	if c.EnableRaftHA {
+		if err := c.validateRaft(); err != nil {
+			return err
+		}
+	} else {
+		if c.BrokerRole == RoleSlave && c.BrokerID <= 0 {
+			return fmt.Errorf("brokerId %d: a SLAVE has brokerId > 0", c.BrokerID)
+		}
+		if c.BrokerRole != RoleSlave && c.BrokerID != 0 {
+			return fmt.Errorf("brokerId %d: a master (%s) has brokerId 0", c.BrokerID, c.BrokerRole)
+		}
 	}
 	if c.HAListenPort < 0 || c.HAListenPort > 65535 || (c.HAListenPort != 0 && c.HAListenPort == c.ListenPort) {
 		return fmt.Errorf("haListenPort %d: out of range or equal to listenPort", c.HAListenPort)
@@ -326,6 +352,8 @@ func (c *Config) Validate() error {
 		{"syncReplicationTimeout", c.SyncReplicationTimeout, time.Millisecond},
 		{"haInSyncMaxLagTime", c.HAInSyncMaxLagTime, 10 * time.Millisecond},
 		{"slaveSyncInterval", c.SlaveSyncInterval, 10 * time.Millisecond},
+		{"raftHeartbeatTimeout", c.RaftHeartbeatTimeout, 10 * time.Millisecond},
+		{"raftElectionTimeout", c.RaftElectionTimeout, 10 * time.Millisecond},
 	} {
 		if d.v < d.min {
 			return fmt.Errorf("%s %v: at least %v", d.key, d.v, d.min)
@@ -364,8 +392,56 @@ func (c *Config) haListenAddr() string {
 	return net.JoinHostPort(c.BindAddress, strconv.Itoa(port))
 }
 
-// isSlave reports whether the broker is a slave.
-func (c *Config) isSlave() bool { return c.BrokerRole == RoleSlave }
+// isSlave reports whether the broker is a slave by config (static roles).
+func (c *Config) isSlave() bool { return !c.EnableRaftHA && c.BrokerRole == RoleSlave }
+
+// validateRaft checks the keys of a Raft-elected member.
+func (c *Config) validateRaft() error {
+	if c.BrokerRole == RoleSlave {
+		return fmt.Errorf("brokerRole SLAVE with enableRaftHA: want SYNC_MASTER or ASYNC_MASTER, the acknowledgement mode of whoever is master")
+	}
+	if c.BrokerID <= 0 {
+		return fmt.Errorf("brokerId %d: a member of a Raft-elected group has brokerId >= 1 (it registers as 0 while master)", c.BrokerID)
+	}
+	peers, err := c.RaftPeerList()
+	if err != nil {
+		return err
+	}
+	if len(peers) < 3 {
+		return fmt.Errorf("raftPeers %q: a Raft-elected group has at least 3 members (two-member groups keep static roles)", c.RaftPeers)
+	}
+	for _, p := range peers {
+		if p.ID == c.RaftSelfID {
+			return nil
+		}
+	}
+	return fmt.Errorf("raftSelfId %q is not one of raftPeers %q", c.RaftSelfID, c.RaftPeers)
+}
+
+// RaftPeerList parses RaftPeers ("id-host:port;..."). Ids are unique and made of
+// [A-Za-z0-9_]; addresses are host:port.
+func (c *Config) RaftPeerList() ([]ha.RaftPeer, error) {
+	var out []ha.RaftPeer
+	seen := map[string]bool{}
+	for _, item := range strings.Split(c.RaftPeers, ";") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(item, "-")
+		if !ok || id == "" || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
+			return nil, fmt.Errorf("raftPeers item %q: want id-host:port with an id of [A-Za-z0-9_]", item)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("raftPeers item %q: %w", item, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("raftPeers: id %q appears twice", id)
+		}
+		seen[id] = true
+		out = append(out, ha.RaftPeer{ID: id, Addr: addr})
+	}
+	return out, nil
+}
 
 // advertisedHost returns the host part clients should dial: brokerIP1, else the bind address,
 // else (bound to all interfaces) the host's first non-loopback IPv4 address, as RocketMQ

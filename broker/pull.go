@@ -89,7 +89,8 @@ func clamp32(v, lo, hi int32) int32 {
 // is false it answers nothing and returns false, so the caller may hold the request.
 func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	rr := &cs.rr
-	if err := b.store.Read(p.topic, p.queueID, p.offset, p.maxMsgs, p.maxBytes, rr); err != nil {
+	r := b.role.Load()
+	if err := b.store.ReadUpTo(p.topic, p.queueID, p.offset, p.maxMsgs, p.maxBytes, b.highWatermark(r), rr); err != nil {
 		rr.Release()
 		cs.out = appendError(cs.out[:0], p.id, protocol.StatusSystemError, "cannot read: "+err.Error())
 		_, _ = cs.c.Write(cs.out)
@@ -104,11 +105,11 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	// answers "nothing new" or "offset moved" for an offset beyond its end while the master is
 	// alive, nor "offset moved" to a lower offset ever: it sends the consumer to the master. A
 	// queue it holds nothing of, asked past 0, is such an overflow too (not a reset to 0).
-	slaveBehind := b.haSlave != nil && (rr.Status == commitlog.OffsetOverflow ||
+	slaveBehind := r.slave != nil && (rr.Status == commitlog.OffsetOverflow ||
 		(rr.Status == commitlog.NoQueue && p.offset > 0) ||
-		((rr.Status == commitlog.NoNewMessage || rr.Status == commitlog.NoQueue) && b.haSlave.Connected()))
+		((rr.Status == commitlog.NoNewMessage || rr.Status == commitlog.NoQueue) && r.slave.Connected()))
 	switch {
-	case slaveBehind && !final && b.haSlave.MasterLoaded():
+	case slaveBehind && !final && r.slave.MasterLoaded():
 		// A loaded master sends even caught-up consumers here: wait for replication to bring
 		// the offset (wakeReplicated), and send the consumer to the master only at the timeout.
 		rr.Release()
@@ -138,8 +139,8 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 		hdr.Result = protocol.PullOffsetMoved
 		hdr.NextQueueOffset = rr.NextQueueOffset
 	}
-	if hdr.Result != protocol.PullNotHere && (b.haMaster != nil || b.haSlave != nil) {
-		hdr.SuggestBrokerID = b.readSuggestion(p.topic, p.queueID, hdr.NextQueueOffset)
+	if hdr.Result != protocol.PullNotHere && (r.master != nil || r.slave != nil) {
+		hdr.SuggestBrokerID = b.readSuggestion(r, p.topic, p.queueID, hdr.NextQueueOffset)
 	}
 	cs.out = protocol.StartFrame(cs.out[:0], uint16(protocol.StatusSuccess), protocol.FlagResponse, p.id)
 	cs.out = hdr.AppendTo(cs.out)

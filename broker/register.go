@@ -58,7 +58,7 @@ func (r *registrar) header() *protocol.BrokerHeader {
 	return &protocol.BrokerHeader{
 		ClusterName:  r.b.cfg.BrokerClusterName,
 		BrokerName:   r.b.cfg.BrokerName,
-		BrokerID:     r.b.cfg.BrokerID,
+		BrokerID:     r.b.registeredID(),
 		BrokerAddr:   r.b.Addr(),
 		HAServerAddr: r.b.haAdvertised(),
 		DataVersion:  r.b.topics.version.Load(),

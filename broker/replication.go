@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"time"
 
@@ -23,8 +24,12 @@ type masterInfo struct {
 }
 
 // haLog adapts the commit log to what replication needs (ha.MasterLog, ha.SlaveLog), mapping
-// the commit log's errors to ha's.
-type haLog struct{ s *commitlog.Store }
+// the commit log's errors to ha's. In a Raft-elected group a slave also records the epochs of
+// the batches it appends (epochs).
+type haLog struct {
+	s      *commitlog.Store
+	epochs *epochLog
+}
 
 func (l haLog) LogMinOffset() int64 { return l.s.LogMinOffset() }
 func (l haLog) LogEndOffset() int64 { return l.s.LogEndOffset() }
@@ -45,36 +50,33 @@ func (l haLog) ReadReplication(from int64, maxBytes int, fn func(start int64, da
 }
 
 func (l haLog) AppendReplicated(start int64, data []byte) (int64, error) {
-	return l.s.AppendReplicated(start, data)
+	end, err := l.s.AppendReplicated(start, data)
+	if err == nil && l.epochs != nil {
+		err = l.epochs.observe(start, data)
+	}
+	return end, err
 }
 
 func (l haLog) ResetTo(base int64, keep bool) (string, error) { return l.s.ResetTo(base, keep) }
 
-// newHA builds the replication side of the broker's role before the server accepts requests,
-// so that every handler sees it: a master's Master (serving its slaves on the HA port), or a
-// slave's Slave (pulling from its master).
-func (b *Broker) newHA() {
-	if b.cfg.isSlave() {
-		if a := b.cfg.HAMasterAddress; a != "" {
-			b.learnMaster("", a) // the client address comes with the master's first answer
-		}
-		b.haSlave = ha.NewSlave(ha.SlaveConfig{
-			BrokerName:    b.cfg.BrokerName,
-			SlaveID:       b.cfg.BrokerID,
-			SlaveAddr:     b.Addr,
-			MasterHAAddr:  func() string { return b.master().haAddr },
-			Log:           haLog{b.store},
-			MaxChunkBytes: b.cfg.HAMaxChunkBytes,
-			MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
-			Logger:        b.log,              // ha adds component=ha-slave
-			OnProgress:    func(end, masterEnd int64) { b.wakeReplicated() },
-			OnMasterAddr:  func(addr string) { b.learnMaster(addr, "") },
-		})
-		return
-	}
-	b.haMaster = ha.NewMaster(ha.MasterConfig{
+// role is what the broker does in its group now: master (master set), slave (slave set), or,
+// in a Raft-elected group between roles, neither: sends are refused with NOT_MASTER. A role is
+// never modified; a change stores a new one (Broker.role), so a handler sees one consistent role.
+type role struct {
+	master *ha.Master
+	slave  *ha.Slave
+	epoch  uint32 // the group's epoch the role belongs to
+	// handingOver: a master handing its role to a slave (electMaster) refuses sends while the
+	// slave catches up, but still serves replication.
+	handingOver bool
+}
+
+// newMasterHA builds a replication master for this broker (not started). commit and initial
+// are set in a Raft-elected group (ha.MasterConfig.CommitSyncSet, InitialSyncSet).
+func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.SyncMember) *ha.Master {
+	return ha.NewMaster(ha.MasterConfig{
 		BrokerName:        b.cfg.BrokerName,
-		Log:               haLog{b.store},
+		Log:               haLog{s: b.store},
 		ListenAddr:        b.cfg.haListenAddr(),
 		Codec:             ha.Codec(b.cfg.HACompression), // validated by Config.Validate
 		MaxChunkBytes:     b.cfg.HAMaxChunkBytes,
@@ -84,38 +86,94 @@ func (b *Broker) newHA() {
 		// the slave's connection close until the hold ends; holding at most half the in-sync lag
 		// time lets a slave that died while idle leave the set about haInSyncMaxLagTime later,
 		// not 5 s (ha.DefaultMaxWait) later.
-		MaxWait:    min(ha.DefaultMaxWait, b.cfg.HAInSyncMaxLagTime/2),
-		Logger:     b.log, // ha adds component=ha-master
-		Loaded:     b.loaded.Load,
-		ClientAddr: b.Addr,
+		MaxWait:        min(ha.DefaultMaxWait, b.cfg.HAInSyncMaxLagTime/2),
+		Logger:         b.log, // ha adds component=ha-master
+		Loaded:         b.loaded.Load,
+		ClientAddr:     b.Addr,
+		CommitSyncSet:  commit,
+		InitialSyncSet: initial,
 	})
 }
 
+// newSlaveHA builds a replication slave for this broker (not started): it pulls from the
+// master b.master() names.
+func (b *Broker) newSlaveHA() *ha.Slave {
+	cfg := ha.SlaveConfig{
+		BrokerName:    b.cfg.BrokerName,
+		SlaveID:       b.registeredID(),
+		SlaveAddr:     b.Addr,
+		MasterHAAddr:  func() string { return b.master().haAddr },
+		Log:           haLog{s: b.store, epochs: b.raft.epochLog()},
+		MaxChunkBytes: b.cfg.HAMaxChunkBytes,
+		MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
+		Logger:        b.log,              // ha adds component=ha-slave
+		OnProgress:    func(end, masterEnd int64) { b.wakeReplicated() },
+		OnMasterAddr:  func(addr string) { b.learnMaster(addr, "") },
+	}
+	if b.raft != nil {
+		cfg.MemberID = b.raft.selfID
+		cfg.OnOutOfRange = b.raft.onOutOfRange
+		cfg.Backoff, cfg.MaxBackoff = 20*time.Millisecond, 500*time.Millisecond
+	}
+	return ha.NewSlave(cfg)
+}
+
+// newHA builds the replication side of a broker with static roles before the server accepts
+// requests, so that every handler sees it: a master's Master (serving its slaves on the HA
+// port), or a slave's Slave (pulling from its master). In a Raft-elected group the election
+// picks the role once the broker runs (raft.go).
+func (b *Broker) newHA() {
+	if b.raft != nil {
+		return
+	}
+	if b.cfg.isSlave() {
+		if a := b.cfg.HAMasterAddress; a != "" {
+			b.learnMaster("", a) // the client address comes with the master's first answer
+		}
+		b.role.Store(&role{slave: b.newSlaveHA()})
+		return
+	}
+	b.role.Store(&role{master: b.newMasterHA(nil, nil)})
+}
+
 // startHA starts what newHA built, once the broker's client address is known: the master
-// listens on its HA port; the slave starts pulling and syncing topic configs and consumer
-// offsets with its master.
+// listens on its HA port; the slave starts pulling. A slave, or any member of a Raft-elected
+// group, also syncs topic configs and consumer offsets with its master.
 func (b *Broker) startHA() error {
-	if b.haSlave != nil {
-		if err := b.haSlave.Start(); err != nil {
+	if b.raft != nil {
+		if err := b.raft.start(); err != nil {
+			return err
+		}
+		b.bg.Add(1)
+		go b.slaveSyncLoop()
+		return nil
+	}
+	r := b.role.Load()
+	if r.slave != nil {
+		if err := r.slave.Start(); err != nil {
 			return fmt.Errorf("cannot start replication from the master: %w", err)
 		}
 		b.bg.Add(1)
 		go b.slaveSyncLoop()
 		return nil
 	}
-	if err := b.haMaster.Start(); err != nil {
+	if err := r.master.Start(); err != nil {
 		return fmt.Errorf("cannot start replication on %s: %w", b.cfg.haListenAddr(), err)
 	}
 	return nil
 }
 
-// closeHA stops replication.
+// closeHA stops replication (and the Raft member).
 func (b *Broker) closeHA() {
-	if b.haSlave != nil {
-		b.haSlave.Close()
+	if b.raft != nil {
+		b.raft.close()
 	}
-	if b.haMaster != nil {
-		_ = b.haMaster.Close()
+	r := b.role.Load()
+	if r.slave != nil {
+		r.slave.Close()
+	}
+	if r.master != nil {
+		_ = r.master.Close()
 	}
 	b.syncMu.Lock()
 	if b.syncConn != nil {
@@ -127,14 +185,49 @@ func (b *Broker) closeHA() {
 
 // haAdvertised returns the replication address a master registers, "" for a slave.
 func (b *Broker) haAdvertised() string {
-	if b.haMaster == nil {
+	r := b.role.Load()
+	if r.master == nil {
 		return ""
 	}
-	_, port, err := net.SplitHostPort(b.haMaster.Addr())
+	_, port, err := net.SplitHostPort(r.master.Addr())
 	if err != nil {
 		return ""
 	}
 	return net.JoinHostPort(b.cfg.advertisedHost(), port)
+}
+
+// registeredID is the brokerId the broker registers under: 0 for the master of a Raft-elected
+// group, else its configured brokerId.
+func (b *Broker) registeredID() int64 {
+	if b.raft == nil {
+		return b.staticID.Load() // electMaster may have swapped it
+	}
+	if b.role.Load().master != nil {
+		return 0
+	}
+	return b.cfg.BrokerID
+}
+
+// highWatermark returns the physical offset consumers may read up to: in a Raft-elected SYNC
+// group the confirmed offset (held by every in-sync member; a slave knows its master's as
+// last heard), so that no read is undone by a failover; without one, no limit.
+func (b *Broker) highWatermark(r *role) int64 {
+	if !b.hwm {
+		return math.MaxInt64
+	}
+	var v int64
+	switch {
+	case r.master != nil:
+		v = r.master.ConfirmedOffset()
+	case r.slave != nil:
+		v = r.slave.ConfirmedOffset()
+	default:
+		return b.lastHWM.Load() // between roles: what was confirmed before
+	}
+	if v > b.lastHWM.Load() {
+		b.lastHWM.Store(v)
+	}
+	return v
 }
 
 // learnMaster records the group's master as the NameServers, the config or the master's own
@@ -142,8 +235,8 @@ func (b *Broker) haAdvertised() string {
 // know a master that is down). A slave configured with haMasterAddress keeps that replication
 // address.
 func (b *Broker) learnMaster(clientAddr, haAddr string) {
-	if !b.cfg.isSlave() {
-		return
+	if b.raft != nil || b.role.Load().master != nil {
+		return // a master, or a Raft-elected member: it learns the master from Raft (setMaster)
 	}
 	b.masterMu.Lock()
 	defer b.masterMu.Unlock()
@@ -275,23 +368,27 @@ func (b *Broker) syncFailed(c *rpc.Conn, addr string, err error) {
 
 // haStatus builds the CodeGetHAStatus answer.
 func (b *Broker) haStatus() protocol.HAStatus {
+	r := b.role.Load()
 	st := protocol.HAStatus{
 		Role:            b.cfg.BrokerRole,
-		BrokerID:        b.cfg.BrokerID,
+		BrokerID:        b.registeredID(),
 		LogMin:          b.store.LogMinOffset(),
 		LogEnd:          b.store.LogEndOffset(),
 		ConfirmedOffset: b.store.LogEndOffset(),
 		InSyncReplicas:  1,
 	}
+	if r.master == nil && b.raft != nil {
+		st.Role = RoleSlave
+	}
 	switch {
-	case b.haMaster != nil:
-		ms := b.haMaster.Status()
+	case r.master != nil:
+		ms := r.master.Status()
 		st.Epoch = ms.Epoch
 		st.ConfirmedOffset = ms.ConfirmedOffset
 		st.InSyncReplicas = ms.InSyncReplicas
 		st.Slaves = ms.Slaves
-	case b.haSlave != nil:
-		ss := b.haSlave.Status()
+	case r.slave != nil:
+		ss := r.slave.Status()
 		m := b.master()
 		st.MasterAddr, st.MasterHAAddr = m.clientAddr, m.haAddr
 		st.MasterEnd = ss.MasterEnd
@@ -307,14 +404,14 @@ func (b *Broker) haStatus() protocol.HAStatus {
 
 // readSuggestion decides which broker a consumer pulls its queue from next (ha.SuggestReadBroker),
 // from where the consumer's next batch sits in this broker's log.
-func (b *Broker) readSuggestion(topic []byte, queueID int32, nextQueueOffset int64) int64 {
+func (b *Broker) readSuggestion(r *role, topic []byte, queueID int32, nextQueueOffset int64) int64 {
 	end := b.store.LogEndOffset()
 	switch {
-	case b.haMaster != nil:
+	case r.master != nil:
 		if !b.cfg.SlaveReadEnable {
 			return 0
 		}
-		slaves := b.haMaster.SlavesForRead()
+		slaves := r.master.SlavesForRead()
 		if len(slaves) == 0 {
 			return 0
 		}
@@ -327,14 +424,14 @@ func (b *Broker) readSuggestion(topic []byte, queueID int32, nextQueueOffset int
 			SlowBytes:       b.slowBytes,
 			Slaves:          slaves,
 		})
-	case b.haSlave != nil:
+	case r.slave != nil:
 		return ha.SuggestReadBroker(ha.SuggestInput{
-			SelfID:          b.cfg.BrokerID,
+			SelfID:          b.registeredID(),
 			SlaveReadEnable: b.cfg.SlaveReadEnable,
-			MasterAlive:     b.haSlave.Connected(),
+			MasterAlive:     r.slave.Connected(),
 			LogEnd:          end,
-			MasterEnd:       b.haSlave.MasterEnd(),
-			MasterLoaded:    b.haSlave.MasterLoaded(),
+			MasterEnd:       r.slave.MasterEnd(),
+			MasterLoaded:    r.slave.MasterLoaded(),
 			NextPhys:        b.store.QueuePhysicalOffset(topic, queueID, nextQueueOffset),
 			SlowBytes:       b.slowBytes,
 		})

@@ -176,8 +176,8 @@ func (hc *haCluster) start(id int64) *Broker {
 	}
 	_, port, _ := net.SplitHostPort(b.Addr())
 	cfg.ListenPort, _ = strconv.Atoi(port)
-	if b.haMaster != nil {
-		_, hp, _ := net.SplitHostPort(b.haMaster.Addr())
+	if b.role.Load().master != nil {
+		_, hp, _ := net.SplitHostPort(b.role.Load().master.Addr())
 		cfg.HAListenPort, _ = strconv.Atoi(hp)
 	}
 	hc.mu.Lock()
@@ -222,7 +222,7 @@ func (hc *haCluster) cfg(id int64) Config {
 // inSync returns the in-sync flag of every slave the master knows.
 func inSync(m *Broker) map[int64]bool {
 	out := map[int64]bool{}
-	for _, s := range m.haMaster.Status().Slaves {
+	for _, s := range m.role.Load().master.Status().Slaves {
 		out[s.BrokerID] = s.InSync
 	}
 	return out
@@ -248,7 +248,7 @@ func (hc *haCluster) waitInSync(ids ...int64) {
 				return false
 			}
 		}
-		return m.haMaster.InSyncCount() == len(ids)
+		return m.role.Load().master.InSyncCount() == len(ids)
 	})
 }
 
@@ -264,7 +264,7 @@ func (hc *haCluster) waitCaughtUp(ids ...int64) {
 			if s.store.LogEndOffset() != end {
 				return false
 			}
-			for _, sl := range m.haMaster.Status().Slaves {
+			for _, sl := range m.role.Load().master.Status().Slaves {
 				if sl.BrokerID == id {
 					return sl.AckedOffset == end
 				}

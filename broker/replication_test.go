@@ -282,7 +282,7 @@ func TestSyncMasterAcksAfterReplication(t *testing.T) {
 	}
 	hc.waitCaughtUp(1, 2)
 	hc.waitInSync(1, 2)
-	if rs := s2.haSlave.Status().Resyncs; rs != 0 {
+	if rs := s2.role.Load().slave.Status().Resyncs; rs != 0 {
 		t.Fatalf("restarted slave resynced %d times instead of continuing from its end", rs)
 	}
 	ac.set(2, s2)
@@ -384,7 +384,7 @@ func TestSyncMasterMinInSyncTwo(t *testing.T) {
 			t.Fatalf("send %d after the slave returned: %v", i, err)
 		}
 	}
-	if rs := s1.haSlave.Status().Resyncs; rs != 0 {
+	if rs := s1.role.Load().slave.Status().Resyncs; rs != 0 {
 		t.Fatalf("restarted slave resynced %d times", rs)
 	}
 	hc.waitCaughtUp(1)
@@ -467,7 +467,7 @@ func TestSlaveRefusesSends(t *testing.T) {
 		t.Fatalf("new master's queue %d at %d: %v %v", res.QueueID, res.QueueOffset, got.offs, got.bodies)
 	}
 	hc.waitCaughtUp(1)
-	if rs := s.haSlave.Status().Resyncs; rs != 0 {
+	if rs := s.role.Load().slave.Status().Resyncs; rs != 0 {
 		t.Fatalf("the demoted master resynced %d times; its log was the new master's", rs)
 	}
 	_, admin := hc.newAdmin()
@@ -608,7 +608,7 @@ func TestPullSuggestions(t *testing.T) {
 	// The master closes: slave 2 serves everything it holds and keeps slow consumers.
 	hc.stop(0)
 	s2 := hc.b(2)
-	eventually(t, "slave sees its master gone", func() bool { return !s2.haSlave.Connected() })
+	eventually(t, "slave sees its master gone", func() bool { return !s2.role.Load().slave.Connected() })
 	if got := pullQueue(t, sc, "Sug", 0, max0); !maps.Equal(got, want0) {
 		t.Fatalf("slave without its master served %d messages, the master had %d; contents differ", len(got), len(want0))
 	}
@@ -855,7 +855,7 @@ func TestResyncWipedSlave(t *testing.T) {
 	if sm, mm := s.store.LogMinOffset(), m.store.LogMinOffset(); sm == 0 || sm > mm {
 		t.Fatalf("resynced slave's log starts at %d, the master's at %d", sm, mm)
 	}
-	if rs := s.haSlave.Status().Resyncs; rs < 1 {
+	if rs := s.role.Load().slave.Status().Resyncs; rs < 1 {
 		t.Fatal("the wiped slave caught up without a resync")
 	}
 	_, admin := hc.newAdmin()
@@ -944,7 +944,7 @@ func TestResyncSlaveAhead(t *testing.T) {
 			case <-time.After(time.Millisecond):
 			}
 			end := m.store.LogEndOffset()
-			for _, sl := range m.haMaster.Status().Slaves {
+			for _, sl := range m.role.Load().master.Status().Slaves {
 				if sl.AckedOffset > end {
 					fail("slave %d acknowledged %d, past the master's end %d", sl.BrokerID, sl.AckedOffset, end)
 				}
@@ -967,7 +967,7 @@ func TestResyncSlaveAhead(t *testing.T) {
 		t.Fatalf("the slave did not restart with its %d-byte log", slaveEnd)
 	}
 	eventually(t, "slave resynced", func() bool {
-		return s.haSlave.Status().Resyncs >= 1 && hc.logs.hasLine("RESYNC: this slave's log is ahead of the master's", "member=b1")
+		return s.role.Load().slave.Status().Resyncs >= 1 && hc.logs.hasLine("RESYNC: this slave's log is ahead of the master's", "member=b1")
 	})
 	hc.waitInSync(1)
 	eventually(t, "sends succeed with the slave back", func() bool { return ok.Load() >= 20 })
@@ -1084,7 +1084,7 @@ func TestHAPortBadInput(t *testing.T) {
 			t.Fatalf("%s: %+v %v; want result %v", tc.name, h, err, tc.want)
 		}
 		rc.Close()
-		for _, sl := range m.haMaster.Status().Slaves {
+		for _, sl := range m.role.Load().master.Status().Slaves {
 			if sl.BrokerID == tc.req.SlaveID && (sl.AckedOffset >= 0 || sl.InSync) {
 				t.Fatalf("%s: the master counts the request as progress: %+v", tc.name, sl)
 			}
@@ -1148,10 +1148,10 @@ func TestHAPortStrayPullWithSlaveID(t *testing.T) {
 	})
 	for i := 0; i < 5; i++ {
 		if _, err := sendBatch(mc, buildBatch("Stray", 0, "two")); err != nil {
-			t.Fatalf("send after a stray pull with the slave's id: %v (slaves %+v)", err, m.haMaster.Status().Slaves)
+			t.Fatalf("send after a stray pull with the slave's id: %v (slaves %+v)", err, m.role.Load().master.Status().Slaves)
 		}
 	}
-	for _, sl := range m.haMaster.Status().Slaves {
+	for _, sl := range m.role.Load().master.Status().Slaves {
 		if sl.BrokerID == 1 && (!sl.Connected || !sl.InSync) {
 			t.Fatalf("real slave after the stray pull: %+v", sl)
 		}

@@ -16,9 +16,10 @@ import (
 // Under SYNC_FLUSH the answer waits for the group commit that covers the batch and is written
 // by the flusher goroutine.
 func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
-	if b.haSlave != nil {
+	r := b.role.Load()
+	if r.master == nil || r.handingOver {
 		m := b.master()
-		b.replyError(cs, f, protocol.StatusNotMaster, "broker "+b.cfg.BrokerName+"/"+strconv.FormatInt(b.cfg.BrokerID, 10)+" is a slave: send to its master", m.clientAddr)
+		b.replyError(cs, f, protocol.StatusNotMaster, "broker "+b.cfg.BrokerName+"/"+strconv.FormatInt(b.cfg.BrokerID, 10)+" is not the master: send to the master", m.clientAddr)
 		return
 	}
 	if len(f.Header) != 0 {
@@ -61,15 +62,15 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 		b.replyError(cs, f, protocol.StatusQueueNotExist, "queue id out of range of the topic's write queues", "")
 		return
 	}
-	syncRepl := b.cfg.BrokerRole == RoleSyncMaster && b.haMaster != nil
+	syncRepl := b.cfg.BrokerRole == RoleSyncMaster
 	if syncRepl && b.cfg.MinInSyncReplicas > 1 {
 		// Checked before the append: these refusals mean "not stored".
-		if b.haMaster.ConnectedSlaves() == 0 {
+		if r.master.ConnectedSlaves() == 0 {
 			b.stats.putErrors.Add(1)
 			b.replyError(cs, f, protocol.StatusSlaveNotAvailable, "no slave is connected and minInSyncReplicas is "+strconv.Itoa(b.cfg.MinInSyncReplicas)+": not stored", "")
 			return
 		}
-		if n := b.haMaster.InSyncCount() + 1; n < b.cfg.MinInSyncReplicas {
+		if n := r.master.InSyncCount() + 1; n < b.cfg.MinInSyncReplicas {
 			b.stats.putErrors.Add(1)
 			b.replyError(cs, f, protocol.StatusInSyncReplicasNotEnough, strconv.Itoa(n)+" in-sync replicas, minInSyncReplicas is "+strconv.Itoa(b.cfg.MinInSyncReplicas)+": not stored", "")
 			return
@@ -90,11 +91,13 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 	}
 	b.stats.putMessages.Add(int64(h.Count))
 	b.stats.putBytes.Add(int64(res.Size))
-	if b.haMaster != nil {
-		b.haMaster.NotifyAppend(res.EndOffset)
-	}
-	if ws := tp.waiters.take(h.QueueID); ws != nil {
-		b.wakeWaiters(ws)
+	r.master.NotifyAppend(res.EndOffset)
+	// NB: with a high watermark (hwm) a held pull can read the batch only once it is
+	// replicated: the replication waiter below wakes it then.
+	if !syncRepl || !b.hwm || f.Flags.IsOneway() {
+		if ws := tp.waiters.take(h.QueueID); ws != nil {
+			b.wakeWaiters(ws)
+		}
 	}
 
 	if f.Flags.IsOneway() {
@@ -127,11 +130,17 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 		})
 	}
 	if syncRepl {
-		b.haMaster.WaitReplicated(res.EndOffset, b.cfg.MinInSyncReplicas-1, b.cfg.SyncReplicationTimeout, func(err error) {
+		qid := h.QueueID
+		r.master.WaitReplicated(res.EndOffset, b.cfg.MinInSyncReplicas-1, b.cfg.SyncReplicationTimeout, func(err error) {
 			if err != nil {
 				a.fail(protocol.StatusFlushSlaveTimeout, "stored on the master, replication not confirmed: "+err.Error())
 			}
 			a.done()
+			if b.hwm {
+				if ws := tp.waiters.take(qid); ws != nil {
+					b.wakeWaiters(ws)
+				}
+			}
 		})
 	}
 }

@@ -213,7 +213,7 @@ func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
 	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient, protocol.CodeGetConsumerListByGroup:
 		b.handleConsumerRequest(cs, f)
 	case protocol.CodeUpdateAndCreateTopic, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo,
-		protocol.CodeGetLogChecksum, protocol.CodeGetHAStatus:
+		protocol.CodeGetLogChecksum, protocol.CodeGetHAStatus, protocol.CodeElectMaster:
 		// These may wait: a topic update fsyncs the topic table, consume stats read old batches
 		// (cold pages), runtime info reads memory statistics (a short stop of the world). They
 		// run on a worker goroutine and are answered with AsyncWrite.

@@ -13,10 +13,10 @@ import (
 
 // Admin runs administrative requests against NameServers and brokers: the calls behind
 // petrelctl's mqadmin-like commands (updateTopic, topicRoute, clusterList, topicStatus,
-// consumerProgress, brokerStatus, haStatus, logChecksum). A Client made WithNoNameServer serves
-// the requests that name a broker address. Its methods are safe for concurrent use. Each
-// request is bounded by the client's request timeout (WithRequestTimeout), or by ctx's deadline
-// when it is earlier.
+// consumerProgress, brokerStatus, haStatus, logChecksum, electMaster). A Client made
+// WithNoNameServer serves the requests that name a broker address. Its methods are safe for
+// concurrent use. Each request is bounded by the client's request timeout (WithRequestTimeout),
+// or by ctx's deadline when it is earlier.
 type Admin struct {
 	c *Client
 }
@@ -386,4 +386,74 @@ func (a *Admin) TopicStatsFrom(ctx context.Context, topic string, brokerIDs ...i
 		out = append(out, BrokerTopicStats{BrokerName: bd.BrokerName, Addr: addr, Stats: st})
 	}
 	return out, errors.Join(errs...)
+}
+
+// ElectMaster makes member brokerID of broker group brokerName the group's master online
+// (CODE ELECT_MASTER, mqadmin electMaster) and returns the group's master afterwards: its
+// brokerId, client address and epoch. The members are looked up in a NameServer's cluster
+// table, where the current master is listed as brokerId 0 whatever the brokerId of its config:
+//
+//   - When the group has a master, the request goes to it (Force false): the master hands its
+//     role over to the member, or refuses, e.g. when the member is unknown to it or not in sync.
+//     brokerID may be one the table does not list (the master's own, or a member it knows), so
+//     only the master decides whether it is unknown.
+//   - When the group has no master (it is down and its registration gone), the request goes to
+//     member brokerID itself with Force true: it promotes itself without the old master, and
+//     whatever only the old master held (not replicated to it) may be lost.
+//
+// Errors: ErrUnknownBroker (errors.Is) when the cluster table has no group brokerName, or,
+// without a master, no live member brokerID; the NameServer's error when the table cannot be
+// read; otherwise the broker's refusal as a *protocol.Error (StatusOf gives the status, the
+// remark says why), or the failure to reach the broker (ErrBrokerUnavailable: nothing was sent)
+// or to get its answer in time (the election may or may not have happened: clusterList or
+// haStatus tells). Each error names the broker asked. The request is bounded by the request
+// timeout like every Admin call.
+func (a *Admin) ElectMaster(ctx context.Context, brokerName string, brokerID int64) (protocol.ElectMasterResponse, error) {
+	var resp protocol.ElectMasterResponse
+	if brokerName == "" {
+		return resp, errors.New("client: electMaster: no broker name")
+	}
+	if brokerID < 0 {
+		return resp, fmt.Errorf("client: electMaster: brokerId %d is negative", brokerID)
+	}
+	ci, err := a.c.clusterInfo(ctx)
+	if err != nil {
+		return resp, err
+	}
+	var bd *protocol.BrokerData
+	for i := range ci.Brokers {
+		if ci.Brokers[i].BrokerName == brokerName {
+			bd = &ci.Brokers[i]
+			break
+		}
+	}
+	if bd == nil {
+		return resp, fmt.Errorf("%w: the cluster table has no broker group %q", ErrUnknownBroker, brokerName)
+	}
+	req := protocol.ElectMasterRequest{BrokerName: brokerName, BrokerID: brokerID}
+	addr, asked := bd.MasterAddr(), "master "
+	if addr == "" {
+		target, ok := memberAddr(bd, brokerID)
+		if !ok {
+			return resp, fmt.Errorf("%w: broker group %q has no master and no live member with brokerId %d (live: %s)",
+				ErrUnknownBroker, brokerName, brokerID, liveMembers(bd))
+		}
+		addr, asked, req.Force = target, "no master, forced on ", true
+	}
+	if err := a.c.callAddr(ctx, addr, protocol.CodeElectMaster, &req, nil, &resp, nil); err != nil {
+		return resp, fmt.Errorf("cannot elect brokerId %d master of %s (%s%s): %w", brokerID, brokerName, asked, addr, err)
+	}
+	return resp, nil
+}
+
+// liveMembers lists a group's members as "ID at ADDR, ...", or "none".
+func liveMembers(bd *protocol.BrokerData) string {
+	if len(bd.Addrs) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(bd.Addrs))
+	for i, m := range bd.Addrs {
+		parts[i] = fmt.Sprintf("%d at %s", m.BrokerID, m.Addr)
+	}
+	return strings.Join(parts, ", ")
 }

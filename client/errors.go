@@ -30,6 +30,10 @@ var (
 	ErrBrokerUnavailable = errors.New("client: broker unavailable")
 	// ErrNameServerUnavailable is returned when no NameServer answered.
 	ErrNameServerUnavailable = errors.New("client: no NameServer answered")
+	// ErrUnknownBroker is returned by Admin calls that name a broker group or a member of one
+	// (Admin.ElectMaster) when the NameServer's cluster table has no such group, or no live
+	// member with that brokerId.
+	ErrUnknownBroker = errors.New("client: unknown broker")
 	// ErrCorruptBatch is recorded for a consumer queue that received a batch failing its CRC or
 	// structure check; the queue stops and nothing of that batch is delivered. It wraps
 	// protocol.ErrBatchCRC or protocol.ErrBatchMalformed.

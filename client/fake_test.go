@@ -82,6 +82,10 @@ type fakeBroker struct {
 	pullHook func(h *protocol.PullRequestHeader) (rpc.Reply, bool)
 	hookMu   sync.Mutex
 	suggest  atomic.Int64 // SuggestBrokerID put in pull responses
+	// electHook answers ELECT_MASTER (nil: REQUEST_CODE_NOT_SUPPORTED, as a group with static
+	// roles); elects records every request received. Both guarded by hookMu.
+	electHook func(h *protocol.ElectMasterRequest) rpc.Reply
+	elects    []protocol.ElectMasterRequest
 
 	sends   atomic.Int64
 	pulls   atomic.Int64
@@ -129,6 +133,19 @@ func (b *fakeBroker) setSendHook(h func(req *rpc.Request) (rpc.Reply, bool)) {
 	b.hookMu.Lock()
 	b.sendHook = h
 	b.hookMu.Unlock()
+}
+
+func (b *fakeBroker) setElectHook(h func(h *protocol.ElectMasterRequest) rpc.Reply) {
+	b.hookMu.Lock()
+	b.electHook = h
+	b.hookMu.Unlock()
+}
+
+// electRequests returns the ELECT_MASTER requests the broker received.
+func (b *fakeBroker) electRequests() []protocol.ElectMasterRequest {
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
+	return slices.Clone(b.elects)
 }
 
 func (b *fakeBroker) setPullHook(h func(h *protocol.PullRequestHeader) (rpc.Reply, bool)) {
@@ -357,6 +374,19 @@ func (b *fakeBroker) handle(req *rpc.Request) rpc.Reply {
 		}
 		l := protocol.StringList{Items: b.groupMembers(h.ConsumerGroup)}
 		return rpc.Reply{Body: l.AppendTo(nil)}
+	case protocol.CodeElectMaster:
+		var h protocol.ElectMasterRequest
+		if err := h.ReadFrom(req.Header); err != nil {
+			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+		}
+		b.hookMu.Lock()
+		b.elects = append(b.elects, h)
+		hook := b.electHook
+		b.hookMu.Unlock()
+		if hook == nil {
+			return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "fake broker: static roles")
+		}
+		return hook(&h)
 	case protocol.CodeGetBrokerRuntimeInfo:
 		kv := protocol.KVTable{Entries: []protocol.KV{{Key: "brokerName", Value: b.name}, {Key: "sends", Value: strconv.FormatInt(b.sends.Load(), 10)}}}
 		return rpc.Reply{Body: kv.AppendTo(nil)}

@@ -3,6 +3,7 @@ package commitlog
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // maxReadAttempts bounds the retries of a read that raced with retention.
@@ -88,6 +89,15 @@ func (r *ReadResult) reset() {
 // NB: a cold batch page-faults in whichever goroutine touches the Slice's bytes; Read itself
 // touches only the consume queue.
 func (s *Store) Read(topic []byte, queueID int32, queueOffset int64, maxMessages int32, maxBytes int, r *ReadResult) error {
+	return s.ReadUpTo(topic, queueID, queueOffset, maxMessages, maxBytes, math.MaxInt64, r)
+}
+
+// ReadUpTo is Read limited to batches that end at or before the physical offset limit: a batch
+// past it is not returned, and when the batch at queueOffset is past it the status is
+// NoNewMessage (the messages exist but may not be served yet). A replicated broker passes its
+// high watermark (the offset every in-sync member holds), so that no read can be undone by a
+// failover (Kafka's high watermark).
+func (s *Store) ReadUpTo(topic []byte, queueID int32, queueOffset int64, maxMessages int32, maxBytes int, limit int64, r *ReadResult) error {
 	r.reset()
 	for range maxReadAttempts {
 		if s.closedFlag.Load() {
@@ -98,7 +108,7 @@ func (s *Store) Read(topic []byte, queueID int32, queueOffset int64, maxMessages
 			r.Status = NoQueue
 			return nil
 		}
-		err := s.readQueue(q, queueOffset, maxMessages, maxBytes, r)
+		err := s.readQueue(q, queueOffset, maxMessages, maxBytes, limit, r)
 		switch {
 		case err == nil:
 			return nil
@@ -118,7 +128,7 @@ func (s *Store) Read(topic []byte, queueID int32, queueOffset int64, maxMessages
 	return fmt.Errorf("cannot read %s/%d at queue offset %d: %w", string(topic), queueID, queueOffset, errRetry)
 }
 
-func (s *Store) readQueue(q *consumeQueue, off int64, maxMessages int32, maxBytes int, r *ReadResult) error {
+func (s *Store) readQueue(q *consumeQueue, off int64, maxMessages int32, maxBytes int, limit int64, r *ReadResult) error {
 	var c cqCursor
 	defer c.close()
 	b, err := q.bounds(&c)
@@ -153,6 +163,9 @@ func (s *Store) readQueue(q *consumeQueue, off int64, maxMessages int32, maxByte
 		e, err := c.entry(i)
 		if err != nil {
 			loopErr = err
+			break
+		}
+		if e.end() > limit {
 			break
 		}
 		if r.Messages > 0 && (maxMessages > 0 && r.Messages >= int(maxMessages) ||
@@ -193,6 +206,10 @@ func (s *Store) readQueue(q *consumeQueue, off int64, maxMessages int32, maxByte
 	}
 	if loopErr != nil && (loopErr != errRetry || r.Messages == 0) {
 		return loopErr
+	}
+	if r.Messages == 0 { // the batch at off ends past limit
+		r.Status, r.NextQueueOffset = NoNewMessage, off
+		return nil
 	}
 	q.hint.Store(i)
 	r.Status = Found

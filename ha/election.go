@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/petrel-mq/petrel/protocol"
 )
@@ -34,6 +35,57 @@ type ControlState struct {
 	Epochs []EpochStart
 	// SyncStateSet holds the in-sync members, the master included, sorted.
 	SyncStateSet []string
+	// Members is what the group knows of its members' addresses, sorted by ID: every master
+	// records itself with its new epoch and the slaves it serves with its in-sync set, so that
+	// members learn the master's addresses and a leader outside the set can reach the set.
+	Members []Member
+}
+
+// Member is one broker of a Raft-elected group as the control state knows it.
+type Member struct {
+	ID       string // Raft server id (raftSelfId)
+	BrokerID int64  // the brokerId of its config (it registers as 0 while master)
+	Addr     string // client address, host:port
+	HAAddr   string // replication address, host:port ("" for a member never master)
+}
+
+// Member returns the entry of member id.
+func (s ControlState) Member(id string) (Member, bool) {
+	i, ok := slices.BinarySearchFunc(s.Members, id, func(m Member, id string) int { return strings.Compare(m.ID, id) })
+	if !ok {
+		return Member{}, false
+	}
+	return s.Members[i], true
+}
+
+// MemberByBrokerID returns the entry whose BrokerID is id.
+func (s ControlState) MemberByBrokerID(id int64) (Member, bool) {
+	for _, m := range s.Members {
+		if m.BrokerID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// upsertMembers returns members with ms put in (replacing entries of the same ID), sorted.
+func upsertMembers(members []Member, ms []Member) []Member {
+	out := slices.Clone(members)
+	for _, m := range ms {
+		if m.ID == "" {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(out, m.ID, func(x Member, id string) int { return strings.Compare(x.ID, id) })
+		if ok {
+			if m.HAAddr == "" { // a slave's entry keeps the HA address it had as master
+				m.HAAddr = out[i].HAAddr
+			}
+			out[i] = m
+		} else {
+			out = slices.Insert(out, i, m)
+		}
+	}
+	return out
 }
 
 // CommandKind says what a Command does.
@@ -44,6 +96,8 @@ const (
 	// CmdNewEpoch makes MasterID the master of a new epoch starting at StartOffset (its log end
 	// after the Raft barrier). The new master must be in the in-sync set (or the set empty: the
 	// group's first election), and StartOffset must not be below the previous epoch's start.
+	// SyncStateSet, when not empty, is the set the epoch starts with: members of the old set
+	// only (the master is added).
 	CmdNewEpoch CommandKind = 1
 	// CmdSetSyncStateSet replaces the in-sync set. Epoch must be the current epoch (a deposed
 	// master's late change is refused) and the set must contain the master.
@@ -57,6 +111,9 @@ type Command struct {
 	MasterID     string // CmdNewEpoch
 	StartOffset  int64  // CmdNewEpoch
 	SyncStateSet []string
+	// Members are put into the state's member table (both kinds): the new master itself, or
+	// the slaves of the in-sync set.
+	Members []Member
 }
 
 // Errors of Apply. A refused command leaves the state unchanged.
@@ -88,9 +145,22 @@ func (s ControlState) Apply(c Command) (ControlState, error) {
 			MasterID: c.MasterID,
 			Epoch:    s.Epoch + 1,
 			Epochs:   append(slices.Clone(s.Epochs), EpochStart{Epoch: s.Epoch + 1, StartOffset: c.StartOffset}),
+			Members:  upsertMembers(s.Members, c.Members),
 		}
-		// The set keeps its members; the first election starts it with the master alone.
-		next.SyncStateSet = normalizeSet(append(slices.Clone(s.SyncStateSet), c.MasterID))
+		// The new master names the set it starts with (it counts those members for
+		// acknowledgements from the start); without one the set keeps its members. Only members
+		// of the old set may stay: dropping members is always safe, adding one that may lack
+		// acknowledged messages is not. The first election starts the set with the master.
+		set := s.SyncStateSet
+		if len(c.SyncStateSet) > 0 {
+			set = c.SyncStateSet
+			for _, id := range set {
+				if id != c.MasterID && len(s.SyncStateSet) > 0 && !slices.Contains(s.SyncStateSet, id) {
+					return s, fmt.Errorf("%w: %s joins the set with a new epoch, set %v", ErrNotInSync, id, s.SyncStateSet)
+				}
+			}
+		}
+		next.SyncStateSet = normalizeSet(append(slices.Clone(set), c.MasterID))
 		return next, nil
 	case CmdSetSyncStateSet:
 		if c.Epoch != s.Epoch || s.MasterID == "" {
@@ -102,6 +172,7 @@ func (s ControlState) Apply(c Command) (ControlState, error) {
 		}
 		next := s.clone()
 		next.SyncStateSet = set
+		next.Members = upsertMembers(s.Members, c.Members)
 		return next, nil
 	}
 	return s, fmt.Errorf("%w: kind %d", ErrBadCommand, c.Kind)
@@ -110,6 +181,7 @@ func (s ControlState) Apply(c Command) (ControlState, error) {
 func (s ControlState) clone() ControlState {
 	s.Epochs = slices.Clone(s.Epochs)
 	s.SyncStateSet = slices.Clone(s.SyncStateSet)
+	s.Members = slices.Clone(s.Members)
 	return s
 }
 
@@ -135,15 +207,21 @@ const (
 )
 
 // DecideLeader returns what the Raft leader self does given the control state and the log ends
-// (bytes) of the members it can reach. Only a member of the in-sync set may act as master,
-// because only its log holds everything acknowledged; the group's first leader (empty set) acts
-// at once. A leader outside the set hands leadership to the reachable in-sync member with the
-// largest log end (ties: the smallest id), or waits when none is reachable.
+// (bytes) of the members it can reach, its own included. Only a member of the in-sync set may
+// act as master, because only its log holds everything acknowledged; the group's first leader
+// (empty set) acts at once. Among the in-sync members the one with the longest log takes over:
+// the others' logs are prefixes of it (they pulled from the same master), so none of them has
+// to cut anything. A leader outside the set, or in it but behind a reachable member of it,
+// hands leadership to the reachable in-sync member with the largest log end (ties: the
+// smallest id, self preferred), or waits when none is reachable.
 func DecideLeader(self string, s ControlState, logEnds map[string]int64) (LeaderAction, string) {
-	if len(s.SyncStateSet) == 0 || slices.Contains(s.SyncStateSet, self) {
+	if len(s.SyncStateSet) == 0 {
 		return ActMaster, self
 	}
 	best, bestEnd := "", int64(-1)
+	if slices.Contains(s.SyncStateSet, self) {
+		best, bestEnd = self, logEnds[self]
+	}
 	for _, id := range s.SyncStateSet { // sorted: ties go to the smallest id
 		end, ok := logEnds[id]
 		if !ok {
@@ -153,8 +231,11 @@ func DecideLeader(self string, s ControlState, logEnds map[string]int64) (Leader
 			best, bestEnd = id, end
 		}
 	}
-	if best == "" {
+	switch best {
+	case "":
 		return ActWait, ""
+	case self:
+		return ActMaster, self
 	}
 	return ActTransfer, best
 }
@@ -194,7 +275,8 @@ func TruncationPoint(mine []EpochStart, myEnd int64, theirs []EpochStart, master
 }
 
 // MarshalBinary encodes c for the Raft log with the protocol package's primitives: kind, epoch,
-// start offset, master id, then the set as a u32 count of u16-prefixed strings.
+// start offset, master id, the set as a u32 count of u16-prefixed strings, then the members
+// (appendMembers).
 func (c Command) MarshalBinary() ([]byte, error) {
 	b := []byte{byte(c.Kind)}
 	b = protocol.AppendU32(b, c.Epoch)
@@ -204,7 +286,28 @@ func (c Command) MarshalBinary() ([]byte, error) {
 	for _, id := range c.SyncStateSet {
 		b = protocol.AppendString(b, id)
 	}
-	return b, nil
+	return appendMembers(b, c.Members), nil
+}
+
+// appendMembers encodes members as a u32 count of (id, brokerId i64, addr, haAddr).
+func appendMembers(b []byte, members []Member) []byte {
+	b = protocol.AppendU32(b, uint32(len(members)))
+	for _, m := range members {
+		b = protocol.AppendString(b, m.ID)
+		b = protocol.AppendI64(b, m.BrokerID)
+		b = protocol.AppendString(b, m.Addr)
+		b = protocol.AppendString(b, m.HAAddr)
+	}
+	return b
+}
+
+// readMembers decodes what appendMembers encoded.
+func readMembers(r *protocol.Reader) []Member {
+	var out []Member
+	for n := r.Count(16); n > 0; n-- {
+		out = append(out, Member{ID: r.Str(maxMemberID), BrokerID: r.I64(), Addr: r.Str(maxMemberID), HAAddr: r.Str(maxMemberID)})
+	}
+	return out
 }
 
 // maxMemberID bounds a member id in encoded commands and snapshots (bytes).
@@ -218,6 +321,7 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 	for n := r.Count(2); n > 0; n-- {
 		next.SyncStateSet = append(next.SyncStateSet, r.Str(maxMemberID))
 	}
+	next.Members = readMembers(&r)
 	if err := r.Done(); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadCommand, err)
 	}

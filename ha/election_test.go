@@ -3,6 +3,7 @@ package ha
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -68,7 +69,10 @@ func TestDecideLeader(t *testing.T) {
 		target string
 	}{
 		{"first election: act at once", "b3", ControlState{}, nil, ActMaster, "b3"},
-		{"in the set: act", "b2", set, map[string]int64{"b1": 10}, ActMaster, "b2"},
+		{"in the set, the longest log: act", "b2", set, map[string]int64{"b1": 10, "b2": 10, "b3": 9}, ActMaster, "b2"},
+		{"in the set, alone reachable: act", "b2", set, map[string]int64{"b2": 10}, ActMaster, "b2"},
+		{"in the set but behind: hand over to the longest", "b2", set, map[string]int64{"b2": 10, "b3": 11}, ActTransfer, "b3"},
+		{"in the set, tie with a smaller id: self keeps it", "b2", set, map[string]int64{"b1": 10, "b2": 10}, ActMaster, "b2"},
 		{"outside: the most caught-up in-sync member", "b4", set, map[string]int64{"b1": 100, "b2": 300, "b3": 200, "b4": 999}, ActTransfer, "b2"},
 		{"outside: ties go to the smallest id", "b4", set, map[string]int64{"b3": 300, "b2": 300}, ActTransfer, "b2"},
 		{"outside: unreachable members are skipped", "b4", set, map[string]int64{"b3": 1}, ActTransfer, "b3"},
@@ -164,4 +168,59 @@ func FuzzCommandUnmarshal(f *testing.F) {
 			t.Fatalf("re-encoding differs: %x -> %x", b, back)
 		}
 	})
+}
+
+func TestNewEpochSetAndMembers(t *testing.T) {
+	s := ControlState{}
+	b1 := Member{ID: "b1", BrokerID: 1, Addr: "h:1", HAAddr: "h:2"}
+	s, err := s.Apply(Command{Kind: CmdNewEpoch, MasterID: "b1", StartOffset: 0, Members: []Member{b1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = s.Apply(Command{Kind: CmdSetSyncStateSet, Epoch: 1, SyncStateSet: []string{"b1", "b2", "b3"},
+		Members: []Member{{ID: "b3", BrokerID: 3, Addr: "h:5"}, {ID: "b2", BrokerID: 2, Addr: "h:3"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{s.Members[0].ID, s.Members[1].ID, s.Members[2].ID}; !slices.Equal(got, []string{"b1", "b2", "b3"}) {
+		t.Fatalf("members not sorted: %v", got)
+	}
+	// b2 takes over without b1 (the dead master): the set keeps b3.
+	b2 := Member{ID: "b2", BrokerID: 2, Addr: "h:3", HAAddr: "h:4"}
+	next, err := s.Apply(Command{Kind: CmdNewEpoch, MasterID: "b2", StartOffset: 100, SyncStateSet: []string{"b3"}, Members: []Member{b2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(next.SyncStateSet, []string{"b2", "b3"}) || next.MasterID != "b2" || next.Epoch != 2 {
+		t.Fatalf("new epoch: %+v", next)
+	}
+	if m, ok := next.Member("b2"); !ok || m.HAAddr != "h:4" {
+		t.Fatalf("b2's entry: %+v %v", m, ok)
+	}
+	// A slave entry without an HA address keeps the one its member had as master.
+	after, err := next.Apply(Command{Kind: CmdSetSyncStateSet, Epoch: 2, SyncStateSet: []string{"b2", "b1"}, Members: []Member{{ID: "b1", BrokerID: 1, Addr: "h:9"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := after.Member("b1"); m.HAAddr != "h:2" || m.Addr != "h:9" {
+		t.Fatalf("b1's entry: %+v", m)
+	}
+	if m, ok := after.MemberByBrokerID(3); !ok || m.ID != "b3" {
+		t.Fatalf("by brokerId: %+v %v", m, ok)
+	}
+	// A member outside the set cannot join with a new epoch.
+	if _, err := s.Apply(Command{Kind: CmdNewEpoch, MasterID: "b2", StartOffset: 100, SyncStateSet: []string{"b9"}}); !errors.Is(err, ErrNotInSync) {
+		t.Fatalf("b9 joined with a new epoch: %v", err)
+	}
+	// Commands and snapshots carry the members.
+	c := Command{Kind: CmdNewEpoch, MasterID: "b2", StartOffset: 100, SyncStateSet: []string{"b3"}, Members: []Member{b2}}
+	raw, _ := c.MarshalBinary()
+	var back Command
+	if err := back.UnmarshalBinary(raw); err != nil || !reflect.DeepEqual(back, c) {
+		t.Fatalf("command round trip: %+v %v", back, err)
+	}
+	var st ControlState
+	if err := st.UnmarshalBinary(after.MarshalBinary()); err != nil || !reflect.DeepEqual(st, after) {
+		t.Fatalf("state round trip: %+v %v", st, err)
+	}
 }

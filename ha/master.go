@@ -64,6 +64,24 @@ type MasterConfig struct {
 	// (HAPullResponse.MasterLoaded) so that slaves keep the consumers the master sends them.
 	// It must be cheap (an atomic load).
 	Loaded func() bool
+	// CommitSyncSet, when set (a Raft-elected group), commits a change of the in-sync set
+	// before the master relies on it (RocketMQ 5's AlterSyncStateSet through the controller):
+	// it gets the slaves of the new set and returns once the change is committed, or an error
+	// (the master retries). A slave joining counts for acknowledgements at once (stricter); a
+	// slave leaving stops counting only after the commit, so every member of the committed set
+	// always holds every acknowledged message. Nil: changes take effect at once (static roles).
+	CommitSyncSet func(slaves []SyncMember) error
+	// InitialSyncSet (with CommitSyncSet) lists the slaves of the committed set this master
+	// starts its epoch with: they count for acknowledgements from the start, and leave by the
+	// in-sync rules (a member that never connects leaves after InSyncMaxLagTime).
+	InitialSyncSet []SyncMember
+}
+
+// SyncMember is a slave of a Raft-elected group's in-sync set.
+type SyncMember struct {
+	MemberID string // its Raft server id
+	BrokerID int64
+	Addr     string // its client address
 }
 
 // Master serves replication pulls on its own TCP port (RocketMQ's HAService with one
@@ -99,6 +117,7 @@ type Master struct {
 
 	appendKick chan struct{} // NotifyAppend -> notifier, capacity 1
 	waitKick   chan struct{} // WaitReplicated -> service goroutine, capacity 1
+	setKick    chan struct{} // in-sync verdict changed -> syncSetCommitter, capacity 1
 	done       chan struct{} // closed by Close
 	wg         sync.WaitGroup
 
@@ -117,6 +136,9 @@ type Master struct {
 	closed   bool
 	srv      *rpc.Server
 	addr     string
+	// committed is the in-sync set (slave member ids, sorted) last committed through
+	// CommitSyncSet.
+	committed []string
 }
 
 // slaveState is the master's record of one slave (by SlaveID). Guarded by Master.mu, except the
@@ -133,13 +155,20 @@ type slaveState struct {
 	// lastFull is the last time the slave held everything the master had when it last read for
 	// it (acked >= readEnd) or had a pull held (nothing new): the time lag of Status is
 	// measured from it.
-	lastFull  time.Time
-	inSync    bool
-	regressed bool
-	session   uint64 // peer id of its current connection, 0 when none
-	holding   int    // pulls of the slave being held
-	rawBytes  atomic.Int64
-	wireBytes atomic.Int64
+	lastFull time.Time
+	inSync   bool
+	// counted: the slave counts for acknowledgements (ackLimit, inSyncN). Equal to inSync
+	// without CommitSyncSet; with it, see MasterConfig.CommitSyncSet.
+	counted  bool
+	memberID string
+	// graceUntil: a slave of MasterConfig.InitialSyncSet stays in the set until then although it
+	// has acknowledged nothing to this master yet.
+	graceUntil time.Time
+	regressed  bool
+	session    uint64 // peer id of its current connection, 0 when none
+	holding    int    // pulls of the slave being held
+	rawBytes   atomic.Int64
+	wireBytes  atomic.Int64
 }
 
 func (s *slaveState) progressLocked(now time.Time) SlaveProgress {
@@ -201,6 +230,7 @@ func NewMaster(cfg MasterConfig) *Master {
 		},
 		log:        cfg.Logger.With("component", "ha-master"),
 		appendKick: make(chan struct{}, 1),
+		setKick:    make(chan struct{}, 1),
 		waitKick:   make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		slaves:     make(map[int64]*slaveState),
@@ -208,6 +238,7 @@ func NewMaster(cfg MasterConfig) *Master {
 	}
 	m.ackLimit.Store(math.MaxInt64)
 	m.reads.Store(&[]SlaveRead{})
+	m.seedSyncSet()
 	return m
 }
 
@@ -249,6 +280,10 @@ func (m *Master) Start() error {
 	}()
 	go m.notifier()
 	go m.service()
+	if m.cfg.CommitSyncSet != nil {
+		m.wg.Add(1)
+		go m.syncSetCommitter()
+	}
 	m.log.Info("replication master listening", "addr", m.addr, "broker", m.cfg.BrokerName, "codec", codec)
 	return nil
 }
@@ -482,22 +517,18 @@ func (m *Master) tick() {
 // evalLocked applies the in-sync rules to s and reports whether its membership changed.
 // m.mu must be held.
 func (m *Master) evalLocked(s *slaveState, end int64, now time.Time) bool {
+	if s.acked < 0 && now.Before(s.graceUntil) {
+		return false // a member of the committed set this master started with, not heard yet
+	}
 	p := s.progressLocked(now)
 	next, why := NextInSync(s.inSync, p, end, now, m.rules)
 	s.regressed = false
 	if next == s.inSync {
 		return false
 	}
-	s.inSync = next
-	n := m.inSyncN.Load()
-	if next {
-		n++
-	} else {
-		n--
-	}
-	m.inSyncN.Store(n)
+	n := m.setInSyncLocked(s, next)
 	m.log.Info("in-sync set changed", "slave", s.id, "inSync", next, "reason", string(why),
-		"lagBytes", LagBytes(p, end), "acked", s.acked, "masterEnd", end, "inSyncSlaves", n)
+		"lagBytes", LagBytes(p, end), "acked", s.acked, "masterEnd", end, "countedSlaves", n)
 	return true
 }
 
@@ -514,7 +545,7 @@ func (m *Master) publishLocked() {
 	limit := int64(math.MaxInt64)
 	reads := make([]SlaveRead, 0, len(m.slaves))
 	for _, s := range m.slaves {
-		if s.inSync {
+		if s.counted {
 			limit = min(limit, s.acked)
 		}
 		reads = append(reads, SlaveRead{BrokerID: s.id, InSync: s.inSync && s.session != 0, Acked: s.acked})
@@ -556,6 +587,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 	}
 	s.session = p.ID()
 	s.addr = h.SlaveAddr
+	s.memberID = h.MemberID
 	s.haAddr = p.RemoteAddr()
 	s.lastSeen = now
 	s.holding = 0
@@ -593,12 +625,11 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 	if s.inSync {
 		// A closed connection is a clear sign: the slave leaves the set now rather than after
 		// InSyncMaxLagTime of silence, so SYNC sends stop waiting for it at once.
-		s.inSync = false
-		n := m.inSyncN.Add(-1)
+		n := m.setInSyncLocked(s, false)
 		m.log.Info("in-sync set changed", "slave", s.id, "inSync", false, "reason", "disconnected",
-			"acked", s.acked, "inSyncSlaves", n)
+			"acked", s.acked, "countedSlaves", n)
 	}
-	if s.acked < 0 {
+	if s.acked < 0 && !s.counted {
 		delete(m.slaves, s.id) // never acknowledged anything: not worth listing
 	}
 	m.publishLocked()

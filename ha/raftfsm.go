@@ -97,7 +97,7 @@ func (s controlSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s controlSnapshot) Release() {}
 
 // MarshalBinary encodes the state (for snapshots): master id, epoch, the epoch starts and the
-// in-sync set, with the protocol package's primitives (u32 counts, u16-prefixed strings).
+// in-sync set and the members, with the protocol package's primitives (u32 counts, u16-prefixed strings).
 func (s ControlState) MarshalBinary() []byte {
 	b := protocol.AppendString(nil, s.MasterID)
 	b = protocol.AppendU32(b, s.Epoch)
@@ -110,7 +110,7 @@ func (s ControlState) MarshalBinary() []byte {
 	for _, id := range s.SyncStateSet {
 		b = protocol.AppendString(b, id)
 	}
-	return b
+	return appendMembers(b, s.Members)
 }
 
 // UnmarshalBinary decodes what MarshalBinary encoded; anything else fails with ErrBadCommand.
@@ -123,6 +123,7 @@ func (s *ControlState) UnmarshalBinary(b []byte) error {
 	for n := r.Count(2); n > 0; n-- {
 		st.SyncStateSet = append(st.SyncStateSet, r.Str(maxMemberID))
 	}
+	st.Members = readMembers(&r)
 	if err := r.Done(); err != nil {
 		return fmt.Errorf("%w: control-state snapshot: %v", ErrBadCommand, err)
 	}

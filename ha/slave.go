@@ -24,6 +24,8 @@ const (
 	// callMargin is added to WaitMs for a pull's timeout: the master answers a held pull after
 	// at most WaitMs, so an answer later than this means the link or the master is dead.
 	callMargin = 3 * time.Second
+	// dialTimeout bounds a connection attempt to the master (a silent address).
+	dialTimeout = 2 * time.Second
 	// frameMargin is the room for the frame prefix and response header above the body.
 	frameMargin = 64 << 10
 )
@@ -64,6 +66,14 @@ type SlaveConfig struct {
 	OnMasterAddr func(clientAddr string)
 	// Now is the clock of LastContact; default time.Now.
 	Now func() time.Time
+	// MemberID is the slave's Raft server id in a Raft-elected group ("" with static roles);
+	// every pull carries it.
+	MemberID string
+	// OnOutOfRange, when set (a Raft-elected group), replaces the default answer to an
+	// OUT_OF_RANGE pull (this log is ahead of the master's or diverged: set it aside and copy
+	// the master's): the broker truncates to the last epoch it shares with the master instead.
+	// It gets the master's answer; the link is dropped after it returns.
+	OnOutOfRange func(h protocol.HAPullResponse)
 }
 
 // LinkStatus is a Slave's view of its replication link.
@@ -120,18 +130,22 @@ type Slave struct {
 
 	connected atomic.Bool
 	masterEnd atomic.Int64
+	confirmed atomic.Int64
 	// masterLoaded is the master's load flag as last heard.
 	masterLoaded atomic.Bool
 	// masterAddr is the master's client address as last heard; only the Slave's goroutine
 	// uses it.
 	masterAddr string
+	kick       chan struct{} // Kick -> the sleeping goroutine, capacity 1
 
-	mu sync.Mutex // guards st
-	st LinkStatus
+	mu         sync.Mutex // guards st and linkCancel
+	st         LinkStatus
+	linkCancel context.CancelFunc // ends the current link's pull (Kick)
 }
 
 // errFenced and errMasterMoved end a link on purpose.
 var (
+	errDiverged    = errors.New("ha: this slave's log diverged from the master's; waiting for the broker to truncate it")
 	errFenced      = errors.New("ha: the master fenced the pull (other broker group or newer epoch)")
 	errStaleMaster = errors.New("ha: answer of a master with an older epoch")
 	errMasterMoved = errors.New("ha: the master's address changed")
@@ -175,6 +189,7 @@ func NewSlave(cfg SlaveConfig) *Slave {
 		cfg:   cfg,
 		log:   cfg.Logger.With("component", "ha-slave", "slave", cfg.SlaveID),
 		bound: max(cfg.MaxChunkBytes, cfg.MaxBatchBytes),
+		kick:  make(chan struct{}, 1),
 	}
 	s.dec.bound = s.bound
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -214,11 +229,37 @@ func (s *Slave) Close() error {
 	return nil
 }
 
+// ObserveEpoch raises the epoch the slave has followed to e (the broker learns epochs from
+// Raft): answers of a master of an older epoch are refused from now on.
+func (s *Slave) ObserveEpoch(e uint32) {
+	s.mu.Lock()
+	s.st.Epoch = max(s.st.Epoch, e)
+	s.mu.Unlock()
+}
+
+// Kick ends the current pull (a held one too) and any reconnect backoff, so that the slave
+// connects to MasterHAAddr at once: the broker calls it when it learns of a new master.
+func (s *Slave) Kick() {
+	s.mu.Lock()
+	if s.linkCancel != nil {
+		s.linkCancel()
+	}
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
 // Connected reports whether the link to the master is up.
 func (s *Slave) Connected() bool { return s.connected.Load() }
 
 // MasterEnd returns the master's log end as last heard (0 before the first answer).
 func (s *Slave) MasterEnd() int64 { return s.masterEnd.Load() }
+
+// ConfirmedOffset returns the master's confirmed offset (held by every in-sync member) as last
+// heard: the slave's high watermark for consumers.
+func (s *Slave) ConfirmedOffset() int64 { return s.confirmed.Load() }
 
 // MasterLoaded reports whether the master said it was loaded in its last answer.
 func (s *Slave) MasterLoaded() bool { return s.masterLoaded.Load() }
@@ -276,18 +317,24 @@ func (s *Slave) sleep(d time.Duration) {
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-s.kick:
 	case <-s.ctx.Done():
 	}
 }
 
 // link connects to addr and pulls until an error; progressed tells whether any pull succeeded.
 func (s *Slave) link(addr string) (progressed bool, err error) {
-	conn, err := rpc.Dial(s.ctx, addr, rpc.Options{MaxFrameSize: s.bound + frameMargin, MaxInFlight: 4})
+	linkCtx, linkCancel := context.WithCancel(s.ctx)
+	defer linkCancel()
+	dctx, dcancel := context.WithTimeout(linkCtx, dialTimeout)
+	conn, err := rpc.Dial(dctx, addr, rpc.Options{MaxFrameSize: s.bound + frameMargin, MaxInFlight: 4})
+	dcancel()
 	if err != nil {
 		return false, err
 	}
 	s.mu.Lock()
 	s.st.MasterHAAddr = addr
+	s.linkCancel = linkCancel
 	s.mu.Unlock()
 	s.connected.Store(true)
 	s.log.Info("connected to the master", "master", addr)
@@ -312,8 +359,9 @@ func (s *Slave) link(addr string) (progressed bool, err error) {
 			MaxBytes:   int32(min(s.cfg.MaxChunkBytes, 1<<30)),
 			WaitMs:     s.cfg.WaitMs,
 			Epoch:      epoch,
+			MemberID:   s.cfg.MemberID,
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, timeout)
+		ctx, cancel := context.WithTimeout(linkCtx, timeout)
 		resp, err := conn.Call(ctx, protocol.CodeHAPull, &req, nil)
 		cancel()
 		if err != nil {
@@ -343,6 +391,7 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 		return fmt.Errorf("%w: the master answers in epoch %d, this slave has seen epoch %d", errStaleMaster, h.Epoch, seen)
 	}
 	s.masterEnd.Store(h.MasterEnd)
+	s.confirmed.Store(h.ConfirmedOffset)
 	s.masterLoaded.Store(h.MasterLoaded)
 	if len(h.MasterAddr) > 0 && string(h.MasterAddr) != s.masterAddr {
 		s.masterAddr = string(h.MasterAddr)
@@ -374,8 +423,12 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 			"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd, "restartAt", h.Offset)
 		return s.reset(h.Offset, false)
 	case protocol.HAOutOfRange:
-		// TODO(issue 4, Raft election): truncate to the last epoch shared with the master
-		// (epoch start offsets) instead of discarding the whole log.
+		if s.cfg.OnOutOfRange != nil {
+			s.log.Error("this slave's log is ahead of the master's or diverged from it; truncating to the last shared epoch",
+				"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd)
+			s.cfg.OnOutOfRange(h)
+			return errDiverged
+		}
 		// NB: the old log is kept, not deleted: when the master lost its tail (a crash under
 		// ASYNC_FLUSH, a replaced disk), this slave may hold the only copy of acknowledged
 		// messages, and only an operator may decide to throw them away.

@@ -259,6 +259,15 @@ func PeekBatchSize(b []byte) int {
 	return int(binary.BigEndian.Uint32(b))
 }
 
+// BatchEpoch returns the master epoch stamped in the batch at the start of b (StampBatch); ok
+// is false when b is shorter than the field.
+func BatchEpoch(b []byte) (epoch uint32, ok bool) {
+	if len(b) < offEpoch+4 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(b[offEpoch:]), true
+}
+
 // ReadBatchHeader decodes the header of the batch at the start of b. b may extend past the
 // batch. It checks the magic, the sizes and the topic length, not the CRC or the messages;
 // ErrShort means b ends inside the header or the batch.

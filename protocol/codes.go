@@ -64,6 +64,13 @@ const (
 	// CodeMergeConsumerOffsets merges a ConsumerOffsetTable body into the broker's offsets,
 	// keeping the larger offset of each queue (a committed offset never moves backwards).
 	CodeMergeConsumerOffsets RequestCode = 323
+	// CodeElectMaster makes a member of a broker group its master online, without a restart
+	// (RocketMQ 5's ELECT_MASTER, mqadmin electMaster). Header: ElectMasterRequest -> success
+	// header ElectMasterResponse (the member now master, its address and its epoch). It goes to
+	// the group's current master, which hands over, or, when the NameServers list no master, to
+	// the member to promote, with Force set. A refusal is an error response whose remark says
+	// why (e.g. the member is unknown or not in sync, or the group's roles are static).
+	CodeElectMaster RequestCode = 324
 	// CodeHAPull is a slave's replication pull on the master's HA port (HAPullRequest ->
 	// HAPullResponse; body: commit-log bytes, compressed as the response header says).
 	CodeHAPull RequestCode = 330
@@ -92,6 +99,7 @@ var requestCodeNames = map[RequestCode]string{
 	CodeGetHAStatus:            "GET_HA_STATUS",
 	CodeGetAllConsumerOffset:   "GET_ALL_CONSUMER_OFFSET",
 	CodeMergeConsumerOffsets:   "MERGE_CONSUMER_OFFSETS",
+	CodeElectMaster:            "ELECT_MASTER",
 	CodeHAPull:                 "HA_PULL",
 }
 

@@ -398,6 +398,14 @@ func TestHeaderErrors(t *testing.T) {
 	f(new(ErrorHeader), AppendString(nil, strings.Repeat("r", maxRemarkLength+1)))
 	f(new(BrokerHeader), AppendString(nil, strings.Repeat("c", maxNameLength+1)))
 	f(new(PullRequestView), AppendString(nil, strings.Repeat("g", MaxGroupLength+1)))
+	f(new(ElectMasterRequest), AppendString(nil, strings.Repeat("b", maxNameLength+1)))
+	f(new(ElectMasterResponse), AppendString(AppendI64(nil, 1), strings.Repeat("a", maxNameLength+1)))
+	// A boolean byte other than 0 or 1.
+	enc := (&ElectMasterRequest{BrokerName: "broker-a", BrokerID: 1}).AppendTo(nil)
+	enc[len(enc)-1] = 2
+	if err := new(ElectMasterRequest).ReadFrom(enc); !errors.Is(err, ErrBadValue) {
+		t.Fatalf("ElectMasterRequest with Force byte 2: %v", err)
+	}
 }
 
 // newLike returns a zero value of v's type.
@@ -547,7 +555,7 @@ var allRequestCodes = map[string]RequestCode{
 	"CodeGetConsumeStats": CodeGetConsumeStats, "CodeHeartbeat": CodeHeartbeat, "CodeUnregisterClient": CodeUnregisterClient,
 	"CodeGetConsumerListByGroup": CodeGetConsumerListByGroup, "CodeGetLogChecksum": CodeGetLogChecksum,
 	"CodeGetHAStatus": CodeGetHAStatus, "CodeGetAllConsumerOffset": CodeGetAllConsumerOffset,
-	"CodeMergeConsumerOffsets": CodeMergeConsumerOffsets, "CodeHAPull": CodeHAPull,
+	"CodeMergeConsumerOffsets": CodeMergeConsumerOffsets, "CodeHAPull": CodeHAPull, "CodeElectMaster": CodeElectMaster,
 }
 
 // constsOfType returns the names of the package-level constants declared with type typ in the

@@ -486,6 +486,65 @@ func (h *LogChecksumResponse) ReadFrom(src []byte) error {
 	return r.Done()
 }
 
+// ElectMasterRequest asks for member BrokerID of broker group BrokerName to become the group's
+// master (CodeElectMaster). Sent to the current master, it hands its role over; sent to a slave,
+// the slave promotes itself only with Force.
+type ElectMasterRequest struct {
+	BrokerName string
+	// BrokerID is the brokerId of the member to make master (the brokerId of its config).
+	BrokerID int64
+	// Force, on a slave, promotes it even though the current master cannot be reached: what only
+	// the master held (not yet replicated to this member) may be lost. Only a slave heeds it.
+	Force bool
+}
+
+// AppendTo implements Header.
+func (h *ElectMasterRequest) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.BrokerName)
+	dst = AppendI64(dst, h.BrokerID)
+	return append(dst, boolByte(h.Force))
+}
+
+// ReadFrom implements Header.
+func (h *ElectMasterRequest) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.BrokerName = r.Str(maxNameLength)
+	h.BrokerID = r.I64()
+	h.Force = r.Bool()
+	return r.Done()
+}
+
+// ElectMasterResponse answers CodeElectMaster: the group's master after the election.
+type ElectMasterResponse struct {
+	// BrokerID is the brokerId (of its config) of the member now master.
+	BrokerID int64
+	// MasterAddr is its client address (host:port).
+	MasterAddr string
+	// Epoch is the master epoch it now serves.
+	Epoch uint32
+	// MasterHAAddr is its replication address (host:port), so that the old master can follow
+	// it at once.
+	MasterHAAddr string
+}
+
+// AppendTo implements Header.
+func (h *ElectMasterResponse) AppendTo(dst []byte) []byte {
+	dst = AppendI64(dst, h.BrokerID)
+	dst = AppendString(dst, h.MasterAddr)
+	dst = AppendU32(dst, h.Epoch)
+	return AppendString(dst, h.MasterHAAddr)
+}
+
+// ReadFrom implements Header.
+func (h *ElectMasterResponse) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.BrokerID = r.I64()
+	h.MasterAddr = r.Str(maxNameLength)
+	h.Epoch = r.U32()
+	h.MasterHAAddr = r.Str(maxNameLength)
+	return r.Done()
+}
+
 // HA pull results (HAPullResponse.Result).
 const (
 	// HAOK: the body holds whole batches starting at Offset (empty after a wait with nothing new).
@@ -522,6 +581,9 @@ type HAPullRequest struct {
 	WaitMs int32
 	// Epoch is the newest master epoch the slave knows (0: none).
 	Epoch uint32
+	// MemberID is the slave's Raft server id (raftSelfId) in a Raft-elected group, "" in a
+	// group with static roles; the master names the slave by it in the in-sync set it commits.
+	MemberID string
 }
 
 // AppendTo implements Header.
@@ -532,7 +594,8 @@ func (h *HAPullRequest) AppendTo(dst []byte) []byte {
 	dst = AppendI64(dst, h.Offset)
 	dst = AppendI32(dst, h.MaxBytes)
 	dst = AppendI32(dst, h.WaitMs)
-	return AppendU32(dst, h.Epoch)
+	dst = AppendU32(dst, h.Epoch)
+	return AppendString(dst, h.MemberID)
 }
 
 // ReadFrom implements Header.
@@ -545,6 +608,7 @@ func (h *HAPullRequest) ReadFrom(src []byte) error {
 	h.MaxBytes = r.I32()
 	h.WaitMs = r.I32()
 	h.Epoch = r.U32()
+	h.MemberID = r.Str(maxNameLength)
 	return r.Done()
 }
 

@@ -12,6 +12,7 @@
 //	consumerProgress a consumer group's committed offsets against the queues' max offsets
 //	haStatus         a broker's replication state: a master's slaves and their lag, a slave's master
 //	logChecksum      the SHA-256 of a broker's commit log up to an offset, to compare replicas
+//	electMaster      make a member of a broker group its master online (no restart)
 //
 // Every command returns an error instead of printing one; a command that asks several brokers
 // prints what the others answered and returns the failures joined. Commands are safe to run

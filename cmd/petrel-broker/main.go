@@ -8,6 +8,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -76,22 +77,29 @@ the broker down gracefully.`,
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			slog.SetDefault(logger)
-			b, err := broker.New(cfg, logger)
-			if err != nil {
-				return err
-			}
-			if err := b.Start(); err != nil {
-				return err
-			}
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			select {
-			case s := <-sig:
-				logger.Info("signal received, shutting down", "signal", s.String())
-				return b.Close()
-			case err := <-b.Fatal():
-				_ = b.Close()
-				return err
+			for {
+				b, err := broker.New(cfg, logger)
+				if err != nil {
+					return err
+				}
+				if err := b.Start(); err != nil {
+					return err
+				}
+				select {
+				case s := <-sig:
+					logger.Info("signal received, shutting down", "signal", s.String())
+					return b.Close()
+				case err := <-b.Fatal():
+					_ = b.Close()
+					if !errors.Is(err, broker.ErrRestart) {
+						return err
+					}
+					// A Raft-elected member cuts its log to the master's: the store's next open
+					// carries out the truncation it prepared.
+					logger.Warn("restarting the broker in place", "reason", err)
+				}
 			}
 		},
 	}

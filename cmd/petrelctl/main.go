@@ -10,6 +10,7 @@
 //	petrelctl consumerProgress -n NAMESRV -g GROUP [-t TOPIC]
 //	petrelctl haStatus (-b BROKERADDR | -n NAMESRV -c CLUSTER)
 //	petrelctl logChecksum -b BROKERADDR [--from OFFSET] [--to OFFSET]
+//	petrelctl electMaster -n NAMESRV -b BROKERNAME -i BROKERID
 //
 // -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; a verb given a
 // broker address (-b) talks to that broker directly and needs none. --timeout bounds each
@@ -115,6 +116,7 @@ func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra
 		consumerProgressCommand(g),
 		haStatusCommand(g),
 		logChecksumCommand(g),
+		electMasterCommand(g),
 	)
 	return root
 }
@@ -264,6 +266,33 @@ byte-identical logs: give each the same --to to compare them.`,
 	f.Int64Var(&from, "from", -1, "physical offset to start at (-1: the log's min offset)")
 	f.Int64Var(&to, "to", -1, "physical offset to check up to (-1: the log's end)")
 	_ = cmd.MarkFlagRequired("brokerAddr")
+	return cmd
+}
+
+func electMasterCommand(g *globals) *cobra.Command {
+	var brokerName string
+	var brokerID int64
+	cmd := &cobra.Command{
+		Use:   "electMaster",
+		Short: "Make a member of a broker group its master online (no restart)",
+		Long: `electMaster makes member BROKERID of broker group BROKERNAME the group's master, without a
+restart, and prints the group's master afterwards:
+
+  broker-a: master is now brokerId 1 at 127.0.0.1:10921 (epoch 3)
+
+The request goes to the group's current master, which hands its role over. When the
+NameServer lists no master (it is down), it goes to the member itself, which promotes itself
+without the old master: whatever only the old master held may be lost.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.ElectMaster(ctx, w, a, brokerName, brokerID)
+	})
+	f := cmd.Flags()
+	f.StringVarP(&brokerName, "brokerName", "b", "", "broker group (brokerName)")
+	f.Int64VarP(&brokerID, "brokerId", "i", 0, "brokerId of the member to make master")
+	_ = cmd.MarkFlagRequired("brokerName")
+	_ = cmd.MarkFlagRequired("brokerId")
 	return cmd
 }
 

@@ -87,6 +87,16 @@ func TestErrors(t *testing.T) {
 			"petrelctl: logChecksum: --from -1 --to -5: offsets are -1 (the log's min or end) or at least 0\n"},
 		{"logChecksum of an unreachable broker", "", []string{"logChecksum", "-b", dead, "--timeout", "1s"},
 			"petrelctl: logChecksum: cannot get the log checksum of " + dead + ": client: broker unavailable: "},
+		{"electMaster without a broker name", dead, []string{"electMaster", "-i", "1"},
+			"petrelctl: electMaster: required flag(s) \"brokerName\" not set\n"},
+		{"electMaster without a brokerId", dead, []string{"electMaster", "-b", "broker-a"},
+			"petrelctl: electMaster: required flag(s) \"brokerId\" not set\n"},
+		{"electMaster with a negative brokerId", dead, []string{"electMaster", "-b", "broker-a", "-i", "-1"},
+			"petrelctl: electMaster: -i -1: a brokerId is 0 or more\n"},
+		{"electMaster without a NameServer", "", []string{"electMaster", "-b", "broker-a", "-i", "1"},
+			"petrelctl: electMaster: no NameServer address: use -n host:port[;host:port...] or set NAMESRV_ADDR\n"},
+		{"electMaster with an unreachable NameServer", "", []string{"electMaster", "-n", dead, "-b", "broker-a", "-i", "1", "--timeout", "1s"},
+			"petrelctl: electMaster: cannot get the cluster info: client: no NameServer answered: "},
 		{"unknown command", dead, []string{"deleteTopic"},
 			"petrelctl: unknown command \"deleteTopic\" for \"petrelctl\"\n"},
 	}
@@ -107,7 +117,7 @@ func TestHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, verb := range []string{"updateTopic", "topicRoute", "topicList", "topicStatus", "clusterList", "brokerStatus", "consumerProgress", "haStatus", "logChecksum"} {
+	for _, verb := range []string{"updateTopic", "topicRoute", "topicList", "topicStatus", "clusterList", "brokerStatus", "consumerProgress", "haStatus", "logChecksum", "electMaster"} {
 		if !strings.Contains(stdout, verb) {
 			t.Errorf("help lists no %s:\n%s", verb, stdout)
 		}
@@ -220,7 +230,13 @@ func TestCommands(t *testing.T) {
 		t.Errorf("logChecksum --to %s printed %q, then %q", f[1], sum, again)
 	}
 
-	code, stdout, stderr := petrelctl(nsAddr, "topicRoute", "-t", "NoSuchTopic")
+	// electMaster of a group the NameServer does not know.
+	code, stdout, stderr := petrelctl(nsAddr, "electMaster", "-b", "broker-x", "-i", "1")
+	if wantErr := "petrelctl: electMaster: client: unknown broker: the cluster table has no broker group \"broker-x\"\n"; code != 1 || stdout != "" || stderr != wantErr {
+		t.Errorf("electMaster of an unknown group: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, wantErr)
+	}
+
+	code, stdout, stderr = petrelctl(nsAddr, "topicRoute", "-t", "NoSuchTopic")
 	if wantErr := "petrelctl: topicRoute: cannot get the route of topic \"NoSuchTopic\": TOPIC_NOT_EXIST: "; code != 1 || stdout != "" || !strings.HasPrefix(stderr, wantErr) {
 		t.Errorf("unknown topic: exit %d, stdout %q, stderr %q; want stderr starting %q", code, stdout, stderr, wantErr)
 	}
