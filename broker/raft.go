@@ -50,6 +50,10 @@ type raftMember struct {
 	// lastTransfer rate-limits leadership transfers (loop only).
 	lastTransfer time.Time
 	restarting   atomic.Bool
+	// hurriedAt is when the member shortened its Raft timeouts because the master's process
+	// looked gone (UnixNano, 0: not hurried); hurriedLeader the leader it had then.
+	hurriedAt     atomic.Int64
+	hurriedLeader atomic.Pointer[string]
 }
 
 const (
@@ -157,9 +161,42 @@ func (m *raftMember) loop() {
 	}
 }
 
+// onMasterGone runs on the slave's goroutine when the master's replication connection closed or
+// was refused: the master's process is likely gone, so this member shortens its Raft timeouts
+// to the leader lease (RaftNode.Hurry) instead of waiting the whole heartbeat timeout.
+func (m *raftMember) onMasterGone() {
+	if m.hurriedAt.Load() != 0 {
+		return
+	}
+	leader := m.node.LeaderID()
+	m.hurriedLeader.Store(&leader)
+	m.hurriedAt.Store(time.Now().UnixNano())
+	if err := m.node.Hurry(); err != nil {
+		m.b.log.Warn("cannot shorten the Raft timeouts", "err", err)
+	}
+}
+
+// relaxIfSettled restores the Raft timeouts once another leader is known, or after a while.
+func (m *raftMember) relaxIfSettled() {
+	at := m.hurriedAt.Load()
+	if at == 0 {
+		return
+	}
+	leader := m.node.LeaderID()
+	if (leader == "" || leader == *m.hurriedLeader.Load()) && time.Since(time.Unix(0, at)) < 5*time.Second {
+		return
+	}
+	if err := m.node.Relax(); err != nil {
+		m.b.log.Warn("cannot restore the Raft timeouts", "err", err)
+		return
+	}
+	m.hurriedAt.Store(0)
+}
+
 // reconcile brings the broker's role in line with Raft.
 func (m *raftMember) reconcile() {
 	b := m.b
+	m.relaxIfSettled()
 	st := m.node.State()
 	r := b.role.Load()
 	if st.MasterID != "" && st.MasterID != m.selfID {

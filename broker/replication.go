@@ -113,6 +113,7 @@ func (b *Broker) newSlaveHA() *ha.Slave {
 	if b.raft != nil {
 		cfg.MemberID = b.raft.selfID
 		cfg.OnOutOfRange = b.raft.onOutOfRange
+		cfg.OnMasterGone = b.raft.onMasterGone
 		cfg.Backoff, cfg.MaxBackoff = 20*time.Millisecond, 500*time.Millisecond
 	}
 	return ha.NewSlave(cfg)

@@ -94,7 +94,7 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult
 	if err := p.checkMessage(m); err != nil {
 		return err
 	}
-	route, err := p.c.route(ctx, m.Topic)
+	route, err := p.route(ctx, m.Topic)
 	if err != nil {
 		return err
 	}

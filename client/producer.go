@@ -141,7 +141,7 @@ func (p *Producer) SendSync(ctx context.Context, m *Message) (SendResult, error)
 	if err := p.checkMessage(m); err != nil {
 		return SendResult{}, err
 	}
-	route, err := p.c.route(ctx, m.Topic)
+	route, err := p.route(ctx, m.Topic)
 	if err != nil {
 		return SendResult{}, err
 	}
@@ -184,7 +184,7 @@ func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Messa
 			return SendResult{}, fmt.Errorf("message %d: %w", i, err)
 		}
 	}
-	route, err := p.c.route(ctx, topic)
+	route, err := p.route(ctx, topic)
 	if err != nil {
 		return SendResult{}, err
 	}
@@ -217,7 +217,7 @@ func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
 	if err := p.checkMessage(m); err != nil {
 		return err
 	}
-	route, err := p.c.route(ctx, m.Topic)
+	route, err := p.route(ctx, m.Topic)
 	if err != nil {
 		return err
 	}
@@ -318,6 +318,18 @@ func encodedSize(m *Message) int {
 
 // pickQueue selects the queue for a message: by sharding key, or round-robin avoiding the group
 // avoid and groups in fault backoff.
+// route returns the topic's route for a send. A cached route without a writable queue (every
+// master of the topic was down when it was fetched) is refreshed first, at most every
+// minForcedRefreshGap: a new master registers within moments of a failover, and waiting for the
+// periodic refresh would stall sends for up to RouteRefreshInterval.
+func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error) {
+	r, err := p.c.route(ctx, topic)
+	if err != nil || len(r.writeQueues) > 0 {
+		return r, err
+	}
+	return p.c.refreshedRoute(ctx, topic, r), nil
+}
+
 func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQueue, pinned bool, err error) {
 	qs := route.writeQueues
 	if len(qs) == 0 {

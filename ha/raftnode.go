@@ -8,10 +8,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/petrel-mq/petrel/internal/ratelog"
 )
 
 // RaftPeer is one member of a Raft-elected broker group: its Raft server id (raftSelfId, e.g.
@@ -29,8 +32,8 @@ type RaftConfig struct {
 	// Dir holds the Raft log and stable store (raft.db, bbolt) and the snapshots.
 	Dir string
 	// HeartbeatTimeout and ElectionTimeout (default 300 ms each) and LeaderLeaseTimeout (default
-	// 150 ms, shorter than the election timeout: a leader cut off from its quorum steps down
-	// before another can be elected).
+	// a third of the heartbeat timeout, at least 5 ms: a leader cut off from its quorum steps
+	// down before another can be elected).
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -45,6 +48,7 @@ type RaftConfig struct {
 // port. Messages never go through it.
 type RaftNode struct {
 	cfg   RaftConfig
+	rc    raft.Config
 	fsm   *ControlFSM
 	r     *raft.Raft
 	store *raftboltdb.BoltStore
@@ -74,7 +78,7 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 		cfg.ElectionTimeout = 300 * time.Millisecond
 	}
 	if cfg.LeaderLeaseTimeout <= 0 {
-		cfg.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+		cfg.LeaderLeaseTimeout = max(cfg.HeartbeatTimeout/3, 5*time.Millisecond)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -107,7 +111,9 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
 	rc.CommitTimeout = 5 * time.Millisecond
-	rc.LogOutput = io.Discard
+	rc.LogOutput = &raftLogWriter{l: cfg.Logger}
+	rc.LogLevel = "WARN"
+	n.rc = *rc
 	if n.r, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans); err != nil {
 		n.trans.Close()
 		n.store.Close()
@@ -129,6 +135,18 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 		}
 	}
 	return n, nil
+}
+
+// raftLogWriter passes hashicorp/raft's warnings and errors to the member's logger, at most one a
+// second (a peer that is down makes the leader warn every heartbeat).
+type raftLogWriter struct {
+	l    *slog.Logger
+	rate ratelog.Limiter
+}
+
+func (w *raftLogWriter) Write(p []byte) (int, error) {
+	w.rate.Warn(w.l, "raft: "+strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // IsLeader reports whether this member is the Raft leader now.
@@ -170,6 +188,27 @@ func (n *RaftNode) Propose(c Command, timeout time.Duration) error {
 		return err
 	}
 	return nil
+}
+
+// Hurry shortens the heartbeat and election timeouts to the leader lease, so that this follower
+// starts an election as soon as the leader's lease is surely over: the broker calls it when it
+// sees the master's process gone (its replication connection closed or refused), which is
+// surer than silence. A live leader's heartbeats (every tenth of the timeout) keep the group as
+// it is. Relax restores the configured timeouts once a leader is known again.
+func (n *RaftNode) Hurry() error {
+	d := n.cfg.LeaderLeaseTimeout
+	return n.r.ReloadConfig(raft.ReloadableConfig{
+		TrailingLogs: n.rc.TrailingLogs, SnapshotInterval: n.rc.SnapshotInterval, SnapshotThreshold: n.rc.SnapshotThreshold,
+		HeartbeatTimeout: d, ElectionTimeout: d,
+	})
+}
+
+// Relax restores the configured timeouts after Hurry.
+func (n *RaftNode) Relax() error {
+	return n.r.ReloadConfig(raft.ReloadableConfig{
+		TrailingLogs: n.rc.TrailingLogs, SnapshotInterval: n.rc.SnapshotInterval, SnapshotThreshold: n.rc.SnapshotThreshold,
+		HeartbeatTimeout: n.cfg.HeartbeatTimeout, ElectionTimeout: n.cfg.ElectionTimeout,
+	})
 }
 
 // TransferLeadership hands leadership to member id (raft.LeadershipTransferToServer).

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/petrel-mq/petrel/protocol"
@@ -74,6 +75,9 @@ type SlaveConfig struct {
 	// the master's): the broker truncates to the last epoch it shares with the master instead.
 	// It gets the master's answer; the link is dropped after it returns.
 	OnOutOfRange func(h protocol.HAPullResponse)
+	// OnMasterGone, when set, runs on the Slave's goroutine when the master's process looks gone
+	// rather than silent: its connection closed or its port refused the connection.
+	OnMasterGone func()
 }
 
 // LinkStatus is a Slave's view of its replication link.
@@ -296,6 +300,9 @@ func (s *Slave) run() {
 		}
 		if progressed {
 			backoff = s.cfg.Backoff
+		}
+		if s.cfg.OnMasterGone != nil && (errors.Is(err, rpc.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)) {
+			s.cfg.OnMasterGone()
 		}
 		switch {
 		case errors.Is(err, errMasterMoved):

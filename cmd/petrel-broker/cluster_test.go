@@ -221,7 +221,7 @@ func newCluster(t *testing.T) *cluster {
 		for _, p := range c.procs {
 			p.kill()
 		}
-		if t.Failed() {
+		if t.Failed() || os.Getenv("PETREL_TEST_LOGS") != "" {
 			for _, p := range c.procs {
 				t.Logf("---- log of %s ----\n%s", p.name, tail(p.log.String(), 60))
 			}
@@ -338,6 +338,14 @@ type sent struct {
 	failed  map[string]error             // definite failures
 	unknown map[string]error             // unknown outcomes
 	n       atomic.Int64
+	acks    []ackEvent // every acknowledgement in order
+	fails   []ackEvent // every failure in order (addr: the error)
+}
+
+// ackEvent is one acknowledged send: when, and which broker answered.
+type ackEvent struct {
+	at   time.Time
+	addr string
 }
 
 func newSent() *sent {
@@ -369,10 +377,12 @@ func load(ctx context.Context, t *testing.T, p *client.Producer, topic string, w
 				switch {
 				case err == nil:
 					s.acked[body] = res
+					s.acks = append(s.acks, ackEvent{at: time.Now(), addr: res.BrokerAddr})
 				case errors.Is(err, client.ErrUnknownOutcome):
 					s.unknown[body] = err
 				default:
 					s.failed[body] = err
+					s.fails = append(s.fails, ackEvent{at: time.Now(), addr: err.Error()})
 				}
 				s.mu.Unlock()
 				if err != nil {
