@@ -47,8 +47,11 @@ type raftMember struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	warn   ratelog.Limiter
-	// lastTransfer rate-limits leadership transfers (loop only).
+	// lastTransfer rate-limits leadership transfers; failedTarget is the member a transfer last
+	// failed to (left out of the candidates until failedUntil). Loop only.
 	lastTransfer time.Time
+	failedTarget string
+	failedUntil  time.Time
 	restarting   atomic.Bool
 	// hurriedAt is when the member shortened its Raft timeouts because the master's process
 	// looked gone (UnixNano, 0: not hurried); hurriedLeader the leader it had then.
@@ -219,7 +222,8 @@ func (m *raftMember) reconcile() {
 			m.lastTransfer = time.Now()
 			b.log.Info("handing Raft leadership to the in-sync member with the longest log", "to", target, "ends", ends, "syncStateSet", st.SyncStateSet)
 			if err := m.node.TransferLeadership(target); err != nil {
-				b.log.Warn("leadership transfer failed", "to", target, "err", err)
+				b.log.Warn("leadership transfer failed; leaving that member out for a while", "to", target, "err", err)
+				m.failedTarget, m.failedUntil = target, time.Now().Add(5*time.Second)
 			}
 		default:
 			m.warn.Warn(b.log, "Raft leader outside the in-sync set and no in-sync member reachable: waiting (no master)", "syncStateSet", st.SyncStateSet)
@@ -381,14 +385,17 @@ func (m *raftMember) truncateIfDiverged(st ha.ControlState, masterEnd int64) boo
 }
 
 // logEnds asks the in-sync members for their log ends (in parallel, briefly); this member's own
-// is read locally. Unreachable members are left out.
+// is read locally. Left out: unreachable members, the deposed master (its log may hold what it
+// never confirmed, and it lost its Raft leadership: it is down or cut off), and a member a
+// leadership transfer just failed to reach.
 func (m *raftMember) logEnds(st ha.ControlState) map[string]int64 {
 	ends := map[string]int64{m.selfID: m.b.store.LogEndOffset()}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, id := range st.SyncStateSet {
 		mem, ok := st.Member(id)
-		if id == m.selfID || !ok || mem.Addr == "" {
+		if id == m.selfID || !ok || mem.Addr == "" || id == st.MasterID ||
+			id == m.failedTarget && time.Now().Before(m.failedUntil) {
 			continue
 		}
 		wg.Add(1)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/faultproxy"
 )
 
 // raftGroup starts a NameServer and a Raft-elected group broker-r of three SYNC_MASTER members
@@ -153,11 +154,11 @@ func TestRaftFailover(t *testing.T) {
 		times = append(times, took)
 		if os.Getenv("PETREL_TEST_LOGS") != "" {
 			s.mu.Lock()
-			last := ""
+			shown := 0
 			for _, f := range s.fails {
-				if f.at.After(killedAt) && f.addr != last {
-					t.Logf("  +%v %s", f.at.Sub(killedAt).Round(time.Millisecond), f.addr)
-					last = f.addr
+				if f.at.After(killedAt) && shown < 5 {
+					t.Logf("  failed send +%v: %s", f.at.Sub(killedAt).Round(time.Millisecond), f.addr)
+					shown++
 				}
 			}
 			s.mu.Unlock()
@@ -179,9 +180,30 @@ func TestRaftFailover(t *testing.T) {
 	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == m })
 	sameLogs(t, a, append([]*proc{m}, others...)...)
 
+	drainAndCheck(t, cl, "raft-failover-check", topic, s)
+}
+
+// noOffsetReused fails the test when two acknowledged sends got the same (queue, queue offset).
+func noOffsetReused(t *testing.T, s *sent) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := make(map[string]string, len(s.acked))
+	for body, res := range s.acked {
+		k := fmt.Sprintf("%s#%d@%d", res.BrokerName, res.QueueID, res.QueueOffset)
+		if other, dup := seen[k]; dup {
+			t.Fatalf("queue offset %s acknowledged twice: %q and %q", k, other, body)
+		}
+		seen[k] = body
+	}
+}
+
+// drainAndCheck stops nothing; it consumes the topic from the start with a new group and checks
+// that every acknowledged message is consumed in queue order and none whose send failed is.
+func drainAndCheck(t *testing.T, cl *client.Client, group, topic string, s *sent) {
+	t.Helper()
 	got := newConsumed()
-	_, stop := runConsumer(t, cl, "raft-failover-check", topic, got)
-	acked, failed, unknown := s.counts()
+	_, stop := runConsumer(t, cl, group, topic, got)
 	eventually(t, 60*time.Second, "every acknowledged message consumed", func() bool {
 		n, _ := got.missing(s, "")
 		return n == 0
@@ -191,5 +213,214 @@ func TestRaftFailover(t *testing.T) {
 	if n := got.phantoms(s); n != 0 {
 		t.Fatalf("%d messages whose send failed were consumed", n)
 	}
+	noOffsetReused(t, s)
+	acked, failed, unknown := s.counts()
 	t.Logf("lost=0: %d acknowledged messages consumed (failed %d, unknown %d); served by %v", acked, failed, unknown, got.servedBy())
+}
+
+// lastAckOn returns the time of the last acknowledgement answered by addr.
+func lastAckOn(s *sent, addr string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.acks) - 1; i >= 0; i-- {
+		if s.acks[i].addr == addr {
+			return s.acks[i].at
+		}
+	}
+	return time.Time{}
+}
+
+// TestRaftPartitionedMaster: acceptance 3. The Raft links between the master and both slaves go
+// through fault-injecting proxies and are cut while a load runs: the old master stops
+// acknowledging within its leader lease, the majority elects a new master and the sends go on;
+// after healing there is one master, every acknowledged message is consumed, no queue offset
+// was given twice, and the three logs are byte-identical (so no (queue, offset) differs).
+func TestRaftPartitionedMaster(t *testing.T) {
+	c := newCluster(t)
+	real := freePorts(t, 3)
+	// proxies[i][j] carries member i's Raft traffic to member j.
+	var proxies [3][3]*faultproxy.Proxy
+	for i := range 3 {
+		for j := range 3 {
+			if i == j {
+				continue
+			}
+			px, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", real[j]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = px.Close() })
+			proxies[i][j] = px
+		}
+	}
+	var ms []*proc
+	for i := range 3 {
+		var peers []string
+		for j := range 3 {
+			addr := fmt.Sprintf("127.0.0.1:%d", real[j])
+			if j != i {
+				addr = proxies[i][j].Addr()
+			}
+			peers = append(peers, fmt.Sprintf("b%d-%s", j+1, addr))
+		}
+		ms = append(ms, c.addBroker("broker-r", int64(i+1), "SYNC_MASTER", "enableRaftHA=true", fmt.Sprintf("raftSelfId=b%d", i+1),
+			"raftPeers="+strings.Join(peers, ";"), "minInSyncReplicas=2"))
+	}
+	cl := c.client()
+	a := client.NewAdmin(cl)
+	old := masterOf(t, a, ms)
+	inSync(t, a, old, 2)
+	const topic = "raft-partition"
+	c.createTopic(cl, topic, 8, 1)
+	p, err := client.NewProducer(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	s := newSent()
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := load(ctx, t, p, topic, 4, s)
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(1500 * time.Millisecond)
+
+	k := slices.Index(ms, old)
+	cutAt := time.Now()
+	for j := range 3 {
+		if j != k {
+			proxies[k][j].Partition()
+			proxies[j][k].Partition()
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == old })
+	nm := masterOf(t, a, rest)
+	electedAt := time.Since(cutAt)
+	eventually(t, 10*time.Second, "the old master to give up its role", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		st, err := a.HAStatus(ctx, old.addr)
+		return err == nil && st.BrokerID != 0
+	})
+	time.Sleep(2 * time.Second) // the new master takes load; the old one refuses it
+	lastOld := lastAckOn(s, old.addr)
+	t.Logf("partitioned master %s: last acknowledged send %v after the cut; new master %s elected within %v",
+		old.addr, lastOld.Sub(cutAt).Round(time.Millisecond), nm.addr, electedAt.Round(time.Millisecond))
+	if d := lastOld.Sub(cutAt); d > time.Second {
+		t.Fatalf("the partitioned master acknowledged sends %v after the cut", d)
+	}
+	if lastAckOn(s, nm.addr).Before(cutAt) {
+		t.Fatalf("no send acknowledged by the new master")
+	}
+	for i := range 3 {
+		for j := range 3 {
+			if i != j {
+				proxies[i][j].Heal()
+			}
+		}
+	}
+	m := masterOf(t, a, ms)
+	inSync(t, a, m, 2)
+	time.Sleep(time.Second)
+	cancel()
+	wg.Wait()
+	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == m })
+	sameLogs(t, a, append([]*proc{m}, others...)...)
+	drainAndCheck(t, cl, "raft-partition-check", topic, s)
+}
+
+// TestRaftDoubleKill: acceptance 5. The master and another member are killed with SIGKILL at the
+// same moment and both restarted while the producer keeps sending: no queue offset is given
+// twice and every acknowledged message is consumed.
+func TestRaftDoubleKill(t *testing.T) {
+	c, ms := raftGroup(t)
+	cl := c.client()
+	a := client.NewAdmin(cl)
+	m := masterOf(t, a, ms)
+	inSync(t, a, m, 2)
+	const topic = "raft-double-kill"
+	c.createTopic(cl, topic, 8, 1)
+	p, err := client.NewProducer(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	s := newSent()
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := load(ctx, t, p, topic, 4, s)
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(1500 * time.Millisecond)
+	other := ms[(slices.Index(ms, m)+1)%3]
+	done := make(chan struct{})
+	go func() { other.kill(); close(done) }()
+	m.kill()
+	<-done
+	killedAt := time.Now()
+	m.start()
+	other.start()
+	nm := masterOf(t, a, ms)
+	inSync(t, a, nm, 2)
+	eventually(t, 15*time.Second, "an acknowledged send after the restarts", func() bool { return lastAckOn(s, nm.addr).After(killedAt) })
+	time.Sleep(time.Second)
+	cancel()
+	wg.Wait()
+	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == nm })
+	sameLogs(t, a, append([]*proc{nm}, others...)...)
+	drainAndCheck(t, cl, "raft-double-kill-check", topic, s)
+}
+
+// TestElectMasterTwoMembers: acceptance 6. A group of a SYNC_MASTER and one slave (static roles):
+// `electMaster` makes the slave the master without a restart while a producer and a consumer
+// run; both follow, nothing acknowledged is lost, and the old master follows the new one with a
+// byte-identical log.
+func TestElectMasterTwoMembers(t *testing.T) {
+	c := newCluster(t)
+	m := c.addBroker("broker-a", 0, "SYNC_MASTER", "minInSyncReplicas=2")
+	sl := c.addBroker("broker-a", 1, "SLAVE", "haMasterAddress="+m.ha)
+	cl := c.client()
+	a := client.NewAdmin(cl)
+	inSync(t, a, m, 1)
+	const topic = "elect-master"
+	c.createTopic(cl, topic, 8, 1)
+	p, err := client.NewProducer(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	s := newSent()
+	got := newConsumed()
+	_, stopConsumer := runConsumer(t, cl, "elect-master-live", topic, got)
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := load(ctx, t, p, topic, 4, s)
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(1500 * time.Millisecond)
+
+	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+	began := time.Now()
+	resp, err := a.ElectMaster(ectx, "broker-a", 1)
+	ecancel()
+	if err != nil {
+		t.Fatalf("electMaster: %v", err)
+	}
+	t.Logf("electMaster: brokerId %d at %s is master (epoch %d) after %v", resp.BrokerID, resp.MasterAddr, resp.Epoch, time.Since(began).Round(time.Millisecond))
+	if resp.MasterAddr != sl.addr {
+		t.Fatalf("master is %s, want the slave %s", resp.MasterAddr, sl.addr)
+	}
+	switchedAt := time.Now()
+	eventually(t, 15*time.Second, "sends acknowledged by the new master", func() bool { return lastAckOn(s, sl.addr).After(switchedAt) })
+	inSync(t, a, sl, 1)
+	time.Sleep(time.Second)
+	cancel()
+	wg.Wait()
+	sameLogs(t, a, sl, m)
+	eventually(t, 30*time.Second, "the live consumer to read every acknowledged message", func() bool {
+		n, _ := got.missing(s, "")
+		return n == 0
+	})
+	stopConsumer()
+	got.checkOrder(t)
+	if n := got.phantoms(s); n != 0 {
+		t.Fatalf("%d messages whose send failed were consumed", n)
+	}
+	noOffsetReused(t, s)
+	acked, failed, unknown := s.counts()
+	t.Logf("lost=0: %d acknowledged messages consumed by the live consumer (failed %d, unknown %d); served by %v", acked, failed, unknown, got.servedBy())
 }
