@@ -66,6 +66,7 @@ func (b *Broker) promoteStatic() rpc.Reply {
 		b.role.Store(r)
 		return rpc.Errorf(protocol.StatusSystemError, "cannot serve replication: %v", err)
 	}
+	b.adoptStoredTopics()
 	old := b.staticID.Swap(0)
 	b.role.Store(&role{master: hm, epoch: epoch})
 	b.registrar.kick()
@@ -193,4 +194,28 @@ func (m *raftMember) electMaster(h protocol.ElectMasterRequest) rpc.Reply {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return rpc.Errorf(protocol.StatusSystemError, "leadership went to %s but it has not started its epoch in time: %s", mem.ID, fmt.Sprint(m.node.State().MasterID))
+}
+
+// adoptStoredTopics gives a broker taking the master role a topic config for every topic its log
+// holds messages of but its topic table lacks: a topic created on the old master shortly before
+// it died may not have reached this member through the config sync yet (slaveSyncInterval),
+// and its messages must stay readable and writable. The queue count is the highest queue id
+// stored plus one, at least defaultTopicQueueNums; the permission is read-write.
+func (b *Broker) adoptStoredTopics() {
+	maxQueue := map[string]int32{}
+	for _, q := range b.store.Queues() {
+		maxQueue[q.Topic] = max(maxQueue[q.Topic], q.QueueID+1)
+	}
+	for name, n := range maxQueue {
+		if b.topics.get([]byte(name)) != nil {
+			continue
+		}
+		n = max(n, b.cfg.DefaultTopicQueueNums)
+		tc := protocol.TopicConfig{Topic: name, ReadQueueNums: n, WriteQueueNums: n, Perm: protocol.PermReadWrite}
+		if _, err := b.topics.upsert(tc); err != nil {
+			b.log.Error("cannot adopt a topic found in the log", "topic", name, "err", err)
+			continue
+		}
+		b.log.Warn("topic config adopted from the log: its config had not reached this member", "topic", name, "queues", n)
+	}
 }

@@ -52,6 +52,9 @@ type raftMember struct {
 	lastTransfer time.Time
 	failedTarget string
 	failedUntil  time.Time
+	// current: this member, as Raft leader, has passed a barrier, so its control state holds
+	// everything committed before its term. Loop only.
+	current bool
 	restarting   atomic.Bool
 	// hurriedAt is when the member shortened its Raft timeouts because the master's process
 	// looked gone (UnixNano, 0: not hurried); hurriedLeader the leader it had then.
@@ -211,6 +214,16 @@ func (m *raftMember) reconcile() {
 		if r.master != nil && st.MasterID == m.selfID && st.Epoch == r.epoch {
 			return // acting as master of the current epoch
 		}
+		// A new leader may not have applied everything committed before its term yet (the
+		// in-sync set that names it, say): decide on the state after a barrier.
+		if !m.current {
+			if err := m.node.Barrier(raftOpTimeout); err != nil {
+				b.log.Warn("Raft barrier failed", "err", err)
+				return
+			}
+			m.current = true
+			st = m.node.State()
+		}
 		ends := m.logEnds(st)
 		switch act, target := ha.DecideLeader(m.selfID, st, ends); act {
 		case ha.ActMaster:
@@ -230,6 +243,7 @@ func (m *raftMember) reconcile() {
 		}
 		return
 	}
+	m.current = false
 	if r.master != nil {
 		m.demote(r, "no longer the Raft leader")
 		r = b.role.Load()
@@ -268,39 +282,45 @@ func (m *raftMember) becomeMaster() {
 	st := m.node.State()
 	end := b.store.LogEndOffset()
 	var keep []string // the set this epoch starts with: the old one without the old master
-	for _, id := range st.SyncStateSet {
-		if id != st.MasterID || id == m.selfID {
-			keep = append(keep, id)
-		}
-	}
-	self := ha.Member{ID: m.selfID, BrokerID: b.cfg.BrokerID, Addr: b.Addr(), HAAddr: net.JoinHostPort(b.cfg.advertisedHost(), portOf(b.cfg.haListenAddr()))}
-	cmd := ha.Command{Kind: ha.CmdNewEpoch, MasterID: m.selfID, StartOffset: end, SyncStateSet: keep, Members: []ha.Member{self}}
-	if err := m.node.Propose(cmd, raftOpTimeout); err != nil {
-		b.log.Warn("cannot start a new epoch; not taking the master role", "err", err)
-		return
-	}
-	st = m.node.State()
-	if st.MasterID != m.selfID {
-		return
-	}
-	if err := m.epochs.append(ha.EpochStart{Epoch: st.Epoch, StartOffset: end}); err != nil {
-		b.log.Error("cannot record the new epoch; not taking the master role", "epoch", st.Epoch, "err", err)
-		return
-	}
-	b.epoch.Store(st.Epoch)
 	var initial []ha.SyncMember
 	for _, id := range st.SyncStateSet {
-		if mem, ok := st.Member(id); ok && id != m.selfID {
+		if id == m.selfID || id == st.MasterID {
+			continue
+		}
+		keep = append(keep, id)
+		if mem, ok := st.Member(id); ok {
 			initial = append(initial, ha.SyncMember{MemberID: id, BrokerID: mem.BrokerID, Addr: mem.Addr})
 		}
 	}
-	epoch := st.Epoch
-	hm := b.newMasterHA(func(slaves []ha.SyncMember) error { return m.commitSyncSet(epoch, slaves) }, initial)
-	hm.SetEpoch(epoch)
+	// The replication port listens before the epoch starts, so that the epoch names its address.
+	var hm *ha.Master
+	hm = b.newMasterHA(func(slaves []ha.SyncMember) error { return m.commitSyncSet(hm.Epoch(), slaves) }, initial)
+	hm.SetEpoch(st.Epoch) // fences pulls of a newer epoch until this one starts
 	if err := startWithRetry(hm); err != nil {
 		b.log.Error("cannot serve replication; not taking the master role", "err", err)
 		return
 	}
+	self := ha.Member{ID: m.selfID, BrokerID: b.cfg.BrokerID, Addr: b.Addr(), HAAddr: net.JoinHostPort(b.cfg.advertisedHost(), portOf(hm.Addr()))}
+	cmd := ha.Command{Kind: ha.CmdNewEpoch, MasterID: m.selfID, StartOffset: end, SyncStateSet: keep, Members: []ha.Member{self}}
+	if err := m.node.Propose(cmd, raftOpTimeout); err != nil {
+		b.log.Warn("cannot start a new epoch; not taking the master role", "err", err)
+		_ = hm.Close()
+		return
+	}
+	st = m.node.State()
+	if st.MasterID != m.selfID {
+		_ = hm.Close()
+		return
+	}
+	if err := m.epochs.append(ha.EpochStart{Epoch: st.Epoch, StartOffset: end}); err != nil {
+		b.log.Error("cannot record the new epoch; not taking the master role", "epoch", st.Epoch, "err", err)
+		_ = hm.Close()
+		return
+	}
+	epoch := st.Epoch
+	b.epoch.Store(epoch)
+	hm.SetEpoch(epoch)
+	b.adoptStoredTopics()
 	b.role.Store(&role{master: hm, epoch: epoch})
 	b.registrar.kick()
 	b.log.Info("acting as master", "epoch", epoch, "epochStart", end, "syncStateSet", st.SyncStateSet,

@@ -22,6 +22,7 @@ var topologies = map[string][]string{
 	"2m-2s-sync":  {"broker-a.conf", "broker-a-s.conf", "broker-b.conf", "broker-b-s.conf"},
 	"2m-2s-async": {"broker-a.conf", "broker-a-s.conf", "broker-b.conf", "broker-b-s.conf"},
 	"1m-2s-sync":  {"broker-a.conf", "broker-a-s1.conf", "broker-a-s2.conf"},
+	"raft-3-sync": {"broker-a-b1.conf", "broker-a-b2.conf", "broker-a-b3.conf"},
 }
 
 // requiredKeys must be set explicitly in every file.
@@ -195,6 +196,9 @@ func checkTopology(t testing.TB, topo string, cfgs []loaded) {
 		wantRole = broker.RoleSyncMaster
 	}
 	for name, g := range groups {
+		if raftGroup(t, topo, name, wantRole, cfgs, ports) {
+			continue
+		}
 		if g.master == nil {
 			t.Errorf("group %s has slaves %v but no master (brokerId 0)", name, g.members)
 			continue
@@ -228,6 +232,65 @@ func checkTopology(t testing.TB, topo string, cfgs []loaded) {
 			}
 		}
 	}
+}
+
+// raftGroup checks a Raft-elected group (enableRaftHA) and reports whether the group is one:
+// at least three members, all with the directory's role, brokerIds >= 1, the same raftPeers in
+// every file naming each member once, Raft ports distinct from every other port of the
+// topology, and minInSyncReplicas no more than the members.
+func raftGroup(t testing.TB, topo, name, wantRole string, cfgs []loaded, ports map[int]string) bool {
+	t.Helper()
+	var members []*loaded
+	raft := false
+	for i := range cfgs {
+		if c := &cfgs[i]; c.cfg.BrokerName == name {
+			members = append(members, c)
+			raft = raft || c.cfg.EnableRaftHA
+		}
+	}
+	if !raft {
+		return false
+	}
+	if len(members) < 3 {
+		t.Errorf("Raft group %s in %s has %d members, want at least 3", name, topo, len(members))
+	}
+	peers := members[0].cfg.RaftPeers
+	ids := map[string]string{}
+	for _, c := range members {
+		if !c.cfg.EnableRaftHA {
+			t.Errorf("%s: enableRaftHA is not set but other members of %s set it", c.path, name)
+		}
+		if c.cfg.BrokerRole != wantRole {
+			t.Errorf("%s: brokerRole %s, want %s in %s", c.path, c.cfg.BrokerRole, wantRole, topo)
+		}
+		if c.cfg.RaftPeers != peers {
+			t.Errorf("%s: raftPeers %q differ from %s's %q", c.path, c.cfg.RaftPeers, members[0].path, peers)
+		}
+		if other, dup := ids[c.cfg.RaftSelfID]; dup {
+			t.Errorf("%s: raftSelfId %s also used by %s", c.path, c.cfg.RaftSelfID, other)
+		}
+		ids[c.cfg.RaftSelfID] = c.path
+		if c.cfg.MinInSyncReplicas > len(members) {
+			t.Errorf("%s: minInSyncReplicas %d, but the group has %d members", c.path, c.cfg.MinInSyncReplicas, len(members))
+		}
+	}
+	list, err := members[0].cfg.RaftPeerList()
+	if err != nil {
+		t.Errorf("%s: %v", members[0].path, err)
+		return true
+	}
+	if len(list) != len(members) {
+		t.Errorf("%s: raftPeers names %d members, the directory has %d", members[0].path, len(list), len(members))
+	}
+	for _, p := range list {
+		_, port, _ := net.SplitHostPort(p.Addr)
+		n, _ := strconv.Atoi(port)
+		if other, dup := ports[n]; dup {
+			t.Errorf("Raft port %d of %s also used by %s", n, p.ID, other)
+		}
+		ports[n] = "raft " + p.ID
+	}
+	return true
 }
 
 // TestLoaderRejectsUnknownKeys makes sure the loader the samples are checked with fails on a

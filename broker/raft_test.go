@@ -1,0 +1,233 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/petrel-mq/petrel/ha"
+	"github.com/petrel-mq/petrel/protocol"
+	"github.com/petrel-mq/petrel/protocol/rpc"
+)
+
+// TestEpochLogObserve: a slave records where each master epoch's data begins in its log from
+// the epochs stamped in the replicated batches, durably, and only newer epochs.
+func TestEpochLogObserve(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "epochs")
+	l, err := openEpochLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped := func(epoch uint32, phys int64) []byte {
+		b := buildBatch("t", 0, "a", "b")
+		protocol.StampBatch(b, phys, 0, 1, epoch)
+		return b
+	}
+	// A chunk at offset 1000: two batches of epoch 1, then one of epoch 3.
+	b1 := stamped(1, 1000)
+	b2 := stamped(1, 1000+int64(len(b1)))
+	b3 := stamped(3, 1000+int64(len(b1)+len(b2)))
+	chunk := slices.Concat(b1, b2, b3)
+	if err := l.observe(1000, chunk); err != nil {
+		t.Fatal(err)
+	}
+	want := []ha.EpochStart{{Epoch: 1, StartOffset: 1000}, {Epoch: 3, StartOffset: 1000 + int64(len(b1)+len(b2))}}
+	if got := l.list(); !slices.Equal(got, want) {
+		t.Fatalf("epochs %v, want %v", got, want)
+	}
+	// Older epochs (a stale chunk) and a truncated tail change nothing.
+	if err := l.observe(5000, append(stamped(2, 5000), 0, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	reopened, err := openEpochLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reopened.list(); !slices.Equal(got, want) || reopened.last.Load() != 3 {
+		t.Fatalf("after reopening: %v (last %d), want %v", got, reopened.last.Load(), want)
+	}
+	// A cut at the second epoch's start drops it; epoch 3 is newer again afterwards.
+	if err := reopened.truncateTo(want[1].StartOffset); err != nil {
+		t.Fatal(err)
+	}
+	if got := reopened.list(); !slices.Equal(got, want[:1]) || reopened.last.Load() != 1 {
+		t.Fatalf("after the cut: %v (last %d)", got, reopened.last.Load())
+	}
+}
+
+// TestRaftConfigValidation: the keys of a Raft-elected member are checked before it starts.
+func TestRaftConfigValidation(t *testing.T) {
+	base := func() Config {
+		c := testConfig(t.TempDir())
+		c.EnableRaftHA = true
+		c.BrokerID = 2
+		c.BrokerRole = RoleSyncMaster
+		c.RaftSelfID = "b2"
+		c.RaftPeers = "b1-127.0.0.1:40911; b2-127.0.0.1:40912;b3-127.0.0.1:40913"
+		return c
+	}
+	if err := func() error { c := base(); return c.Validate() }(); err != nil {
+		t.Fatalf("a good member config: %v", err)
+	}
+	cases := []struct {
+		name, want string
+		edit       func(*Config)
+	}{
+		{"slave role", "brokerRole SLAVE", func(c *Config) { c.BrokerRole = RoleSlave }},
+		{"brokerId 0", "brokerId 0", func(c *Config) { c.BrokerID = 0 }},
+		{"two members", "at least 3", func(c *Config) { c.RaftPeers = "b1-127.0.0.1:1;b2-127.0.0.1:2" }},
+		{"self missing", "not one of raftPeers", func(c *Config) { c.RaftSelfID = "b9" }},
+		{"bad item", "want id-host:port", func(c *Config) { c.RaftPeers = "b1:127.0.0.1:1;b2-127.0.0.1:2;b3-127.0.0.1:3" }},
+		{"bad address", "raftPeers item", func(c *Config) { c.RaftPeers = "b1-localhost;b2-127.0.0.1:2;b3-127.0.0.1:3" }},
+		{"repeated id", "appears twice", func(c *Config) { c.RaftPeers = "b2-127.0.0.1:1;b2-127.0.0.1:2;b3-127.0.0.1:3" }},
+		{"tiny heartbeat", "raftHeartbeatTimeout", func(c *Config) { c.RaftHeartbeatTimeout = 1 }},
+	}
+	for _, tc := range cases {
+		c := base()
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// raftMembers starts three in-process members of a Raft-elected group on loopback (no
+// NameServer): SYNC_MASTER, minInSyncReplicas=2.
+func raftMembers(t *testing.T) []*Broker {
+	t.Helper()
+	var lns []net.Listener
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+	}
+	var peers []string
+	for i, ln := range lns {
+		peers = append(peers, fmt.Sprintf("b%d-%s", i+1, ln.Addr()))
+		ln.Close()
+	}
+	dir := t.TempDir()
+	var bs []*Broker
+	for i := range 3 {
+		cfg := haTestConfig(filepath.Join(dir, fmt.Sprint(i+1)), RoleSyncMaster, int64(i+1))
+		cfg.EnableRaftHA = true
+		cfg.RaftSelfID = fmt.Sprintf("b%d", i+1)
+		cfg.RaftPeers = strings.Join(peers, ";")
+		cfg.MinInSyncReplicas = 2
+		bs = append(bs, startBroker(t, cfg))
+	}
+	return bs
+}
+
+// raftMaster waits until one member acts as master with both others counted in sync.
+func raftMaster(t *testing.T, bs []*Broker) *Broker {
+	t.Helper()
+	var m *Broker
+	eventuallyWithin(t, 15*time.Second, "a master with two in-sync slaves", func() bool {
+		m = nil
+		for _, b := range bs {
+			if r := b.role.Load(); r.master != nil && !r.handingOver && r.master.InSyncCount() == len(bs)-1 {
+				m = b
+			}
+		}
+		return m != nil
+	})
+	return m
+}
+
+// TestRaftGroupInProcess: three in-process members elect a master that registers as brokerId 0
+// and accepts SYNC sends; the others refuse sends naming it; consumers on a slave read only what
+// every in-sync member holds; when the master closes, another takes over at a new epoch with
+// every acknowledged message; electMaster moves the role back; every goroutine stops (goleak in
+// TestMain).
+func TestRaftGroupInProcess(t *testing.T) {
+	bs := raftMembers(t)
+	defer func() {
+		for _, b := range bs {
+			_ = b.Close()
+		}
+	}()
+	m := raftMaster(t, bs)
+	if m.registeredID() != 0 || m.haStatus().BrokerID != 0 {
+		t.Fatalf("the master registers as brokerId %d", m.registeredID())
+	}
+	c := dial(t, m.Addr())
+	createTopic(t, c, "raft", 2)
+	var acked []string
+	for i := range 50 {
+		body := fmt.Sprintf("m%d", i)
+		send(t, c, "raft", int32(i%2), body)
+		acked = append(acked, body)
+	}
+	c.Close()
+	for _, b := range bs {
+		if b == m {
+			continue
+		}
+		sc := dial(t, b.Addr())
+		_, err := sc.Call(ctx5s(t), protocol.CodeSendMessage, nil, buildBatch("raft", 0, "x"))
+		sc.Close()
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Status != protocol.StatusNotMaster || pe.MasterAddr != m.Addr() {
+			t.Fatalf("send to a slave: %v, want NOT_MASTER naming %s", err, m.Addr())
+		}
+	}
+	oldEpoch := m.role.Load().epoch
+
+	// The master goes away; another member takes over at a newer epoch with every message.
+	_ = m.Close()
+	rest := slices.DeleteFunc(slices.Clone(bs), func(b *Broker) bool { return b == m })
+	var nm *Broker
+	eventuallyWithin(t, 15*time.Second, "a new master", func() bool {
+		for _, b := range rest {
+			if r := b.role.Load(); r.master != nil {
+				nm = b
+				return true
+			}
+		}
+		return false
+	})
+	if e := nm.role.Load().epoch; e <= oldEpoch {
+		t.Fatalf("new master's epoch %d, old %d", e, oldEpoch)
+	}
+	c = dial(t, nm.Addr())
+	defer c.Close()
+	slices.Sort(acked)
+	// Served once every in-sync member holds them (the high watermark).
+	var got []string
+	eventuallyWithin(t, 10*time.Second, "the acknowledged messages readable on the new master", func() bool {
+		got = got[:0]
+		for q := int32(0); q < 2; q++ {
+			got = append(got, pull(t, c, "raft", q, 0, 0).bodies...)
+		}
+		slices.Sort(got)
+		return slices.Equal(got, acked)
+	})
+	// The old member returns and follows; electMaster hands the role to it once it is in sync.
+	idx := slices.Index(bs, m)
+	bs[idx] = startBroker(t, m.Config())
+	raftMaster(t, bs)
+	h := protocol.ElectMasterRequest{BrokerName: nm.cfg.BrokerName, BrokerID: bs[idx].cfg.BrokerID}
+	var rep rpc.Reply
+	eventuallyWithin(t, 10*time.Second, "electMaster to succeed", func() bool {
+		// SERVICE_NOT_AVAILABLE until the returned member is in the committed in-sync set.
+		rep = nm.electMaster(h)
+		if rep.Status != protocol.StatusSuccess && rep.Status != protocol.StatusServiceNotAvailable {
+			t.Fatalf("electMaster: %v %s", rep.Status, rep.Remark)
+		}
+		return rep.Status == protocol.StatusSuccess
+	})
+	if r := rep.Header.(*protocol.ElectMasterResponse); r.MasterAddr != bs[idx].Addr() {
+		t.Fatalf("electMaster made %s master, want %s", r.MasterAddr, bs[idx].Addr())
+	}
+	if got := raftMaster(t, bs); got != bs[idx] {
+		t.Fatalf("master is %s after electMaster", got.Addr())
+	}
+}
