@@ -54,8 +54,8 @@ type raftMember struct {
 	failedUntil  time.Time
 	// current: this member, as Raft leader, has passed a barrier, so its control state holds
 	// everything committed before its term. Loop only.
-	current bool
-	restarting   atomic.Bool
+	current    bool
+	restarting atomic.Bool
 	// hurriedAt is when the member shortened its Raft timeouts because the master's process
 	// looked gone (UnixNano, 0: not hurried); hurriedLeader the leader it had then.
 	hurriedAt     atomic.Int64
