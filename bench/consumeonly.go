@@ -421,6 +421,10 @@ func (r *runner) consumeOnlyHandler(chk *consumeChecker) client.Handler {
 		}
 		chk.consumed(*ds)
 		pool.Put(ds)
+		if len(msgs) > 0 {
+			// One handler call is one pull: one broker served every message.
+			r.consTL.observe(msgs[0].BrokerName, msgs[0].BrokerAddr, time.Since(r.clockBase), posOf(&msgs[0]), posOf(&msgs[len(msgs)-1]))
+		}
 		r.consumed.Add(int64(len(msgs)))
 		r.consumedBytes.Add(bytes)
 		return nil
@@ -470,6 +474,7 @@ func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string) (*Re
 		res.Problems = append([]string{"the topics' queues hold no message: nothing could be verified"}, res.Problems...)
 	}
 	r.setReplication()
+	res.Failovers, res.FailoversOmitted = failoverEvents(nil, r.consTL, time.Time{}, time.Now())
 	var jsonErr error
 	if r.cfg.JSONFile != "" {
 		if jsonErr = res.WriteJSON(r.cfg.JSONFile); jsonErr == nil {

@@ -87,6 +87,24 @@
 // Sends that fail (definitely or with an unknown outcome) are counted and the run goes on, so a
 // run survives a broker restart.
 //
+// # Failover timeline
+//
+// Every acknowledged send tells which broker of its group stored it (client.SendResult's
+// BrokerAddr) and every consumed batch which one served it (client.MessageExt's BrokerAddr).
+// Per broker group, a timeline for sends and one for consumption keep the breaks only
+// (failover.go): the acknowledging broker changed (the master died and another member took
+// over, or the producer moved); the serving broker changed after a gap (consumers of a healthy
+// group move between its members without one, following the master's read suggestions); a
+// pause on one broker (it came back at its address); a group not served again until the end
+// (no acknowledgement from a broker group while the producers ran on, or no consumption while
+// its sends were acknowledged). A pause counts from 500 ms (a change of serving broker from
+// 50 ms) and 20 times the group's mean interval between observations. Each event has the old
+// and new addresses, the times of the last acknowledgement or consumption before the break and
+// the first after it, the gap in ms and the positions of those messages (shown in the summary
+// for consumption); the summary prints one "failover" line per event (nothing without one) and
+// the JSON lists them as "failovers". The cost per acknowledgement is a map lookup and a per-group mutex, and no
+// allocation.
+//
 // # Output
 //
 // A progress line per interval (publish and consume rates, backlog, publish latency p50/p99/max,

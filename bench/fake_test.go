@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/petrel-mq/petrel/client"
@@ -50,7 +51,20 @@ type fakeCluster struct {
 	haCalls  int
 	// pulls and delivered count the consumers' batches and messages (served by brokerId 0).
 	pulls, delivered int64
+	// failoverAt, when positive, fails the group over at the failoverAt-th send (from 0): that
+	// send and every later one waits until failoverPause has passed since the first of them
+	// (no send is stored meanwhile; consumers go on), then is stored by fake:1 instead of
+	// fake:0.
+	failoverAt    int
+	failoverPause time.Duration
+	resumeAt      time.Time
 }
+
+// fakeAddr is the address of the fake's broker before a failover; fakeAddrAfter after it.
+const (
+	fakeAddr      = "fake:0"
+	fakeAddrAfter = "fake:1"
+)
 
 func newFakeCluster(f func(n int, attempt uint8) fault) *fakeCluster {
 	return &fakeCluster{queues: map[string][][]client.MessageExt{}, changed: make(chan struct{}), fault: f, rr: map[string]int{}}
@@ -128,6 +142,18 @@ func (c *fakeCluster) queueBounds(_ context.Context, topic string) ([]queueBound
 func (c *fakeCluster) store(m *client.Message) (res client.SendResult, err error, refused bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	addr := fakeAddr
+	if c.failoverAt > 0 && c.sends >= c.failoverAt {
+		addr = fakeAddrAfter
+		if c.resumeAt.IsZero() {
+			c.resumeAt = time.Now().Add(c.failoverPause)
+		}
+		if d := time.Until(c.resumeAt); d > 0 {
+			c.mu.Unlock()
+			time.Sleep(d)
+			c.mu.Lock()
+		}
+	}
 	n := c.sends
 	c.sends++
 	var props []byte
@@ -155,14 +181,14 @@ func (c *fakeCluster) store(m *client.Message) (res client.SendResult, err error
 		qid = c.rr[m.Topic] % len(qs)
 		c.rr[m.Topic]++
 	}
-	ext := client.MessageExt{Topic: m.Topic, BrokerName: "fake", QueueID: int32(qid), Properties: props, Body: bytes.Clone(m.Body)}
+	ext := client.MessageExt{Topic: m.Topic, BrokerName: "fake", QueueID: int32(qid), Properties: props, Body: bytes.Clone(m.Body), BrokerAddr: addr}
 	q := &qs[qid]
 	add := func(e client.MessageExt) int64 {
 		e.QueueOffset = int64(len(*q))
 		*q = append(*q, e)
 		return e.QueueOffset
 	}
-	res = client.SendResult{BrokerName: "fake", QueueID: int32(qid)}
+	res = client.SendResult{BrokerName: "fake", BrokerAddr: addr, QueueID: int32(qid)}
 	switch f {
 	case faultFail:
 		return res, client.ErrSystemBusy, false
@@ -190,11 +216,13 @@ func (c *fakeCluster) store(m *client.Message) (res client.SendResult, err error
 }
 
 type fakeProducer struct {
-	c       *fakeCluster
-	cbs     chan func()
-	done    chan struct{}
-	mu      sync.Mutex
-	pending int
+	c    *fakeCluster
+	cbs  chan func()
+	done chan struct{}
+	// pending counts the callbacks not run yet; an atomic, so the callbacks never wait for a
+	// send holding mu (one held up by a failover pause).
+	pending atomic.Int64
+	mu      sync.Mutex // guards closed and orders sends
 	closed  bool
 }
 
@@ -202,9 +230,7 @@ func (p *fakeProducer) run() {
 	defer close(p.done)
 	for cb := range p.cbs {
 		cb()
-		p.mu.Lock()
-		p.pending--
-		p.mu.Unlock()
+		p.pending.Add(-1)
 	}
 }
 
@@ -221,7 +247,7 @@ func (p *fakeProducer) SendAsync(ctx context.Context, m *client.Message, cb func
 	if refused {
 		return err
 	}
-	p.pending++
+	p.pending.Add(1)
 	p.cbs <- func() { cb(res, err) }
 	return nil
 }
@@ -245,10 +271,7 @@ func (p *fakeProducer) SendSync(ctx context.Context, m *client.Message) (client.
 
 func (p *fakeProducer) Flush(ctx context.Context) error {
 	for {
-		p.mu.Lock()
-		n := p.pending
-		p.mu.Unlock()
-		if n == 0 {
+		if p.pending.Load() == 0 {
 			return nil
 		}
 		if !sleepCtx(ctx, time.Millisecond) {

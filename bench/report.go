@@ -164,6 +164,14 @@ type Result struct {
 	// ConsumedOutside counts, for a consume-only run, messages consumed outside the queues'
 	// ranges at the start (stored since): checked for identity and CRC, not for contiguity.
 	ConsumedOutside int64 `json:"consumedOutside"`
+	// Failovers is the failover timeline, in time order: every break the run saw in a broker
+	// group's service, for sends (the acknowledging broker changed, paused or never came back)
+	// and for consumption (the serving broker changed after a gap, paused or never came back);
+	// empty when there was none (see failover.go).
+	Failovers []FailoverEvent `json:"failovers"`
+	// FailoversOmitted counts the events left out of Failovers (at most 100 are kept per broker
+	// group and kind).
+	FailoversOmitted int64 `json:"failoversOmitted,omitempty"`
 }
 
 // OK reports whether the run passed verification (always true without --verify).
@@ -185,7 +193,7 @@ func newResult() *Result {
 		AggregatedPublishLatencyQuantiles: Quantiles{}, AggregatedPublishDelayLatencyQuantiles: Quantiles{},
 		AggregatedEndToEndLatencyQuantiles: Quantiles{},
 		TopicNames:                         []string{}, ConsumerGroups: []string{},
-		ServedBy: []ServedBy{}, Replication: []SlaveReplication{}, ReadBrokerID: -1,
+		ServedBy: []ServedBy{}, Replication: []SlaveReplication{}, ReadBrokerID: -1, Failovers: []FailoverEvent{},
 	}
 }
 
@@ -416,6 +424,7 @@ func (r *Result) writeSummary(w io.Writer, s summary) {
 			r.MessagesSent, r.MessagesAcked, r.Failed, r.Unknown, r.MessagesConsumed, float64(r.BytesSent)/(1<<20), float64(r.BytesConsumed)/(1<<20))
 	}
 	r.writeReplication(w)
+	r.writeFailovers(w)
 	if !r.Verified {
 		fmt.Fprintf(w, "  verification      off (use --verify)\n")
 		return

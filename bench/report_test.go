@@ -236,3 +236,89 @@ func TestNothingAckedFails(t *testing.T) {
 		t.Fatalf("summary:\n%s", b.String())
 	}
 }
+
+// TestFailoverSummary: the summary lists one "failover" line per event, in the result's
+// order, and nothing without events; the JSON holds the events with their units in the names.
+func TestFailoverSummary(t *testing.T) {
+	res := newResult()
+	var b bytes.Buffer
+	res.writeSummary(&b, summary{})
+	if strings.Contains(b.String(), "failover") {
+		t.Fatalf("a run without failover:\n%s", b.String())
+	}
+
+	at := func(clock string) int64 {
+		tm, err := time.ParseInLocation("2006-01-02 15:04:05.000", "2026-01-02 "+clock, time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()
+	}
+	pos := func(off int64) MessagePos { return MessagePos{Topic: "bench-1-0", QueueID: 3, QueueOffset: off} }
+	res.Failovers = []FailoverEvent{
+		{BrokerName: "broker-a", Kind: FailoverConsume, OldAddr: "127.0.0.1:10911", NewAddr: "127.0.0.1:10921",
+			LastUnixMs: at("12:00:01.100"), FirstUnixMs: at("12:00:01.160"), GapMs: 60, LastMessage: pos(41), FirstMessage: pos(42)},
+		{BrokerName: "broker-a", Kind: FailoverSend, OldAddr: "127.0.0.1:10911", NewAddr: "127.0.0.1:10921",
+			LastUnixMs: at("12:00:01.123"), FirstUnixMs: at("12:00:01.935"), GapMs: 812, LastMessage: pos(57), FirstMessage: pos(58)},
+		{BrokerName: "broker-a", Kind: FailoverConsume, OldAddr: "127.0.0.1:10921", NewAddr: "127.0.0.1:10921",
+			LastUnixMs: at("12:00:01.400"), FirstUnixMs: at("12:00:02.000"), GapMs: 600, LastMessage: pos(57), FirstMessage: pos(58)},
+		{BrokerName: "broker-b", Kind: FailoverSend, OldAddr: "127.0.0.1:10931", LastUnixMs: at("12:00:03.000"), GapMs: 20345, LastMessage: pos(9)},
+		{BrokerName: "broker-b", Kind: FailoverConsume, OldAddr: "127.0.0.1:10931", LastUnixMs: at("12:00:03.001"), GapMs: 21000, LastMessage: pos(9)},
+	}
+	res.FailoversOmitted = 3
+	b.Reset()
+	res.writeSummary(&b, summary{})
+	var got []string
+	for line := range strings.Lines(b.String()) {
+		if strings.HasPrefix(line, "  failover") {
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		"  failover          broker-a consume: 127.0.0.1:10911 -> 127.0.0.1:10921 gap 60 ms (last consumed 12:00:01.100 bench-1-0#3@41, first consumed 12:00:01.160 bench-1-0#3@42)\n",
+		"  failover          broker-a send: 127.0.0.1:10911 -> 127.0.0.1:10921 gap 812 ms (last ack 12:00:01.123, first ack 12:00:01.935)\n",
+		"  failover          broker-a consume: 127.0.0.1:10921 -> 127.0.0.1:10921 (same address) gap 600 ms (last consumed 12:00:01.400 bench-1-0#3@57, first consumed 12:00:02.000 bench-1-0#3@58)\n",
+		"  failover          broker-b send: 127.0.0.1:10931 -> none, no ack for 20345 ms to the end of sending (last ack 12:00:03.000)\n",
+		"  failover          broker-b consume: 127.0.0.1:10931 -> none, nothing consumed for 21000 ms to the end of the run though sends went on (last consumed 12:00:03.001 bench-1-0#3@9)\n",
+		"  failover          3 more event(s) not listed (at most 100 per broker group and kind)\n",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("failover lines:\n%s\nwant:\n%s", strings.Join(got, ""), strings.Join(want, ""))
+	}
+
+	path := filepath.Join(t.TempDir(), "out.json")
+	if err := res.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Failovers        []map[string]any `json:"failovers"`
+		FailoversOmitted int64            `json:"failoversOmitted"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Failovers) != 5 || m.FailoversOmitted != 3 {
+		t.Fatalf("JSON: %d failovers, %d omitted", len(m.Failovers), m.FailoversOmitted)
+	}
+	send := m.Failovers[1]
+	for k, v := range map[string]any{
+		"brokerName": "broker-a", "kind": "send", "oldAddr": "127.0.0.1:10911", "newAddr": "127.0.0.1:10921",
+		"lastUnixMs": float64(at("12:00:01.123")), "firstUnixMs": float64(at("12:00:01.935")), "gapMs": 812.0,
+		"lastMessage":  map[string]any{"topic": "bench-1-0", "queueId": 3.0, "queueOffset": 57.0},
+		"firstMessage": map[string]any{"topic": "bench-1-0", "queueId": 3.0, "queueOffset": 58.0},
+	} {
+		if !reflect.DeepEqual(send[k], v) {
+			t.Errorf("JSON send event: %s = %v, want %v", k, send[k], v)
+		}
+	}
+	if gone := m.Failovers[3]; gone["newAddr"] != "" || gone["firstUnixMs"] != 0.0 || gone["firstMessage"] != nil || gone["gapMs"] != 20345.0 {
+		t.Errorf("JSON event of a group that never came back: %v", gone)
+	}
+	if len(send) != 9 {
+		t.Errorf("JSON send event has %d fields: %v", len(send), send)
+	}
+}

@@ -115,6 +115,13 @@ type runner struct {
 
 	pubLat, pubDelay, e2e *Recorder
 
+	// sendTL and consTL follow, per broker group, the broker that acknowledges the sends and
+	// the one that serves the consumers (failover.go); their times are offsets from clockBase.
+	// sendStop is when the producers were told to stop (owned by the main goroutine).
+	clockBase      time.Time
+	sendTL, consTL *timeline
+	sendStop       time.Time
+
 	stopProducing chan struct{}
 	paused        atomic.Bool
 	resume        chan struct{}
@@ -162,6 +169,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	runID := rand.Uint64() | 1
+	clockBase := time.Now()
 	r := &runner{
 		cfg:           &cfg,
 		plan:          pl,
@@ -172,6 +180,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		pubLat:        NewRecorder(),
 		pubDelay:      NewRecorder(),
 		e2e:           NewRecorder(),
+		clockBase:     clockBase,
+		sendTL:        newTimeline(sendPolicy, clockBase),
+		consTL:        newTimeline(consumePolicy, clockBase),
 		stopProducing: make(chan struct{}),
 		resume:        make(chan struct{}),
 		totPubLat:     newHistogram(),
@@ -527,6 +538,7 @@ loop:
 		}
 	}
 	now := time.Now()
+	r.sendStop = now
 	if phase == phaseTest {
 		r.res.WarmupSeconds = round3(phaseStart.Sub(r.start).Seconds())
 		r.res.TestSeconds = round3(now.Sub(phaseStart).Seconds())
@@ -808,10 +820,14 @@ func (r *runner) send(ctx context.Context, ps *prodState, e retryEntry, due time
 // onSendResult runs on the client's callback goroutine for every send attempt.
 func (r *runner) onSendResult(ps *prodState, e retryEntry, size int64, start time.Time, res client.SendResult, err error) {
 	if err == nil {
-		r.pubLat.Record(time.Since(start).Microseconds())
+		// One read of the monotonic clock for the latency and the timeline.
+		now := time.Since(r.clockBase)
+		r.pubLat.Record((now - start.Sub(r.clockBase)).Microseconds())
 		r.acked.Add(1)
 		r.ackedBytes.Add(size)
 		ps.errStreak.Store(0)
+		pos := MessagePos{Topic: ps.topic, QueueID: res.QueueID, QueueOffset: res.QueueOffset}
+		r.sendTL.observe(res.BrokerName, res.BrokerAddr, now, pos, pos)
 		if r.v != nil {
 			r.v.Acked(ps.id, e.seq, e.attempt, QueueRef{Topic: ps.topic, Broker: res.BrokerName, QueueID: res.QueueID}, res.QueueOffset)
 		}
@@ -866,7 +882,8 @@ func (r *runner) handler(sub int) client.Handler {
 				return ctx.Err()
 			}
 		}
-		now := time.Now().UnixMicro()
+		tnow := time.Now()
+		now := tnow.UnixMicro()
 		var ds *[]Delivery
 		if r.v != nil {
 			if x, ok := pool.Get().(*[]Delivery); ok {
@@ -877,6 +894,7 @@ func (r *runner) handler(sub int) client.Handler {
 			*ds = (*ds)[:0]
 		}
 		var n, bytes int64
+		first, last := -1, -1 // the run's first and last messages in msgs
 		for i := range msgs {
 			m := &msgs[i]
 			id, err := ParseIdentity(m.Properties)
@@ -886,6 +904,10 @@ func (r *runner) handler(sub int) client.Handler {
 				r.foreign.Add(1)
 				continue
 			}
+			if first < 0 {
+				first = i
+			}
+			last = i
 			r.e2e.Record(now - id.SentMicros)
 			n++
 			bytes += int64(len(m.Body))
@@ -903,10 +925,19 @@ func (r *runner) handler(sub int) client.Handler {
 			r.v.Consumed(sub, *ds)
 			pool.Put(ds)
 		}
+		if first >= 0 {
+			// One handler call is one pull: one broker served every message.
+			r.consTL.observe(msgs[first].BrokerName, msgs[first].BrokerAddr, tnow.Sub(r.clockBase), posOf(&msgs[first]), posOf(&msgs[last]))
+		}
 		r.consumed.Add(n)
 		r.consumedBytes.Add(bytes)
 		return nil
 	}
+}
+
+// posOf returns the position of a consumed message.
+func posOf(m *client.MessageExt) MessagePos {
+	return MessagePos{Topic: m.Topic, QueueID: m.QueueID, QueueOffset: m.QueueOffset}
 }
 
 // finish builds the result, prints the summary and writes the JSON file.
@@ -944,6 +975,7 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	res.Foreign = r.foreign.Load()
 	res.Passed = true
 	r.setReplication()
+	res.Failovers, res.FailoversOmitted = failoverEvents(r.sendTL, r.consTL, r.sendStop, time.Now())
 	if r.v != nil {
 		c, problems := r.v.Finish()
 		if cb := r.cl.corruptBatches(); cb > 0 {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -141,6 +142,59 @@ func TestRunFakeClean(t *testing.T) {
 	var back Result
 	if err := json.Unmarshal(data, &back); err != nil || back.MessagesSent != res.MessagesSent || back.Workload != "fake" || back.Driver != DriverName {
 		t.Fatalf("JSON: %v; %+v", err, back)
+	}
+	// One broker throughout: no failover, and no line about it.
+	if len(res.Failovers) != 0 || strings.Contains(out, "failover") {
+		t.Fatalf("failovers in a clean run: %+v", res.Failovers)
+	}
+}
+
+// TestRunFakeFailover: the fake group fails over from fake:0 to fake:1 in the middle of the
+// test phase, no send stored for 300 ms. The run reports the switch of the acknowledging broker
+// and of the serving one, with the gaps, in the result and the summary, and verifies.
+func TestRunFakeFailover(t *testing.T) {
+	fc := newFakeCluster(nil)
+	fc.failoverAt, fc.failoverPause = 1000, 300*time.Millisecond
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	res, out := runFake(t, t.Context(), Config{
+		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 4000)),
+		Duration:     600 * time.Millisecond,
+		Warmup:       100 * time.Millisecond,
+		Verify:       true,
+		JSONFile:     jsonPath,
+		Seed:         1,
+	}, fc)
+	if !res.OK() || !res.Drained {
+		t.Fatalf("%s; problems %q", countsOf(res), res.Problems)
+	}
+	if len(res.Failovers) != 2 {
+		t.Fatalf("failovers %+v, want one of sends and one of consumption", res.Failovers)
+	}
+	for _, e := range res.Failovers {
+		if e.BrokerName != "fake" || e.OldAddr != fakeAddr || e.NewAddr != fakeAddrAfter {
+			t.Errorf("event %+v", e)
+		}
+		// The senders' pause is all of the sends' gap; consumers drain what fake:0 stored
+		// meanwhile, so theirs is a little shorter.
+		if e.GapMs < 250 || e.GapMs > 2000 || e.FirstUnixMs-e.LastUnixMs < 250 || e.LastMessage.Topic == "" || e.FirstMessage.Topic == "" {
+			t.Errorf("event %+v: gap", e)
+		}
+	}
+	if send := res.Failovers[0]; send.Kind != FailoverSend || res.Failovers[1].Kind != FailoverConsume {
+		t.Errorf("events in order %s, %s; want send then consume", send.Kind, res.Failovers[1].Kind)
+	}
+	for _, want := range []string{"failover          fake send: fake:0 -> fake:1 gap ", "failover          fake consume: fake:0 -> fake:1 gap "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(data, &back); err != nil || !reflect.DeepEqual(back.Failovers, res.Failovers) {
+		t.Fatalf("JSON: %v; failovers %+v", err, back.Failovers)
 	}
 }
 
@@ -581,6 +635,24 @@ func TestBrokerRestart(t *testing.T) {
 		t.Fatalf("%s", countsOf(res))
 	}
 	t.Logf("through the restart: %s", countsOf(res))
+	// The timeline shows the outage, the broker back at its address, for sends and for
+	// consumption: the broker was down at least 500 ms.
+	kinds := map[string]bool{}
+	for _, e := range res.Failovers {
+		t.Logf("failover: %s", e.text())
+		if e.OldAddr == "" || e.NewAddr != e.OldAddr {
+			t.Errorf("event %+v: want the same broker before and after", e)
+		}
+		if e.GapMs >= 500 {
+			kinds[e.Kind] = true
+		}
+	}
+	if !kinds[FailoverSend] || !kinds[FailoverConsume] {
+		t.Errorf("failovers %+v: want a gap of at least 500 ms in sends and in consumption", res.Failovers)
+	}
+	if !strings.Contains(out.String(), "  failover          ") {
+		t.Error("the summary has no failover line")
+	}
 }
 
 func TestCheckBacklogFits(t *testing.T) {
