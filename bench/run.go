@@ -668,6 +668,9 @@ func (r *runner) tick(phase string) {
 	r.e2e.Recycle(iv.e2e)
 }
 
+// errBackoffMax caps a producer's pause after consecutive failed sends.
+const errBackoffMax = 50 * time.Millisecond
+
 // produce is a producer's loop: it sends until the run stops it or, for a replay, until every
 // body is sent.
 func (r *runner) produce(ctx context.Context, ps *prodState) {
@@ -689,8 +692,9 @@ func (r *runner) produce(ctx context.Context, ps *prodState) {
 		}
 		if k := ps.errStreak.Load(); k > 0 {
 			// The cluster is failing (a broker restarting?): slow down instead of spinning
-			// through messages that fail at once.
-			d := min(time.Duration(k)*10*time.Millisecond, time.Second)
+			// through messages that fail at once, but by at most errBackoffMax, so that the
+			// failover timeline measures the cluster, not this pause.
+			d := min(time.Duration(k)*5*time.Millisecond, errBackoffMax)
 			if !wt.until(time.Now().Add(d), r.stopProducing) {
 				return
 			}
