@@ -300,8 +300,8 @@ func (b *Broker) slaveSyncLoop() {
 
 func (b *Broker) syncWithMaster() {
 	addr := b.master().clientAddr
-	if addr == "" {
-		return
+	if addr == "" || b.role.Load().master != nil {
+		return // no master known, or this broker is the master now (Raft, electMaster)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
