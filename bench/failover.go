@@ -248,14 +248,17 @@ func (g *tlGroup) rhythmic(p *timelinePolicy, gap time.Duration) bool {
 }
 
 // straggler takes an observation no later than the latest one (another goroutine read the
-// clock later but recorded first). One from the address the group's latest break left, dated
-// inside that break, means the old address served until then: the break starts later.
+// clock later but recorded first). One from the address the group's latest change of address
+// left, dated inside that break, means the old address served until then: the break starts
+// later.
 func (g *tlGroup) straggler(addr string, t time.Duration, pos MessagePos) {
 	if len(g.events) == 0 || g.omitted > 0 {
 		return
 	}
 	e := &g.events[len(g.events)-1]
-	if addr == e.old && e.new != "" && t > e.last && t < e.first {
+	// NB: only for a change of address: after a stall on one address, an observation dated
+	// inside the break is the same broker's first answer after it, read out of order.
+	if addr == e.old && e.new != "" && e.new != e.old && t > e.last && t < e.first {
 		e.last, e.lastPos = t, pos
 	}
 }
