@@ -206,9 +206,9 @@ func (p *Proxy) acceptLoop() {
 		}
 		p.accepted.Add(1)
 		p.mu.Lock()
-		if p.closed || p.mode == partitioned {
+		if closed := p.closed; closed || p.mode == partitioned {
 			p.mu.Unlock()
-			if !p.closed {
+			if !closed {
 				p.refused.Add(1)
 			}
 			reset(c)
