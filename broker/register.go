@@ -62,6 +62,7 @@ func (r *registrar) header() *protocol.BrokerHeader {
 		BrokerAddr:   r.b.Addr(),
 		HAServerAddr: r.b.haAdvertised(),
 		DataVersion:  r.b.topics.version.Load(),
+		Epoch:        r.b.role.Load().epoch,
 	}
 }
 

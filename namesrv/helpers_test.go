@@ -83,11 +83,12 @@ type broker struct {
 	id            int64
 	addr, ha      string
 	version       int64
+	epoch         uint32
 }
 
 func (b broker) header() *protocol.BrokerHeader {
 	return &protocol.BrokerHeader{ClusterName: b.cluster, BrokerName: b.name, BrokerID: b.id,
-		BrokerAddr: b.addr, HAServerAddr: b.ha, DataVersion: b.version}
+		BrokerAddr: b.addr, HAServerAddr: b.ha, DataVersion: b.version, Epoch: b.epoch}
 }
 
 func topics(names ...string) []protocol.TopicConfig {

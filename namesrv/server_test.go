@@ -7,6 +7,7 @@ import (
 	"net"
 	"reflect"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -296,6 +297,37 @@ func TestSlavePromotedAndAddressChanges(t *testing.T) {
 	if ci := s.ClusterInfo(); len(ci.Brokers) != 1 || ci.Brokers[0].BrokerName != "g9" {
 		t.Errorf("cluster info: %+v", ci)
 	}
+}
+
+// TestStaleMasterRefused: a deposed master (an older epoch) cannot displace the group's new master
+// from the routes; once no master is listed, or with a newer epoch, a master registers.
+func TestStaleMasterRefused(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s.Addr())
+	old := g1m
+	old.epoch = 3
+	mustRegister(t, c, old, topics("TopicA"))
+	// Another member takes over in epoch 4.
+	newer := broker{cluster: "c1", name: "g1", id: 0, addr: "127.0.0.1:20911", ha: "127.0.0.1:20912", epoch: 4}
+	mustRegister(t, c, newer, topics("TopicA"))
+	// The deposed master's late heartbeat as master is refused and changes nothing.
+	if _, err := register(t, c, old, topics("TopicA")); !errors.Is(err, protocol.StatusRequestMalformed) || !strings.Contains(err.Error(), "epoch 3") {
+		t.Fatalf("stale master registration: %v", err)
+	}
+	if rd := mustRoute(t, c, "TopicA"); !reflect.DeepEqual(rd.BrokerDatas, []protocol.BrokerData{brokerData(newer, newer)}) {
+		t.Fatalf("route after a stale master's registration: %+v", rd)
+	}
+	// As a slave it registers; the next master registers with a newer epoch.
+	slave := old
+	slave.id = 2
+	mustRegister(t, c, slave, nil)
+	next := old
+	next.epoch = 5
+	mustRegister(t, c, next, topics("TopicA"))
+	if rd := mustRoute(t, c, "TopicA"); rd.BrokerDatas[0].MasterAddr() != old.addr {
+		t.Fatalf("route after the newer master: %+v", rd)
+	}
+	_ = s
 }
 
 func TestSlaveSeedsQueueDataWithoutMaster(t *testing.T) {

@@ -2,6 +2,7 @@ package namesrv
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -56,6 +57,9 @@ type routeTable struct {
 	groups   map[string]*brokerGroup         // group name -> group
 	clusters map[string]map[string]struct{}  // cluster name -> group names
 	live     map[string]*liveBroker          // broker address -> live info
+	// masterEpochs is the newest master epoch registered per group name (kept when the group
+	// goes: a deposed master must not come back as master).
+	masterEpochs map[string]uint32
 }
 
 func newRouteTable() *routeTable {
@@ -64,6 +68,8 @@ func newRouteTable() *routeTable {
 		groups:   make(map[string]*brokerGroup),
 		clusters: make(map[string]map[string]struct{}),
 		live:     make(map[string]*liveBroker),
+
+		masterEpochs: make(map[string]uint32),
 	}
 }
 
@@ -94,6 +100,17 @@ func (e *errClusterMismatch) Error() string {
 	return "broker group " + e.group + " belongs to cluster " + e.have + ", not " + e.want
 }
 
+// errStaleMaster refuses a master registration of an older epoch than the group's listed master.
+type errStaleMaster struct {
+	group, addr, current string
+	epoch, currentEpoch  uint32
+}
+
+func (e *errStaleMaster) Error() string {
+	return fmt.Sprintf("broker %s registers as master of %s in epoch %d, but %s is its master in epoch %d",
+		e.addr, e.group, e.epoch, e.current, e.currentEpoch)
+}
+
 // register applies a registration (see the package doc) and returns the group's master.
 func (t *routeTable) register(r *registration) (registerResult, error) {
 	h := &r.hdr
@@ -102,6 +119,12 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 	var res registerResult
 
 	g := t.groups[h.BrokerName]
+	if h.BrokerID == 0 {
+		if cur := t.masterEpochs[h.BrokerName]; h.Epoch < cur && g != nil && g.addrs[0] != "" && g.addrs[0] != h.BrokerAddr {
+			return res, &errStaleMaster{group: h.BrokerName, addr: h.BrokerAddr, epoch: h.Epoch, current: g.addrs[0], currentEpoch: cur}
+		}
+		t.masterEpochs[h.BrokerName] = max(t.masterEpochs[h.BrokerName], h.Epoch)
+	}
 	if g != nil && g.cluster != h.ClusterName {
 		// Only the group itself could be moved, and its other members still say otherwise.
 		if !(len(g.addrs) == 1 && g.addrs[h.BrokerID] == h.BrokerAddr) {

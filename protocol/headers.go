@@ -371,6 +371,10 @@ type BrokerHeader struct {
 	HAServerAddr string
 	// DataVersion increases whenever the broker's topic set changes.
 	DataVersion int64
+	// Epoch is the master epoch of the broker's role (0 with static roles never changed): a
+	// NameServer refuses a master (BrokerID 0) of an older epoch than the group's master it
+	// lists, so a deposed master cannot displace the new one from the routes.
+	Epoch uint32
 }
 
 // AppendTo implements Header.
@@ -380,7 +384,8 @@ func (h *BrokerHeader) AppendTo(dst []byte) []byte {
 	dst = AppendI64(dst, h.BrokerID)
 	dst = AppendString(dst, h.BrokerAddr)
 	dst = AppendString(dst, h.HAServerAddr)
-	return AppendI64(dst, h.DataVersion)
+	dst = AppendI64(dst, h.DataVersion)
+	return AppendU32(dst, h.Epoch)
 }
 
 // ReadFrom implements Header.
@@ -392,6 +397,7 @@ func (h *BrokerHeader) ReadFrom(src []byte) error {
 	h.BrokerAddr = r.Str(maxNameLength)
 	h.HAServerAddr = r.Str(maxNameLength)
 	h.DataVersion = r.I64()
+	h.Epoch = r.U32()
 	return r.Done()
 }
 

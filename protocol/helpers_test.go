@@ -40,7 +40,7 @@ func sampleHeaders() []codec {
 		&TopicConfig{Topic: "TopicA", ReadQueueNums: 8, WriteQueueNums: 8, Perm: PermReadWrite},
 		&TopicHeader{Topic: "%RETRY%cg-orders"},
 		&GroupHeader{ConsumerGroup: "cg-orders", Topic: ""},
-		&BrokerHeader{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerID: 0, BrokerAddr: "127.0.0.1:10911", HAServerAddr: "127.0.0.1:10912", DataVersion: 9},
+		&BrokerHeader{ClusterName: "DefaultCluster", BrokerName: "broker-a", BrokerID: 0, BrokerAddr: "127.0.0.1:10911", HAServerAddr: "127.0.0.1:10912", DataVersion: 9, Epoch: 4},
 		&RegisterBrokerResponseHeader{MasterAddr: "127.0.0.1:10911", HAServerAddr: "127.0.0.1:10912"},
 		&ConsumerHeartbeatHeader{ClientID: "10.0.0.1@4242@a1b2", ConsumerGroup: "cg-orders", Topic: "TopicA"},
 		&LogChecksumRequest{From: -1, To: 1 << 30},

@@ -85,7 +85,7 @@ func headerGens() map[string]*rapid.Generator[codec] {
 		}),
 		"BrokerHeader": c(func(t *rapid.T) codec {
 			return &BrokerHeader{ClusterName: nameGen().Draw(t, "c"), BrokerName: nameGen().Draw(t, "b"), BrokerID: rapid.Int64().Draw(t, "id"),
-				BrokerAddr: nameGen().Draw(t, "a"), HAServerAddr: nameGen().Draw(t, "ha"), DataVersion: rapid.Int64().Draw(t, "dv")}
+				BrokerAddr: nameGen().Draw(t, "a"), HAServerAddr: nameGen().Draw(t, "ha"), DataVersion: rapid.Int64().Draw(t, "dv"), Epoch: rapid.Uint32().Draw(t, "e")}
 		}),
 		"RegisterBrokerResponseHeader": c(func(t *rapid.T) codec {
 			return &RegisterBrokerResponseHeader{MasterAddr: nameGen().Draw(t, "m"), HAServerAddr: nameGen().Draw(t, "ha")}
