@@ -52,10 +52,10 @@ type raftMember struct {
 	lastTransfer time.Time
 	failedTarget string
 	failedUntil  time.Time
-	// current: this member, as Raft leader, has passed a barrier, so its control state holds
-	// everything committed before its term. Loop only.
-	current    bool
-	restarting atomic.Bool
+	// barrierTerm is the Raft term in which this member, as leader, last passed a barrier: in
+	// that term its control state holds everything committed before the term. Loop only.
+	barrierTerm uint64
+	restarting  atomic.Bool
 	// hurriedAt is when the member shortened its Raft timeouts because the master's process
 	// looked gone (UnixNano, 0: not hurried); hurriedLeader the leader it had then.
 	hurriedAt     atomic.Int64
@@ -216,12 +216,12 @@ func (m *raftMember) reconcile() {
 		}
 		// A new leader may not have applied everything committed before its term yet (the
 		// in-sync set that names it, say): decide on the state after a barrier.
-		if !m.current {
+		if term := m.node.Term(); term != m.barrierTerm {
 			if err := m.node.Barrier(raftOpTimeout); err != nil {
 				b.log.Warn("Raft barrier failed", "err", err)
 				return
 			}
-			m.current = true
+			m.barrierTerm = term
 			st = m.node.State()
 		}
 		ends := m.logEnds(st)
@@ -243,7 +243,6 @@ func (m *raftMember) reconcile() {
 		}
 		return
 	}
-	m.current = false
 	if r.master != nil {
 		m.demote(r, "no longer the Raft leader")
 		r = b.role.Load()

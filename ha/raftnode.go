@@ -158,6 +158,9 @@ func (n *RaftNode) LeaderID() string {
 	return string(id)
 }
 
+// Term returns the member's current Raft term.
+func (n *RaftNode) Term() uint64 { return n.r.CurrentTerm() }
+
 // LeaderCh delivers true when this member becomes leader and false when it stops being leader
 // (raft.Raft.LeaderCh: a slow reader misses intermediate changes, never the latest one).
 func (n *RaftNode) LeaderCh() <-chan bool { return n.r.LeaderCh() }
