@@ -119,4 +119,19 @@ func TestRaftNodeDurableFailover(t *testing.T) {
 	if got := nodes[old].LeaderID(); got != nl.cfg.SelfID && got != "" {
 		t.Fatalf("restarted member sees leader %q, want %q", got, nl.cfg.SelfID)
 	}
+
+	// Hurry cuts a follower's timeouts to the leader lease; Relax restores them.
+	f := nodes[old]
+	if err := f.Hurry(); err != nil {
+		t.Fatal(err)
+	}
+	if rc := f.r.ReloadableConfig(); rc.HeartbeatTimeout != f.cfg.LeaderLeaseTimeout || rc.ElectionTimeout != f.cfg.LeaderLeaseTimeout {
+		t.Fatalf("hurried timeouts %v/%v, want the lease %v", rc.HeartbeatTimeout, rc.ElectionTimeout, f.cfg.LeaderLeaseTimeout)
+	}
+	if err := f.Relax(); err != nil {
+		t.Fatal(err)
+	}
+	if rc := f.r.ReloadableConfig(); rc.HeartbeatTimeout != f.cfg.HeartbeatTimeout || rc.ElectionTimeout != f.cfg.ElectionTimeout {
+		t.Fatalf("relaxed timeouts %v/%v", rc.HeartbeatTimeout, rc.ElectionTimeout)
+	}
 }
