@@ -221,8 +221,8 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 	kv := map[string]string{
 		"brokerVersionDesc":      Version,
 		"brokerName":             b.cfg.BrokerName,
-		"brokerId":               i64(b.cfg.BrokerID),
-		"brokerRole":             b.cfg.BrokerRole,
+		"brokerId":               i64(b.registeredID()),
+		"brokerRole":             b.roleName(b.role.Load()),
 		"brokerAddr":             b.Addr(),
 		"flushDiskType":          b.cfg.FlushDiskType,
 		"bootTimestamp":          i64(b.started.UnixMilli()),

@@ -153,13 +153,15 @@ type Config struct {
 	// RaftSelfID is this member's Raft server id (e.g. b1), one of RaftPeers.
 	RaftSelfID string `prop:"raftSelfId" help:"this member's Raft server id (e.g. b1), one of raftPeers"`
 	// RaftPeers lists every member of the group as id-host:port of its Raft port, separated by
-	// ';' (e.g. b1-127.0.0.1:40911;b2-127.0.0.1:40912;b3-127.0.0.1:40913, as DLedger's
+	// ';' (e.g. b1-127.0.0.1:10913;b2-127.0.0.1:10923;b3-127.0.0.1:10933, as DLedger's
 	// dLegerPeers).
-	RaftPeers string `prop:"raftPeers" help:"every member of the group as id-host:port of its Raft port, separated by ';' (e.g. b1-127.0.0.1:40911;b2-127.0.0.1:40912;b3-127.0.0.1:40913)"`
+	RaftPeers string `prop:"raftPeers" help:"every member of the group as id-host:port of its Raft port, separated by ';' (e.g. b1-127.0.0.1:10913;b2-127.0.0.1:10923;b3-127.0.0.1:10933; keep Raft ports below the ephemeral port range)"`
 	// RaftHeartbeatTimeout and RaftElectionTimeout tune Raft for the network (ms in the file,
 	// default 300 each: a LAN). A follower that hears no leader for about the heartbeat timeout
 	// starts an election; the leader lease is half the heartbeat timeout, so a master cut off
-	// from its quorum stops acknowledging before another can be elected.
+	// from its quorum stops acknowledging before another can be elected. Raise them on a slow
+	// network or a machine whose CPUs are often saturated: a leader starved of CPU for a lease
+	// loses its role.
 	RaftHeartbeatTimeout time.Duration `prop:"raftHeartbeatTimeout" unit:"ms" help:"a follower that hears no Raft leader for about this long starts an election (ms, default 300); the leader lease is half of it"`
 	RaftElectionTimeout  time.Duration `prop:"raftElectionTimeout" unit:"ms" help:"how long a Raft candidate waits for votes before it tries again (ms, default 300)"`
 	// ShutdownGracePeriod bounds the wait for in-flight requests on shutdown (ms in the file).
@@ -410,12 +412,29 @@ func (c *Config) validateRaft() error {
 	if len(peers) < 3 {
 		return fmt.Errorf("raftPeers %q: a Raft-elected group has at least 3 members (two-member groups keep static roles)", c.RaftPeers)
 	}
-	for _, p := range peers {
+	if c.MinInSyncReplicas > len(peers) {
+		return fmt.Errorf("minInSyncReplicas %d: more than the %d members of raftPeers; no send could ever be acknowledged", c.MinInSyncReplicas, len(peers))
+	}
+	addrs := map[string]string{}
+	var self *ha.RaftPeer
+	for i, p := range peers {
+		if other, dup := addrs[p.Addr]; dup {
+			return fmt.Errorf("raftPeers: %s and %s have the same address %s", other, p.ID, p.Addr)
+		}
+		addrs[p.Addr] = p.ID
 		if p.ID == c.RaftSelfID {
-			return nil
+			self = &peers[i]
 		}
 	}
-	return fmt.Errorf("raftSelfId %q is not one of raftPeers %q", c.RaftSelfID, c.RaftPeers)
+	if self == nil {
+		return fmt.Errorf("raftSelfId %q is not one of raftPeers %q", c.RaftSelfID, c.RaftPeers)
+	}
+	_, port, _ := net.SplitHostPort(self.Addr)
+	_, haPort, _ := net.SplitHostPort(c.haListenAddr())
+	if port == strconv.Itoa(c.ListenPort) || port == haPort {
+		return fmt.Errorf("raftPeers: this member's Raft port %s is also its listenPort or haListenPort", port)
+	}
+	return nil
 }
 
 // RaftPeerList parses RaftPeers ("id-host:port;..."). Ids are unique and made of

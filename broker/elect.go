@@ -36,7 +36,7 @@ func (b *Broker) electMaster(h protocol.ElectMasterRequest) rpc.Reply {
 		if !h.Force {
 			return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "ask the master to hand its role over (or force the promotion when it is down)", MasterAddr: b.master().clientAddr}
 		}
-		return b.promoteStatic()
+		return b.promoteStatic(h.BrokerRole)
 	}
 	if r.master == nil || r.handingOver {
 		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.registeredID(), 10) + " is not the master", MasterAddr: b.master().clientAddr}
@@ -49,8 +49,16 @@ func (b *Broker) electedReply(brokerID int64, epoch uint32) rpc.Reply {
 	return rpc.Reply{Header: &protocol.ElectMasterResponse{BrokerID: brokerID, MasterAddr: b.Addr(), Epoch: epoch, MasterHAAddr: b.haAdvertised()}}
 }
 
-// promoteStatic makes this slave of a group with static roles the master of a new epoch.
-func (b *Broker) promoteStatic() rpc.Reply {
+// promoteStatic makes this slave of a group with static roles the master of a new epoch, with
+// the acknowledgement mode the old master had (mode), or, when the old master is down (forced),
+// SYNC_MASTER if minInSyncReplicas asks for replicas and ASYNC_MASTER otherwise.
+func (b *Broker) promoteStatic(mode string) rpc.Reply {
+	if mode != RoleSyncMaster && mode != RoleAsyncMaster {
+		mode = RoleAsyncMaster
+		if b.cfg.MinInSyncReplicas > 1 {
+			mode = RoleSyncMaster
+		}
+	}
 	r := b.role.Load()
 	if r.slave == nil {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "this broker is between roles")
@@ -68,10 +76,10 @@ func (b *Broker) promoteStatic() rpc.Reply {
 	}
 	b.adoptStoredTopics()
 	old := b.staticID.Swap(0)
-	b.role.Store(&role{master: hm, epoch: epoch})
+	b.role.Store(&role{master: hm, epoch: epoch, mode: mode})
 	b.registrar.kick()
 	b.log.Warn("promoted to master by electMaster; the config files still name the old roles: update brokerId and brokerRole before the next restart",
-		"epoch", epoch, "oldBrokerId", old, "logEnd", b.store.LogEndOffset())
+		"epoch", epoch, "mode", mode, "oldBrokerId", old, "logEnd", b.store.LogEndOffset())
 	return b.electedReply(0, epoch)
 }
 
@@ -85,7 +93,7 @@ func (b *Broker) handOverStatic(r *role, target int64) rpc.Reply {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d is not a connected in-sync slave of %s", target, b.cfg.BrokerName)
 	}
 	addr := st.Slaves[i].Addr
-	b.role.Store(&role{master: r.master, epoch: r.epoch, handingOver: true})
+	b.role.Store(&role{master: r.master, epoch: r.epoch, mode: r.mode, handingOver: true})
 	fail := func(st protocol.Status, format string, args ...any) rpc.Reply {
 		b.role.Store(r) // the master role goes on
 		return rpc.Errorf(st, format, args...)
@@ -102,7 +110,7 @@ func (b *Broker) handOverStatic(r *role, target int64) rpc.Reply {
 	}
 	defer c.Close()
 	var resp protocol.ElectMasterResponse
-	req := protocol.ElectMasterRequest{BrokerName: b.cfg.BrokerName, BrokerID: target, Force: true}
+	req := protocol.ElectMasterRequest{BrokerName: b.cfg.BrokerName, BrokerID: target, Force: true, BrokerRole: r.mode}
 	if err := c.CallDecode(ctx, protocol.CodeElectMaster, &req, nil, &resp, nil); err != nil {
 		// NB: an unknown outcome (the answer lost) would leave two masters: the slave's epoch is
 		// newer, so this broker's slaves fence it once they follow the new one.
@@ -177,7 +185,7 @@ func (m *raftMember) electMaster(h protocol.ElectMasterRequest) rpc.Reply {
 	if !slices.Contains(st.SyncStateSet, mem.ID) {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d (%s) is not in the in-sync set %v", h.BrokerID, mem.ID, st.SyncStateSet)
 	}
-	b.role.Store(&role{master: r.master, epoch: r.epoch, handingOver: true})
+	b.role.Store(&role{master: r.master, epoch: r.epoch, mode: r.mode, handingOver: true})
 	deadline := time.Now().Add(electMasterTimeout)
 	if !b.waitAcked(r.master, mem.BrokerID, deadline) {
 		b.role.Store(r)

@@ -205,6 +205,12 @@ func (m *raftMember) reconcile() {
 	m.relaxIfSettled()
 	st := m.node.State()
 	r := b.role.Load()
+	for _, mem := range st.Members {
+		if mem.BrokerID == b.cfg.BrokerID && mem.ID != m.selfID {
+			m.warn.Warn(b.log, "another member of the group has this member's brokerId: give every member its own brokerId",
+				"brokerId", b.cfg.BrokerID, "other", mem.ID, "otherAddr", mem.Addr)
+		}
+	}
 	if st.MasterID != "" && st.MasterID != m.selfID {
 		if mem, ok := st.Member(st.MasterID); ok {
 			b.setMaster(masterInfo{clientAddr: mem.Addr, haAddr: mem.HAAddr})
@@ -320,7 +326,7 @@ func (m *raftMember) becomeMaster() {
 	b.epoch.Store(epoch)
 	hm.SetEpoch(epoch)
 	b.adoptStoredTopics()
-	b.role.Store(&role{master: hm, epoch: epoch})
+	b.role.Store(&role{master: hm, epoch: epoch, mode: b.cfg.BrokerRole})
 	b.registrar.kick()
 	b.log.Info("acting as master", "epoch", epoch, "epochStart", end, "syncStateSet", st.SyncStateSet,
 		"took", time.Since(began).Round(time.Millisecond))

@@ -86,6 +86,12 @@ func TestRaftConfigValidation(t *testing.T) {
 		{"bad address", "raftPeers item", func(c *Config) { c.RaftPeers = "b1-localhost;b2-127.0.0.1:2;b3-127.0.0.1:3" }},
 		{"repeated id", "appears twice", func(c *Config) { c.RaftPeers = "b2-127.0.0.1:1;b2-127.0.0.1:2;b3-127.0.0.1:3" }},
 		{"tiny heartbeat", "raftHeartbeatTimeout", func(c *Config) { c.RaftHeartbeatTimeout = 1 }},
+		{"minInSyncReplicas above the members", "more than the 3 members", func(c *Config) { c.MinInSyncReplicas = 4 }},
+		{"same Raft address twice", "the same address", func(c *Config) { c.RaftPeers = "b1-127.0.0.1:1;b2-127.0.0.1:1;b3-127.0.0.1:3" }},
+		{"Raft port is the listen port", "also its listenPort", func(c *Config) {
+			c.ListenPort = 40912
+			c.HAListenPort = 40999
+		}},
 	}
 	for _, tc := range cases {
 		c := base()

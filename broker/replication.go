@@ -66,6 +66,8 @@ type role struct {
 	master *ha.Master
 	slave  *ha.Slave
 	epoch  uint32 // the group's epoch the role belongs to
+	// mode is a master's acknowledgement mode, RoleSyncMaster or RoleAsyncMaster.
+	mode string
 	// handingOver: a master handing its role to a slave (electMaster) refuses sends while the
 	// slave catches up, but still serves replication.
 	handingOver bool
@@ -134,7 +136,15 @@ func (b *Broker) newHA() {
 		b.role.Store(&role{slave: b.newSlaveHA()})
 		return
 	}
-	b.role.Store(&role{master: b.newMasterHA(nil, nil)})
+	b.role.Store(&role{master: b.newMasterHA(nil, nil), mode: b.cfg.BrokerRole})
+}
+
+// roleName is the brokerRole the broker plays now: a master's mode, or SLAVE.
+func (b *Broker) roleName(r *role) string {
+	if r.master != nil {
+		return r.mode
+	}
+	return RoleSlave
 }
 
 // startHA starts what newHA built, once the broker's client address is known: the master
@@ -371,15 +381,12 @@ func (b *Broker) syncFailed(c *rpc.Conn, addr string, err error) {
 func (b *Broker) haStatus() protocol.HAStatus {
 	r := b.role.Load()
 	st := protocol.HAStatus{
-		Role:            b.cfg.BrokerRole,
+		Role:            b.roleName(r),
 		BrokerID:        b.registeredID(),
 		LogMin:          b.store.LogMinOffset(),
 		LogEnd:          b.store.LogEndOffset(),
 		ConfirmedOffset: b.store.LogEndOffset(),
 		InSyncReplicas:  1,
-	}
-	if r.master == nil && b.raft != nil {
-		st.Role = RoleSlave
 	}
 	switch {
 	case r.master != nil:

@@ -62,7 +62,7 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 		b.replyError(cs, f, protocol.StatusQueueNotExist, "queue id out of range of the topic's write queues", "")
 		return
 	}
-	syncRepl := b.cfg.BrokerRole == RoleSyncMaster
+	syncRepl := r.mode == RoleSyncMaster
 	if syncRepl && b.cfg.MinInSyncReplicas > 1 {
 		// Checked before the append: these refusals mean "not stored".
 		if r.master.ConnectedSlaves() == 0 {

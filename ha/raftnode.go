@@ -32,8 +32,8 @@ type RaftConfig struct {
 	// Dir holds the Raft log and stable store (raft.db, bbolt) and the snapshots.
 	Dir string
 	// HeartbeatTimeout and ElectionTimeout (default 300 ms each) and LeaderLeaseTimeout (default
-	// a third of the heartbeat timeout, at least 5 ms: a leader cut off from its quorum steps
-	// down before another can be elected).
+	// half the heartbeat timeout, at least 5 ms: a leader cut off from its quorum steps down
+	// before another can be elected).
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -78,7 +78,7 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 		cfg.ElectionTimeout = 300 * time.Millisecond
 	}
 	if cfg.LeaderLeaseTimeout <= 0 {
-		cfg.LeaderLeaseTimeout = max(cfg.HeartbeatTimeout/3, 5*time.Millisecond)
+		cfg.LeaderLeaseTimeout = max(cfg.HeartbeatTimeout/2, 5*time.Millisecond)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

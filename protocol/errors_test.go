@@ -402,7 +402,7 @@ func TestHeaderErrors(t *testing.T) {
 	f(new(ElectMasterResponse), AppendString(AppendI64(nil, 1), strings.Repeat("a", maxNameLength+1)))
 	// A boolean byte other than 0 or 1.
 	enc := (&ElectMasterRequest{BrokerName: "broker-a", BrokerID: 1}).AppendTo(nil)
-	enc[len(enc)-1] = 2
+	enc[len(enc)-3] = 2 // the Force byte, before the empty BrokerRole (u16 length)
 	if err := new(ElectMasterRequest).ReadFrom(enc); !errors.Is(err, ErrBadValue) {
 		t.Fatalf("ElectMasterRequest with Force byte 2: %v", err)
 	}

@@ -502,13 +502,18 @@ type ElectMasterRequest struct {
 	// Force, on a slave, promotes it even though the current master cannot be reached: what only
 	// the master held (not yet replicated to this member) may be lost. Only a slave heeds it.
 	Force bool
+	// BrokerRole is the acknowledgement mode the new master takes over (SYNC_MASTER or
+	// ASYNC_MASTER), set by a master handing its role over; "" lets the slave choose
+	// (SYNC_MASTER when its minInSyncReplicas is above 1).
+	BrokerRole string
 }
 
 // AppendTo implements Header.
 func (h *ElectMasterRequest) AppendTo(dst []byte) []byte {
 	dst = AppendString(dst, h.BrokerName)
 	dst = AppendI64(dst, h.BrokerID)
-	return append(dst, boolByte(h.Force))
+	dst = append(dst, boolByte(h.Force))
+	return AppendString(dst, h.BrokerRole)
 }
 
 // ReadFrom implements Header.
@@ -517,6 +522,7 @@ func (h *ElectMasterRequest) ReadFrom(src []byte) error {
 	h.BrokerName = r.Str(maxNameLength)
 	h.BrokerID = r.I64()
 	h.Force = r.Bool()
+	h.BrokerRole = r.Str(maxNameLength)
 	return r.Done()
 }
 

@@ -47,7 +47,7 @@ func sampleHeaders() []codec {
 		&LogChecksumResponse{From: 0, To: 1 << 30, Checksum: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
 		&HAPullRequest{BrokerName: "broker-a", SlaveID: 1, SlaveAddr: "127.0.0.1:10921", Offset: 1 << 31, MaxBytes: 1 << 20, WaitMs: 5000, Epoch: 3, MemberID: "b2"},
 		&HAPullResponse{Result: HAOK, Offset: 1 << 31, MasterMin: 0, MasterEnd: 1<<31 + 4096, ConfirmedOffset: 1 << 31, Codec: HACodecS2, RawLength: 4096, Epoch: 3},
-		&ElectMasterRequest{BrokerName: "broker-a", BrokerID: 1, Force: true},
+		&ElectMasterRequest{BrokerName: "broker-a", BrokerID: 1, Force: true, BrokerRole: "SYNC_MASTER"},
 		&ElectMasterResponse{BrokerID: 1, MasterAddr: "127.0.0.1:10921", Epoch: 3},
 	}
 }

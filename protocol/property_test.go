@@ -91,7 +91,7 @@ func headerGens() map[string]*rapid.Generator[codec] {
 			return &RegisterBrokerResponseHeader{MasterAddr: nameGen().Draw(t, "m"), HAServerAddr: nameGen().Draw(t, "ha")}
 		}),
 		"ElectMasterRequest": c(func(t *rapid.T) codec {
-			return &ElectMasterRequest{BrokerName: nameGen().Draw(t, "b"), BrokerID: rapid.Int64().Draw(t, "id"), Force: rapid.Bool().Draw(t, "force")}
+			return &ElectMasterRequest{BrokerName: nameGen().Draw(t, "b"), BrokerID: rapid.Int64().Draw(t, "id"), Force: rapid.Bool().Draw(t, "force"), BrokerRole: nameGen().Draw(t, "role")}
 		}),
 		"ElectMasterResponse": c(func(t *rapid.T) codec {
 			return &ElectMasterResponse{BrokerID: rapid.Int64().Draw(t, "id"), MasterAddr: nameGen().Draw(t, "m"), Epoch: rapid.Uint32().Draw(t, "e")}

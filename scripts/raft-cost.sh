@@ -2,7 +2,7 @@
 # The cost of Raft election on the data path: the same workloads against conf/1m-2s-sync (a
 # SYNC_MASTER and two slaves, static roles) and conf/raft-3-sync (three Raft-elected members, SYNC,
 # minInSyncReplicas=2), alternately (A B A B), as processes on this machine with their sample
-# ports (9876, 10911-10932, 40911-40913) and data under a temporary directory:
+# ports (9876, 10911-10932, 10913, 10923, 10933) and data under a temporary directory:
 #   - max-rate publish of the OMB 1 KiB workload (loghub lines as bodies, every message verified),
 #   - synchronous sends, one message at a time per producer (send latency).
 #

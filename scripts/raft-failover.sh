@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Failover of a Raft-elected group under load, with the bench's own verification: a NameServer
 # and the three members of conf/raft-3-sync run as processes on this machine (their ports: 9876,
-# 10911-10932, 40911-40913; data under a temporary directory), petrel-bench --verify runs the OMB
+# 10911-10932, 10913, 10923, 10933; data under a temporary directory), petrel-bench --verify runs the OMB
 # 1 KiB workload with loghub lines as bodies, and the master is killed with SIGKILL RUNS times,
 # INTERVAL seconds apart; each killed member is restarted 2 s later and rejoins as a slave. At the
 # end: the bench's summary (its failover lines, lost=, duplicated=, ...) and every member's log

@@ -407,6 +407,16 @@ func TestElectMasterTwoMembers(t *testing.T) {
 	switchedAt := time.Now()
 	eventually(t, 15*time.Second, "sends acknowledged by the new master", func() bool { return lastAckOn(s, sl.addr).After(switchedAt) })
 	inSync(t, a, sl, 1)
+	// Both report their new roles: the slave is master (brokerId 0) in the old master's SYNC
+	// mode, the old master a slave under brokerId 1 following it.
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	if st, err := a.HAStatus(sctx, sl.addr); err != nil || st.Role != "SYNC_MASTER" || st.BrokerID != 0 {
+		t.Fatalf("new master's haStatus: %+v %v", st, err)
+	}
+	if st, err := a.HAStatus(sctx, m.addr); err != nil || st.Role != "SLAVE" || st.BrokerID != 1 || st.MasterAddr != sl.addr {
+		t.Fatalf("old master's haStatus: %+v %v", st, err)
+	}
 	time.Sleep(time.Second)
 	cancel()
 	wg.Wait()
