@@ -407,9 +407,16 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 						mq = qs[shardIndex(job.key, len(qs))]
 					}
 				} else if avoid != "" {
-					var err error
-					if mq, _, err = p.pickQueue(route, "", avoid); err != nil {
+					next, _, err := p.pickQueue(route, "", avoid)
+					if err != nil {
 						return SendResult{}, err
+					}
+					// NB: back in the same group (no other one to go to, as when its master
+					// fails over), the batch keeps its queue: another queue of that group
+					// gains nothing and could store these messages after the producer's
+					// newer ones already sent there.
+					if next.BrokerName != mq.BrokerName || !route.hasQueue(mq) {
+						mq = next
 					}
 				}
 			}

@@ -380,6 +380,42 @@ func TestRetryOnAnotherGroup(t *testing.T) {
 	}
 }
 
+// TestRetryKeepsQueueInOneGroup: a retry that can only go back to the same broker group (its
+// master failing over) keeps the batch's queue, so the producer's messages in that queue stay in
+// order; moving them to another queue of the group could store them after newer ones.
+func TestRetryKeepsQueueInOneGroup(t *testing.T) {
+	fc := newFakeCluster(t)
+	b := fc.addGroup("a", 0, map[string]int32{"T": 4})[0]
+	var queues []int32
+	var mu sync.Mutex
+	first := true
+	b.setSendHook(func(req *rpc.Request) (rpc.Reply, bool) {
+		h, err := protocol.ReadBatchHeader(req.Body)
+		if err != nil {
+			t.Errorf("batch: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		queues = append(queues, h.QueueID)
+		if first {
+			first = false
+			return rpc.Errorf(protocol.StatusSystemBusy, "failing over"), true
+		}
+		return rpc.Reply{}, false
+	})
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	res, err := p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(queues) != 2 || queues[0] != queues[1] || res.QueueID != queues[0] {
+		t.Fatalf("attempts went to queues %v, stored in %d: want one queue", queues, res.QueueID)
+	}
+}
+
 func TestNoRetryOnIllegal(t *testing.T) {
 	fc, a, b := twoGroups(t, 1)
 	illegal := func(*rpc.Request) (rpc.Reply, bool) {

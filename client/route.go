@@ -66,6 +66,18 @@ func newTopicRoute(topic string, data protocol.TopicRouteData, now time.Time) *t
 	return r
 }
 
+// hasQueue reports whether q is one of the route's write queues (writeQueues is sorted by
+// brokerName, then queue id).
+func (r *topicRoute) hasQueue(q MessageQueue) bool {
+	_, ok := slices.BinarySearchFunc(r.writeQueues, q, func(a, b MessageQueue) int {
+		if c := cmp.Compare(a.BrokerName, b.BrokerName); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.QueueID, b.QueueID)
+	})
+	return ok
+}
+
 // masterAddr returns the address of the master of a broker group, or "".
 func (r *topicRoute) masterAddr(brokerName string) string {
 	if bd := r.groups[brokerName]; bd != nil {
