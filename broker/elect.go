@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/petrel-mq/petrel/ha"
@@ -169,7 +170,11 @@ func (m *raftMember) electMaster(h protocol.ElectMasterRequest) rpc.Reply {
 	st := m.node.State()
 	mem, ok := st.MemberByBrokerID(h.BrokerID)
 	if !ok {
-		return rpc.Errorf(protocol.StatusServiceNotAvailable, "no member of %s has brokerId %d (members: %v)", b.cfg.BrokerName, h.BrokerID, st.Members)
+		var known []string
+		for _, m := range st.Members {
+			known = append(known, fmt.Sprintf("brokerId %d (%s, %s)", m.BrokerID, m.ID, m.Addr))
+		}
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "no member of %s has brokerId %d; members: %s", b.cfg.BrokerName, h.BrokerID, strings.Join(known, ", "))
 	}
 	reply := func(st ha.ControlState) rpc.Reply {
 		cur, _ := st.Member(st.MasterID)
@@ -180,6 +185,9 @@ func (m *raftMember) electMaster(h protocol.ElectMasterRequest) rpc.Reply {
 	}
 	r := b.role.Load()
 	if r.master == nil || r.handingOver || !m.node.IsLeader() {
+		if m.node.LeaderID() == "" {
+			return rpc.Errorf(protocol.StatusServiceNotAvailable, "%s has no Raft leader: fewer than a majority of its %d members are up; a master is elected once a majority runs", b.cfg.BrokerName, len(m.peers))
+		}
 		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "ask the master; in a Raft-elected group a master that is down is replaced automatically", MasterAddr: b.master().clientAddr}
 	}
 	if !slices.Contains(st.SyncStateSet, mem.ID) {
@@ -201,7 +209,7 @@ func (m *raftMember) electMaster(h protocol.ElectMasterRequest) rpc.Reply {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return rpc.Errorf(protocol.StatusSystemError, "leadership went to %s but it has not started its epoch in time: %s", mem.ID, fmt.Sprint(m.node.State().MasterID))
+	return rpc.Errorf(protocol.StatusSystemError, "leadership went to %s but it has not started its epoch in time (the master is still %q)", mem.ID, m.node.State().MasterID)
 }
 
 // adoptStoredTopics gives a broker taking the master role a topic config for every topic its log
