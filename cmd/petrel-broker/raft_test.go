@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,16 +116,7 @@ func TestRaftFailover(t *testing.T) {
 	inSync(t, a, m, 2)
 	const topic = "raft-failover"
 	c.createTopic(cl, topic, 8, 1)
-	p, err := client.NewProducer(cl, client.WithRetries(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	s := newSent()
-	ctx, cancel := context.WithCancel(context.Background())
-	wg := load(ctx, t, p, topic, 4, s)
-	stopLoad := func() { cancel(); wg.Wait() }
-	defer stopLoad()
+	s, stopLoad := runLoad(t, cl, topic)
 
 	var times []time.Duration
 	for run := range failoverRuns(t) {
@@ -181,6 +173,24 @@ func TestRaftFailover(t *testing.T) {
 	sameLogs(t, a, append([]*proc{m}, others...)...)
 
 	drainAndCheck(t, cl, "raft-failover-check", topic, s)
+}
+
+// runLoad starts 4 SendSync workers on topic (see load) and returns what they record and a stop
+// that waits for them; the producer is closed at the test's end.
+func runLoad(t *testing.T, cl *client.Client, topic string) (*sent, func()) {
+	t.Helper()
+	p, err := client.NewProducer(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	s := newSent()
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := load(ctx, t, p, topic, 4, s)
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return s, stop
 }
 
 // noOffsetReused fails the test when two acknowledged sends got the same (queue, queue offset).
@@ -272,15 +282,7 @@ func TestRaftPartitionedMaster(t *testing.T) {
 	inSync(t, a, old, 2)
 	const topic = "raft-partition"
 	c.createTopic(cl, topic, 8, 1)
-	p, err := client.NewProducer(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	s := newSent()
-	ctx, cancel := context.WithCancel(context.Background())
-	wg := load(ctx, t, p, topic, 4, s)
-	defer func() { cancel(); wg.Wait() }()
+	s, stopLoad := runLoad(t, cl, topic)
 	time.Sleep(1500 * time.Millisecond)
 
 	k := slices.Index(ms, old)
@@ -320,8 +322,7 @@ func TestRaftPartitionedMaster(t *testing.T) {
 	m := masterOf(t, a, ms)
 	inSync(t, a, m, 2)
 	time.Sleep(time.Second)
-	cancel()
-	wg.Wait()
+	stopLoad()
 	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == m })
 	sameLogs(t, a, append([]*proc{m}, others...)...)
 	drainAndCheck(t, cl, "raft-partition-check", topic, s)
@@ -338,15 +339,7 @@ func TestRaftDoubleKill(t *testing.T) {
 	inSync(t, a, m, 2)
 	const topic = "raft-double-kill"
 	c.createTopic(cl, topic, 8, 1)
-	p, err := client.NewProducer(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	s := newSent()
-	ctx, cancel := context.WithCancel(context.Background())
-	wg := load(ctx, t, p, topic, 4, s)
-	defer func() { cancel(); wg.Wait() }()
+	s, stopLoad := runLoad(t, cl, topic)
 	time.Sleep(1500 * time.Millisecond)
 	other := ms[(slices.Index(ms, m)+1)%3]
 	done := make(chan struct{})
@@ -360,8 +353,7 @@ func TestRaftDoubleKill(t *testing.T) {
 	inSync(t, a, nm, 2)
 	eventually(t, 15*time.Second, "an acknowledged send after the restarts", func() bool { return lastAckOn(s, nm.addr).After(killedAt) })
 	time.Sleep(time.Second)
-	cancel()
-	wg.Wait()
+	stopLoad()
 	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == nm })
 	sameLogs(t, a, append([]*proc{nm}, others...)...)
 	drainAndCheck(t, cl, "raft-double-kill-check", topic, s)
@@ -380,17 +372,9 @@ func TestElectMasterTwoMembers(t *testing.T) {
 	inSync(t, a, m, 1)
 	const topic = "elect-master"
 	c.createTopic(cl, topic, 8, 1)
-	p, err := client.NewProducer(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	s := newSent()
 	got := newConsumed()
 	_, stopConsumer := runConsumer(t, cl, "elect-master-live", topic, got)
-	ctx, cancel := context.WithCancel(context.Background())
-	wg := load(ctx, t, p, topic, 4, s)
-	defer func() { cancel(); wg.Wait() }()
+	s, stopLoad := runLoad(t, cl, topic)
 	time.Sleep(1500 * time.Millisecond)
 
 	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -418,8 +402,7 @@ func TestElectMasterTwoMembers(t *testing.T) {
 		t.Fatalf("old master's haStatus: %+v %v", st, err)
 	}
 	time.Sleep(time.Second)
-	cancel()
-	wg.Wait()
+	stopLoad()
 	sameLogs(t, a, sl, m)
 	eventually(t, 30*time.Second, "the live consumer to read every acknowledged message", func() bool {
 		n, _ := got.missing(s, "")
