@@ -243,12 +243,15 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 		"consumerGroupCount":     strconv.Itoa(b.offsets.groupCount()),
 		"heapInuseBytes":         strconv.FormatUint(ms.HeapInuse, 10),
 		"goroutines":             strconv.Itoa(runtime.NumGoroutine()),
-		"epoch":                  strconv.FormatUint(uint64(b.epoch.Load()), 10),
+		"epoch":                  strconv.FormatUint(uint64(b.haStatus().Epoch), 10),
 		"namesrvAddr":            b.cfg.NamesrvAddr,
 		"brokerClusterName":      b.cfg.BrokerClusterName,
 		"commitLogDiskRatio":     diskRatio(b.cfg.StorePathRootDir),
 		"haListenAddr":           b.haAdvertised(),
 		"masterAddr":             b.master().clientAddr,
+	}
+	if b.role.Load().master != nil {
+		delete(kv, "masterAddr") // this broker is the master; what it followed before is history
 	}
 	addHAKeys(kv, b.haStatus())
 	t := protocol.KVTable{}

@@ -90,6 +90,10 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid broker config: %w", err)
 	}
+	elected, err := checkElected(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -152,6 +156,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	b.addr.Store(&empty)
 	b.role.Store(&role{})
 	b.staticID.Store(cfg.BrokerID)
+	b.epoch.Store(elected)
 	b.stamp = func(dst []byte, phys, baseQueueOffset, storeTimestamp int64) {
 		protocol.StampBatch(dst, phys, baseQueueOffset, storeTimestamp, b.epoch.Load())
 	}

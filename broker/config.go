@@ -431,8 +431,11 @@ func (c *Config) validateRaft() error {
 	}
 	_, port, _ := net.SplitHostPort(self.Addr)
 	_, haPort, _ := net.SplitHostPort(c.haListenAddr())
-	if port == strconv.Itoa(c.ListenPort) || port == haPort {
-		return fmt.Errorf("raftPeers: this member's Raft port %s is also its listenPort or haListenPort", port)
+	switch port {
+	case strconv.Itoa(c.ListenPort):
+		return fmt.Errorf("raftPeers: this member's Raft port %s is also its listenPort", port)
+	case haPort:
+		return fmt.Errorf("raftPeers: this member's Raft port %s is also its haListenPort", port)
 	}
 	return nil
 }
@@ -450,8 +453,12 @@ func (c *Config) RaftPeerList() ([]ha.RaftPeer, error) {
 		if !ok || id == "" || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
 			return nil, fmt.Errorf("raftPeers item %q: want id-host:port with an id of [A-Za-z0-9_]", item)
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
 			return nil, fmt.Errorf("raftPeers item %q: %w", item, err)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("raftPeers item %q: port %q is not a number in 1..65535", item, port)
 		}
 		if seen[id] {
 			return nil, fmt.Errorf("raftPeers: id %q appears twice", id)

@@ -2,13 +2,17 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/petrel-mq/petrel/ha"
+	"github.com/petrel-mq/petrel/internal/fsutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -52,13 +56,11 @@ func (b *Broker) electedReply(brokerID int64, epoch uint32) rpc.Reply {
 
 // promoteStatic makes this slave of a group with static roles the master of a new epoch, with
 // the acknowledgement mode the old master had (mode), or, when the old master is down (forced),
-// SYNC_MASTER if minInSyncReplicas asks for replicas and ASYNC_MASTER otherwise.
+// SYNC_MASTER: it waits for the in-sync slaves there are, and with minInSyncReplicas=1 and none
+// it acknowledges at once, so it never refuses what ASYNC_MASTER would take.
 func (b *Broker) promoteStatic(mode string) rpc.Reply {
 	if mode != RoleSyncMaster && mode != RoleAsyncMaster {
-		mode = RoleAsyncMaster
-		if b.cfg.MinInSyncReplicas > 1 {
-			mode = RoleSyncMaster
-		}
+		mode = RoleSyncMaster
 	}
 	r := b.role.Load()
 	if r.slave == nil {
@@ -78,6 +80,7 @@ func (b *Broker) promoteStatic(mode string) rpc.Reply {
 	b.adoptStoredTopics()
 	old := b.staticID.Swap(0)
 	b.role.Store(&role{master: hm, epoch: epoch, mode: mode})
+	b.recordElected(electedRole{BrokerID: 0, Role: mode, Epoch: epoch})
 	b.registrar.kick()
 	b.log.Warn("promoted to master by electMaster; the config files still name the old roles: update brokerId and brokerRole before the next restart",
 		"epoch", epoch, "mode", mode, "oldBrokerId", old, "logEnd", b.store.LogEndOffset())
@@ -128,6 +131,7 @@ func (b *Broker) handOverStatic(r *role, target int64) rpc.Reply {
 		b.log.Error("cannot start replication from the new master", "err", err)
 	}
 	b.role.Store(&role{slave: s, epoch: resp.Epoch})
+	b.recordElected(electedRole{BrokerID: target, Role: RoleSlave, Epoch: resp.Epoch})
 	b.registrar.kick()
 	b.log.Warn("master role handed over by electMaster; the config files still name the old roles: update brokerId and brokerRole before the next restart",
 		"newMaster", resp.MasterAddr, "epoch", resp.Epoch, "brokerId", target)
@@ -234,4 +238,74 @@ func (b *Broker) adoptStoredTopics() {
 		}
 		b.log.Warn("topic config adopted from the log: its config had not reached this member", "topic", name, "queues", n)
 	}
+}
+
+// electedName is the file in the store root that records a role changed online by electMaster in
+// a group with static roles (see electedRole).
+const electedName = "elected"
+
+// electedRole is the role electMaster gave a broker with static roles: the config files still
+// name the old roles, and a broker restarted with them would be a second master (the old one)
+// or a slave of nobody (the new one). The file makes such a restart refuse to start until the
+// config matches the role played (or the file is removed).
+type electedRole struct {
+	BrokerID int64
+	Role     string // RoleSyncMaster, RoleAsyncMaster or RoleSlave
+	Epoch    uint32
+}
+
+func (e electedRole) master() bool { return e.Role != RoleSlave }
+
+// recordElected writes e durably (atomic replace, fsynced).
+func (b *Broker) recordElected(e electedRole) {
+	body := fmt.Sprintf("brokerId=%d\nbrokerRole=%s\nepoch=%d\n", e.BrokerID, e.Role, e.Epoch)
+	if err := fsutil.WriteFileAtomic(filepath.Join(b.cfg.StorePathRootDir, electedName), []byte(body), 0o644); err != nil {
+		b.log.Error("cannot record the role electMaster gave this broker; update the config before a restart", "err", err)
+	}
+}
+
+// loadElected reads the file recordElected wrote; ok is false when there is none.
+func loadElected(root string) (e electedRole, ok bool, err error) {
+	data, err := os.ReadFile(filepath.Join(root, electedName))
+	if errors.Is(err, os.ErrNotExist) {
+		return e, false, nil
+	}
+	if err != nil {
+		return e, false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+		switch k {
+		case "brokerId":
+			e.BrokerID, err = strconv.ParseInt(v, 10, 64)
+		case "brokerRole":
+			e.Role = v
+		case "epoch":
+			var n uint64
+			n, err = strconv.ParseUint(v, 10, 32)
+			e.Epoch = uint32(n)
+		}
+		if err != nil {
+			return e, false, fmt.Errorf("%s: %q: %w", filepath.Join(root, electedName), line, err)
+		}
+	}
+	return e, true, nil
+}
+
+// checkElected refuses a config that contradicts the role electMaster gave the broker, and
+// returns the epoch to start with.
+func checkElected(cfg *Config) (uint32, error) {
+	if cfg.EnableRaftHA {
+		return 0, nil
+	}
+	e, ok, err := loadElected(cfg.StorePathRootDir)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if e.BrokerID != cfg.BrokerID || e.master() != !cfg.isSlave() {
+		return 0, fmt.Errorf("electMaster made this broker brokerId %d, %s, in epoch %d, but its config says brokerId %d, %s: "+
+			"set brokerId and brokerRole to the role it plays (or remove %s to start it as configured, "+
+			"which may make two masters)", e.BrokerID, e.Role, e.Epoch, cfg.BrokerID, cfg.BrokerRole, filepath.Join(cfg.StorePathRootDir, electedName))
+	}
+	return e.Epoch, nil
 }

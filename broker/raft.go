@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,6 +127,14 @@ func (m *raftMember) start() error {
 		return fmt.Errorf("cannot start the Raft member %s on %s: %w", m.selfID, self, err)
 	}
 	m.node = node
+	if lo, hi, ok := ephemeralPorts(); ok {
+		if _, p, _ := net.SplitHostPort(self); p != "" {
+			if n, _ := strconv.Atoi(p); n >= lo && n <= hi {
+				m.b.log.Warn("the Raft port is in the ephemeral port range: while this member is down an outgoing connection may take it and keep it from listening again; pick a port below it",
+					"raftAddr", self, "ephemeralRange", fmt.Sprintf("%d-%d", lo, hi))
+			}
+		}
+	}
 	m.wg.Add(1)
 	go m.loop()
 	m.b.log.Info("Raft member started", "raftSelfId", m.selfID, "raftAddr", self, "peers", len(m.peers))
@@ -444,6 +455,21 @@ func (m *raftMember) logEnds(st ha.ControlState) map[string]int64 {
 	}
 	wg.Wait()
 	return ends
+}
+
+// ephemeralPorts returns the kernel's ephemeral port range (Linux), ok false when unknown.
+func ephemeralPorts() (lo, hi int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.Atoi(f[0])
+	hi, err2 := strconv.Atoi(f[1])
+	return lo, hi, err1 == nil && err2 == nil
 }
 
 // portOf returns the port of host:port ("" when malformed).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -88,6 +89,7 @@ func TestRaftConfigValidation(t *testing.T) {
 		{"tiny heartbeat", "raftHeartbeatTimeout", func(c *Config) { c.RaftHeartbeatTimeout = 1 }},
 		{"minInSyncReplicas above the members", "more than the 3 members", func(c *Config) { c.MinInSyncReplicas = 4 }},
 		{"same Raft address twice", "the same address", func(c *Config) { c.RaftPeers = "b1-127.0.0.1:1;b2-127.0.0.1:1;b3-127.0.0.1:3" }},
+		{"port not a number", "not a number", func(c *Config) { c.RaftPeers = "b1-127.0.0.1:abc;b2-127.0.0.1:2;b3-127.0.0.1:3" }},
 		{"Raft port is the listen port", "also its listenPort", func(c *Config) {
 			c.ListenPort = 40912
 			c.HAListenPort = 40999
@@ -235,5 +237,38 @@ func TestRaftGroupInProcess(t *testing.T) {
 	}
 	if got := raftMaster(t, bs); got != bs[idx] {
 		t.Fatalf("master is %s after electMaster", got.Addr())
+	}
+}
+
+// TestElectedRoleGuardsRestart: after electMaster changed a static broker's role, a restart with
+// a config that contradicts it is refused with a message that says what to change; a matching
+// config starts in the recorded epoch.
+func TestElectedRoleGuardsRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	b := &Broker{cfg: cfg, log: testLogger(t)}
+	b.recordElected(electedRole{BrokerID: 1, Role: RoleSlave, Epoch: 3})
+	// The old master restarted with its old config (brokerId 0, a master).
+	if _, err := New(cfg, testLogger(t)); err == nil || !strings.Contains(err.Error(), "electMaster made this broker brokerId 1, SLAVE, in epoch 3") {
+		t.Fatalf("stale config: %v", err)
+	}
+	// Its config updated to follow the new master.
+	cfg.BrokerID, cfg.BrokerRole = 1, RoleSlave
+	nb, err := New(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := nb.epoch.Load(); e != 3 {
+		t.Fatalf("epoch %d, want 3", e)
+	}
+	if err := nb.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A damaged file is an error, not a silent default.
+	if err := os.WriteFile(filepath.Join(dir, electedName), []byte("brokerId=x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, testLogger(t)); err == nil {
+		t.Fatal("a damaged elected file was accepted")
 	}
 }

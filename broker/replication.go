@@ -133,10 +133,14 @@ func (b *Broker) newHA() {
 		if a := b.cfg.HAMasterAddress; a != "" {
 			b.learnMaster("", a) // the client address comes with the master's first answer
 		}
-		b.role.Store(&role{slave: b.newSlaveHA()})
+		s := b.newSlaveHA()
+		s.ObserveEpoch(b.epoch.Load())
+		b.role.Store(&role{slave: s, epoch: b.epoch.Load()})
 		return
 	}
-	b.role.Store(&role{master: b.newMasterHA(nil, nil), mode: b.cfg.BrokerRole})
+	m := b.newMasterHA(nil, nil)
+	m.SetEpoch(b.epoch.Load())
+	b.role.Store(&role{master: m, mode: b.cfg.BrokerRole, epoch: b.epoch.Load()})
 }
 
 // roleName is the brokerRole the broker plays now: a master's mode, or SLAVE.

@@ -445,6 +445,13 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 			p.fault.succeeded(mq.BrokerName)
 			return res, nil
 		case callUnknown:
+			// No answer: the master may hang or be gone, and the group may have a new one
+			// already. Refresh the route (rate-limited) so that the next sends follow it rather
+			// than time out on this broker again.
+			p.fault.failed(mq.BrokerName, time.Now())
+			rctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.requestTimeout)
+			_ = p.c.refreshedRoute(rctx, job.topic, route)
+			cancel()
 			return SendResult{}, fmt.Errorf("%w: send to %s (%s): %w", ErrUnknownOutcome, addr, mq, err)
 		case callNotSent:
 			lastErr = fmt.Errorf("cannot send to %s (%s): %w", addr, mq, err)

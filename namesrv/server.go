@@ -251,6 +251,10 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 	if err != nil {
 		s.log.Warn("broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
 			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "err", err)
+		var stale *errStaleMaster
+		if errors.As(err, &stale) {
+			return rpc.Reply{Status: protocol.StatusNotMaster, Remark: err.Error(), MasterAddr: stale.current}
+		}
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
 	h := &r.hdr

@@ -6,8 +6,8 @@ import (
 	"io"
 	"net"
 	"reflect"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,7 +311,7 @@ func TestStaleMasterRefused(t *testing.T) {
 	newer := broker{cluster: "c1", name: "g1", id: 0, addr: "127.0.0.1:20911", ha: "127.0.0.1:20912", epoch: 4}
 	mustRegister(t, c, newer, topics("TopicA"))
 	// The deposed master's late heartbeat as master is refused and changes nothing.
-	if _, err := register(t, c, old, topics("TopicA")); !errors.Is(err, protocol.StatusRequestMalformed) || !strings.Contains(err.Error(), "epoch 3") {
+	if _, err := register(t, c, old, topics("TopicA")); !errors.Is(err, protocol.StatusNotMaster) || !strings.Contains(err.Error(), "epoch 3") {
 		t.Fatalf("stale master registration: %v", err)
 	}
 	if rd := mustRoute(t, c, "TopicA"); !reflect.DeepEqual(rd.BrokerDatas, []protocol.BrokerData{brokerData(newer, newer)}) {
