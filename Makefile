@@ -4,7 +4,7 @@ BIN     := bin
 CMDS    := petrel-namesrv petrel-broker petrelctl petrel-bench
 FUZZTIME ?= 20000x
 
-.PHONY: all build test test-norace fuzz run bench verify clean
+.PHONY: all build test test-norace fuzz run bench bench-compare verify clean
 
 all: build
 
@@ -37,6 +37,15 @@ run: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-compare: the regression gate (BENCHMARKS.md "Regression gate"). Builds BASE in a temporary
+# git worktree and this working tree as HEAD, runs a short petrel-bench workload and the commitlog
+# and protocol micro-benchmarks on both alternately, prints benchstat tables and exits 1 when HEAD
+# is worse by more than THRESHOLD percent (default 5) with p < 0.05. Settings such as RUNS,
+# THRESHOLD, HEAD_TAGS=petrelslow, MICRO=0 are passed on the command line (make exports them).
+bench-compare:
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<git rev> [RUNS=6] [THRESHOLD=5] [HEAD_TAGS=...]" >&2; exit 2; }
+	GO=$(GO) bash scripts/bench-compare.sh '$(BASE)'
 
 verify:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)

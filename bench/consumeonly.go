@@ -454,6 +454,7 @@ func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string) (*Re
 	res.ConsumerGroups = append(res.ConsumerGroups, slices.Concat(r.groups...)...)
 	res.Cluster = clusterDesc
 	res.StartTime = r.start.UTC().Format(time.RFC3339)
+	res.ProgressIntervalSeconds = r.cfg.ProgressInterval.Seconds()
 	res.MessagesConsumed = r.consumed.Load()
 	res.BytesConsumed = r.consumedBytes.Load()
 	if res.MessagesConsumed > 0 {

@@ -111,7 +111,8 @@
 // end-to-end p50/p99), a human-readable summary whose last line is
 // "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean verified run, and
 // optionally the Result as JSON: OMB's TestResult fields (latencies in ms, publish delay in µs)
-// followed by Petrel's counts.
+// followed by Petrel's counts. Package bench/chart (petrel-bench chart) draws such results, and
+// OMB's own, as charts.
 //
 // # Concurrency
 //

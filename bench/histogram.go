@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -150,7 +151,7 @@ func (q Quantiles) MarshalJSON() ([]byte, error) {
 		b = append(b, '"')
 		b = appendJavaDouble(b, e.Percentile)
 		b = append(b, '"', ':')
-		b = strconv.AppendFloat(b, e.Value, 'g', -1, 64)
+		b = appendJSONFloat(b, e.Value)
 	}
 	return append(b, '}'), nil
 }
@@ -172,6 +173,15 @@ func (q *Quantiles) UnmarshalJSON(b []byte) error {
 	slices.SortFunc(out, func(a, b Quantile) int { return cmp.Compare(a.Percentile, b.Percentile) })
 	*q = out
 	return nil
+}
+
+// appendJSONFloat formats v as encoding/json does: no exponent between 1e-6 and 1e21, so the
+// integral values of a Map<Double, Long> (publish delay in µs) stay integers at 1e6 and above.
+func appendJSONFloat(b []byte, v float64) []byte {
+	if a := math.Abs(v); a != 0 && (a < 1e-6 || a >= 1e21) {
+		return strconv.AppendFloat(b, v, 'g', -1, 64)
+	}
+	return strconv.AppendFloat(b, v, 'f', -1, 64)
 }
 
 // appendJavaDouble formats v as Java's Double.toString does for the values percentiles take:

@@ -130,7 +130,10 @@ type Result struct {
 	StartTime             string   `json:"startTime"`
 	WarmupSeconds         float64  `json:"warmupSeconds"`
 	TestSeconds           float64  `json:"testSeconds"`
-	DrainSeconds          float64  `json:"drainSeconds"`
+	// ProgressIntervalSeconds is the period of the time series (--progress-interval); the last
+	// entry may cover less. OMB's period is a fixed 10 s and its results lack this field.
+	ProgressIntervalSeconds float64 `json:"progressIntervalSeconds"`
+	DrainSeconds            float64 `json:"drainSeconds"`
 	// Drained says every acknowledged message reached every subscription before the drain
 	// timeout.
 	Drained     bool `json:"drained"`

@@ -962,6 +962,7 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	res.ConsumerGroups = append(res.ConsumerGroups, slices.Concat(r.groups...)...)
 	res.Cluster = clusterDesc
 	res.StartTime = r.start.UTC().Format(time.RFC3339)
+	res.ProgressIntervalSeconds = r.cfg.ProgressInterval.Seconds()
 	res.setAggregates(r.totPubLat, r.totDelay, r.totE2E)
 	if r.testLen > 0 {
 		res.AggregatedPublishRate = perSecond(r.testAcked, r.testLen)

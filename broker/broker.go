@@ -37,6 +37,7 @@ type Broker struct {
 	offsets   *offsetTable
 	consumers *consumerTable
 	stats     stats
+	metrics   *metrics // nil unless metricsPromExporterPort is set (metrics.go)
 	epoch     atomic.Uint32
 	stamp     commitlog.StampFunc
 	limits    protocol.BatchLimits
@@ -111,6 +112,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	met := newMetrics(&cfg, logger.With("component", "metrics"))
 	mode := commitlog.AsyncFlush
 	if cfg.FlushDiskType == SyncFlush {
 		mode = commitlog.SyncFlush
@@ -127,6 +129,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		Parser:           parseStoredBatch,
 		Logger:           logger.With("component", "commitlog"),
 		Preallocate:      testPreallocate,
+		OnFlush:          met.onFlush(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot open store: %w", err)
@@ -138,6 +141,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		topics:    topics,
 		offsets:   offsets,
 		consumers: newConsumerTable(),
+		metrics:   met,
 		limits:    protocol.BatchLimits{MaxMessageSize: cfg.MaxMessageSize},
 		booted:    make(chan error, 1),
 		runErr:    make(chan error, 1),
@@ -167,6 +171,9 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		}
 		b.hwm = cfg.BrokerRole == RoleSyncMaster
 	}
+	if met != nil {
+		met.register(b)
+	}
 	return b, nil
 }
 
@@ -194,8 +201,9 @@ func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
 	}, nil
 }
 
-// Start listens on the configured port, starts serving and registers with the NameServers. It
-// returns once the server accepts connections.
+// Start listens on the configured port, starts serving and registers with the NameServers; with
+// metricsPromExporterPort set it also serves metrics and pprof (MetricsAddr). It returns once
+// the server accepts connections.
 func (b *Broker) Start() error {
 	b.started = time.Now()
 	b.newHA()
@@ -237,6 +245,12 @@ func (b *Broker) Start() error {
 	if err := b.startHA(); err != nil {
 		b.Close()
 		return err
+	}
+	if b.metrics != nil {
+		if err := b.metrics.start(b.cfg.metricsListenAddr()); err != nil {
+			b.Close()
+			return err
+		}
 	}
 	b.bg.Add(2)
 	go b.housekeeping()
@@ -304,6 +318,7 @@ func (b *Broker) Close() error {
 func (b *Broker) shutdown() error {
 	b.stopping.Store(true)
 	b.log.Info("broker shutting down")
+	b.metrics.close(b.cfg.ShutdownGracePeriod) // first: scrapes read the store
 	close(b.stop)
 	b.bg.Wait()
 	if b.Addr() != "" {

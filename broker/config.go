@@ -164,8 +164,16 @@ type Config struct {
 	// loses its role.
 	RaftHeartbeatTimeout time.Duration `prop:"raftHeartbeatTimeout" unit:"ms" help:"a follower that hears no Raft leader for about this long starts an election (ms, default 300); the leader lease is half of it"`
 	RaftElectionTimeout  time.Duration `prop:"raftElectionTimeout" unit:"ms" help:"how long a Raft candidate waits for votes before it tries again (ms, default 300)"`
+	// MetricsPromExporterPort is the admin HTTP port (RocketMQ 5's key): Prometheus metrics at
+	// /metrics and Go profiles (net/http/pprof) under /debug/pprof/, on bindAddress. 0, the
+	// default, serves neither.
+	MetricsPromExporterPort int `prop:"metricsPromExporterPort" help:"the admin HTTP port serving Prometheus metrics at /metrics and Go profiles at /debug/pprof/ on bindAddress (RocketMQ 5's key); 0, the default, serves neither"`
 	// ShutdownGracePeriod bounds the wait for in-flight requests on shutdown (ms in the file).
 	ShutdownGracePeriod time.Duration `prop:"shutdownGracePeriod" unit:"ms" help:"bounds the wait for in-flight requests on shutdown (ms in the file)"`
+
+	// metricsAnyPort, for tests, serves metrics on a free port the kernel picks (see
+	// Broker.MetricsAddr), whatever MetricsPromExporterPort says.
+	metricsAnyPort bool
 }
 
 // DefaultConfig returns the defaults: RocketMQ's where RocketMQ has the setting.
@@ -268,6 +276,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HAListenPort < 0 || c.HAListenPort > 65535 || (c.HAListenPort != 0 && c.HAListenPort == c.ListenPort) {
 		return fmt.Errorf("haListenPort %d: out of range or equal to listenPort", c.HAListenPort)
+	}
+	if err := c.validateMetricsPort(); err != nil {
+		return err
 	}
 	if c.HAMasterAddress != "" {
 		if _, _, err := net.SplitHostPort(c.HAMasterAddress); err != nil {
@@ -392,6 +403,46 @@ func (c *Config) haListenAddr() string {
 		port = c.ListenPort + 1
 	}
 	return net.JoinHostPort(c.BindAddress, strconv.Itoa(port))
+}
+
+// validateMetricsPort checks metricsPromExporterPort: 0..65535, and not a port the broker
+// listens on for something else (listenPort, the replication port, its Raft port).
+func (c *Config) validateMetricsPort() error {
+	p := c.MetricsPromExporterPort
+	if p < 0 || p > 65535 {
+		return fmt.Errorf("metricsPromExporterPort %d out of range 0..65535 (0: off)", p)
+	}
+	if p == 0 {
+		return nil
+	}
+	_, haPort, _ := net.SplitHostPort(c.haListenAddr())
+	switch strconv.Itoa(p) {
+	case strconv.Itoa(c.ListenPort):
+		return fmt.Errorf("metricsPromExporterPort %d: also the listenPort", p)
+	case haPort:
+		return fmt.Errorf("metricsPromExporterPort %d: also the haListenPort (default listenPort+1)", p)
+	}
+	if c.EnableRaftHA {
+		if peers, err := c.RaftPeerList(); err == nil {
+			for _, peer := range peers {
+				if peer.ID == c.RaftSelfID && portOf(peer.Addr) == strconv.Itoa(p) {
+					return fmt.Errorf("metricsPromExporterPort %d: also this member's Raft port", p)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// metricsListenAddr returns the admin HTTP listen address, "" when metrics are off.
+func (c *Config) metricsListenAddr() string {
+	switch {
+	case c.metricsAnyPort:
+		return net.JoinHostPort(c.BindAddress, "0")
+	case c.MetricsPromExporterPort == 0:
+		return ""
+	}
+	return net.JoinHostPort(c.BindAddress, strconv.Itoa(c.MetricsPromExporterPort))
 }
 
 // isSlave reports whether the broker is a slave by config (static roles).

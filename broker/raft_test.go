@@ -105,8 +105,8 @@ func TestRaftConfigValidation(t *testing.T) {
 }
 
 // raftMembers starts three in-process members of a Raft-elected group on loopback (no
-// NameServer): SYNC_MASTER, minInSyncReplicas=2.
-func raftMembers(t *testing.T) []*Broker {
+// NameServer): SYNC_MASTER, minInSyncReplicas=2. tweaks adjust every member's config.
+func raftMembers(t *testing.T, tweaks ...func(*Config)) []*Broker {
 	t.Helper()
 	var lns []net.Listener
 	for range 3 {
@@ -129,6 +129,9 @@ func raftMembers(t *testing.T) []*Broker {
 		cfg.RaftSelfID = fmt.Sprintf("b%d", i+1)
 		cfg.RaftPeers = strings.Join(peers, ";")
 		cfg.MinInSyncReplicas = 2
+		for _, tw := range tweaks {
+			tw(&cfg)
+		}
 		bs = append(bs, startBroker(t, cfg))
 	}
 	return bs

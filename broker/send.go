@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/petrel-mq/petrel/commitlog"
 	"github.com/petrel-mq/petrel/protocol"
@@ -76,7 +77,14 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 			return
 		}
 	}
+	var appendStart time.Time
+	if b.metrics != nil {
+		appendStart = time.Now()
+	}
 	res, err := b.store.Append(h.Topic, h.QueueID, f.Body, h.Count, tagHash, b.stamp)
+	if b.metrics != nil && err == nil {
+		b.metrics.appendLatency.Observe(time.Since(appendStart).Seconds())
+	}
 	if err != nil {
 		b.stats.putErrors.Add(1)
 		st := protocol.StatusSystemError

@@ -104,6 +104,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock used for store timestamps and retention (default time.Now).
 	Now func() time.Time
+	// OnFlush, when not nil, is called after every successful flush of the log by the flusher
+	// (periodic, group commit, or the final flush of Close) with the time the msyncs took and the
+	// number of bytes they made durable: a hook for metrics. It runs on the flusher goroutine (or
+	// the goroutine calling Close), must be short and must not call into the Store.
+	OnFlush func(d time.Duration, bytes int64)
 	// Preallocate gives f (an empty, newly created file) its full size without holes. It is a
 	// fault-injection hook for tests; the default uses fallocate(2) mode 0 and falls back to
 	// writing zeros where fallocate is unsupported. An error for which errors.Is(err,

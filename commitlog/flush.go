@@ -62,6 +62,10 @@ func (s *Store) flushOnce() {
 	if end <= from {
 		return
 	}
+	var start time.Time
+	if s.cfg.OnFlush != nil {
+		start = time.Now()
+	}
 	if err := s.syncLog(from, end); err != nil {
 		s.logger.Error("commitlog: flush failed; durability can no longer be acknowledged", "from", from, "to", end, "err", err)
 		s.fmu.Lock()
@@ -70,6 +74,9 @@ func (s *Store) flushOnce() {
 		return
 	}
 	s.flushed.Store(end)
+	if s.cfg.OnFlush != nil {
+		s.cfg.OnFlush(time.Since(start), end-from)
+	}
 }
 
 // syncLog msyncs the log bytes in [from, to), segment by segment (a range crosses a roll's

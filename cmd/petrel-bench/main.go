@@ -200,7 +200,7 @@ consume-only run against one slave.`,
 	f.StringSliceVar(&cfg.Topics, "topic", nil, "with --consume-only: the topics to consume (repeat or comma-separate; default <prefix>-<topic-id>-<i>)")
 	f.DurationVar(&haInterval, "ha-sample-interval", bench.DefaultHASampleInterval, "period of the replication-lag samples (each group master's haStatus) during the test and drain; 0: off")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the bench, client and embedded servers: debug, info, warn or error")
-	cmd.AddCommand(newBaselineCommand(stdout))
+	cmd.AddCommand(newBaselineCommand(stdout), newChartCommand(stdout))
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	return cmd
