@@ -23,6 +23,13 @@ const (
 	ReplayQueues = 8
 	// DriverName is the driver reported in results.
 	DriverName = "Petrel"
+	// DriverNatsName is the driver reported in results of DriverNats runs.
+	DriverNatsName = "NATS JetStream"
+	// DriverPetrel and DriverNats are the values of Config.Driver.
+	DriverPetrel = "petrel"
+	DriverNats   = "nats"
+	// DefaultNatsURL is the default Config.NatsURL.
+	DefaultNatsURL = "nats://127.0.0.1:4222"
 	// DefaultEmbeddedSlaves is the number of slaves of the embedded broker group.
 	DefaultEmbeddedSlaves = 2
 	// DefaultHASampleInterval is the period at which the masters' replication status is sampled
@@ -116,6 +123,13 @@ type Config struct {
 	// RetryUnknown resends a message up to this many times after an unknown outcome (default
 	// 0). A copy consumed per attempt is counted as duplicatedAfterRetry.
 	RetryUnknown int
+	// Driver is the system under test: DriverPetrel (default) or DriverNats (a running
+	// nats-server at NatsURL; see nats.go for the mapping).
+	Driver string
+	// NatsURL is the NATS server URL of DriverNats (default DefaultNatsURL).
+	NatsURL string
+	// NatsReplicas is the replica count of the NATS streams (default 1).
+	NatsReplicas int
 	// Seed makes payloads and keys reproducible (0: random).
 	Seed uint64
 	// Out receives progress lines and the summary (default io.Discard).
@@ -140,6 +154,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
+	if err := c.setNatsDefaults(); err != nil {
+		return err
+	}
 	if c.ProgressInterval <= 0 {
 		c.ProgressInterval = DefaultProgressInterval
 	}

@@ -219,6 +219,11 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 	case cfg.newCluster != nil:
 		newCluster = cfg.newCluster
 		clusterDesc = "test"
+	case cfg.Driver == DriverNats:
+		clusterDesc = fmt.Sprintf("NATS JetStream %s, R%d", cfg.NatsURL, cfg.NatsReplicas)
+		newCluster = func(context.Context) (cluster, error) {
+			return newNatsCluster(cfg.NatsURL, cfg.NatsReplicas, r.log)
+		}
 	case cfg.NameServers == "":
 		if err := checkBacklogFits(w.ConsumerBacklogSizeGB*cfg.gigabyte, os.TempDir()); err != nil {
 			return nil, err
@@ -949,6 +954,9 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	res, w, pl := r.res, r.plan.w, r.plan.payloads
 	res.Workload = w.Name
 	res.Driver = DriverName
+	if r.cfg.Driver == DriverNats {
+		res.Driver = DriverNatsName
+	}
 	res.MessageSize = int64(pl.avgSize())
 	res.Topics = len(r.topics)
 	res.Partitions, res.Queues = queueShape(r.queues)
