@@ -49,6 +49,9 @@ type fakeCluster struct {
 	slaves   int
 	lagBytes int64
 	haCalls  int
+	// haMaster, when set, is the group's master after a failover: groups lists it, and
+	// haStatus of any other address fails as a dead broker's would.
+	haMaster string
 	// pulls and delivered count the consumers' batches and messages (served by brokerId 0).
 	pulls, delivered int64
 	// failoverAt, when positive, fails the group over at the failoverAt-th send (from 0): that
@@ -99,14 +102,23 @@ func (c *fakeCluster) servedBy() map[int64]client.ServedCount {
 }
 
 func (c *fakeCluster) groups(context.Context, []string) ([]groupInfo, error) {
-	return []groupInfo{{name: "fake", master: "fake:0", slaves: c.slaves}}, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	master := "fake:0"
+	if c.haMaster != "" {
+		master = c.haMaster
+	}
+	return []groupInfo{{name: "fake", master: master, slaves: c.slaves}}, nil
 }
 
 // haStatus answers with c.slaves slaves; slave i lags by i*lagBytes bytes and i ms, and was
 // sent 3 raw bytes per wire byte.
-func (c *fakeCluster) haStatus(context.Context, string) (*protocol.HAStatus, error) {
+func (c *fakeCluster) haStatus(_ context.Context, addr string) (*protocol.HAStatus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.haMaster != "" && addr != c.haMaster {
+		return nil, fmt.Errorf("cannot connect to %s: connection refused", addr)
+	}
 	c.haCalls++
 	st := &protocol.HAStatus{Role: "SYNC_MASTER"}
 	for i := 1; i <= c.slaves; i++ {

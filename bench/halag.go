@@ -33,6 +33,12 @@ type lagSampler struct {
 	groups   []groupInfo
 	interval time.Duration
 
+	// topics, when set, lets the sampler find a group's new master after a failover (the
+	// status of the old address fails or says it is no longer master): it asks the routes again,
+	// at most every masterRefreshInterval. Used by the sampling goroutine only.
+	topics      []string
+	lastRefresh time.Time
+
 	mu     sync.Mutex
 	slaves map[slaveKey]*slaveLag
 	// samples counts sampling rounds; errors the HAStatus requests that failed.
@@ -104,19 +110,27 @@ func (s *lagSampler) run(start, stop <-chan struct{}) {
 // often rather than piling up requests.
 const lagSampleTimeout = 2 * time.Second
 
-// sample asks every sampled master for its status, in parallel.
+// masterRefreshInterval bounds how often the sampler asks the routes for new masters.
+const masterRefreshInterval = time.Second
+
+// sample asks every sampled master for its status, in parallel, and looks the masters up again
+// when one of them failed or is no master any more.
 func (s *lagSampler) sample() {
 	ctx, cancel := context.WithTimeout(context.Background(), lagSampleTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	stale := false
 	for _, g := range s.groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			st, err := s.cl.haStatus(ctx, g.master)
-			if err != nil {
+			if err != nil || st.BrokerID != 0 {
 				s.mu.Lock()
-				s.errors++
+				if err != nil {
+					s.errors++
+				}
+				stale = true
 				s.mu.Unlock()
 				return
 			}
@@ -126,7 +140,27 @@ func (s *lagSampler) sample() {
 	wg.Wait()
 	s.mu.Lock()
 	s.samples++
+	refresh := stale && s.topics != nil && time.Since(s.lastRefresh) >= masterRefreshInterval
 	s.mu.Unlock()
+	if refresh {
+		s.refreshMasters(ctx)
+	}
+}
+
+// refreshMasters looks up the current master of every sampled group in the routes.
+func (s *lagSampler) refreshMasters(ctx context.Context) {
+	s.lastRefresh = time.Now()
+	groups, err := s.cl.groups(ctx, s.topics)
+	if err != nil {
+		return
+	}
+	for i := range s.groups {
+		for _, g := range groups {
+			if g.name == s.groups[i].name && g.master != "" {
+				s.groups[i].master = g.master
+			}
+		}
+	}
 }
 
 // add records one status of group's master.

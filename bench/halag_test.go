@@ -127,6 +127,33 @@ func TestLagSamplerRun(t *testing.T) {
 	}
 }
 
+// TestLagSamplerFollowsNewMaster: after a failover the old master's address fails; the sampler
+// looks the group's master up again and samples the new one.
+func TestLagSamplerFollowsNewMaster(t *testing.T) {
+	fc := newFakeCluster(nil)
+	fc.slaves, fc.lagBytes = 2, 100
+	s := newLagSampler(fc, []groupInfo{{name: "fake", master: "fake:0", slaves: 2}}, time.Millisecond)
+	s.topics = []string{"t"}
+	s.sample()
+	fc.mu.Lock()
+	fc.haMaster = "fake:7"
+	fc.mu.Unlock()
+	s.sample() // fails on fake:0, then finds fake:7
+	if s.groups[0].master != "fake:7" || s.errors != 1 {
+		t.Fatalf("master %q after a failover, %d errors", s.groups[0].master, s.errors)
+	}
+	s.sample()
+	if r := s.report(); len(r) != 2 || r[0].Samples != 2 {
+		t.Fatalf("report after the failover: %+v", r)
+	}
+	// Without topics (consume-only runs) nothing is looked up again.
+	s2 := newLagSampler(fc, []groupInfo{{name: "fake", master: "fake:0", slaves: 2}}, time.Millisecond)
+	s2.sample()
+	if s2.groups[0].master != "fake:0" {
+		t.Fatalf("looked up without topics: %q", s2.groups[0].master)
+	}
+}
+
 func TestServedByList(t *testing.T) {
 	if got := servedByList(nil); len(got) != 0 {
 		t.Errorf("nil: %+v", got)

@@ -1024,6 +1024,7 @@ func (r *runner) startLagSampler(ctx context.Context) {
 	if r.lag == nil {
 		return
 	}
+	r.lag.topics = r.topics
 	r.lagStart, r.lagStop, r.lagDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(r.lagDone)
