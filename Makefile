@@ -4,7 +4,7 @@ BIN     := bin
 CMDS    := petrel-namesrv petrel-broker petrelctl petrel-bench
 FUZZTIME ?= 20000x
 
-.PHONY: all build test test-norace fuzz run bench bench-compare verify clean
+.PHONY: all build test test-norace fuzz run bench bench-micro bench-compare verify clean
 
 all: build
 
@@ -35,7 +35,15 @@ fuzz:
 run: build
 	./$(BIN)/petrel-bench --payload-dir bench/testdata/loghub --verify
 
+# bench: the standard matrix (scripts/benchmarks.sh: machine baselines, Petrel single broker and
+# replication, the same workloads on NATS JetStream R1 / R1 sync / R3, Go micro-benchmarks), then
+# charts and the goal ratios in <OUT>/summary.md. DURATION=20s per run, SECTIONS="single replication
+# nats micro", OUT=bench-results/<timestamp> (make exports command-line variables).
 bench:
+	bash scripts/benchmarks.sh $(OUT)
+
+# bench-micro: only the Go micro-benchmarks of every package.
+bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # bench-compare: the regression gate (BENCHMARKS.md "Regression gate"). Builds BASE in a temporary

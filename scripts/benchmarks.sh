@@ -2,23 +2,45 @@
 # Produces the numbers in BENCHMARKS.md in one run: the machine's own limits (disk sequential
 # write with dd, disk fdatasync rate, loopback TCP round trip) next to Petrel's (publish and
 # consume rates for 1 KiB and 100 B messages under ASYNC_FLUSH and SYNC_FLUSH, synchronous send
-# latency) and the Go micro-benchmarks of the hot paths.
+# latency, replication), the same workloads on NATS JetStream, and the Go micro-benchmarks of the
+# hot paths; then charts of Petrel and NATS side by side and the issue's goals as ratios.
 #
-#   scripts/benchmarks.sh [OUTDIR]        (default bench-results/<timestamp>)
+#   scripts/benchmarks.sh [OUTDIR]        (default bench-results/<timestamp>; `make bench` runs this)
 #
-# DURATION (default 20s) sets the length of each Petrel run. SECTIONS (default "single replication
-# micro") picks the sections; the machine baselines always run, so every ratio compares numbers of
-# the same run. Everything runs on this machine: the embedded NameServer and brokers share it with
-# the load generator.
+# Sections (SECTIONS, default "single replication nats micro"; the machine baselines always run,
+# so every ratio compares numbers of the same run):
+#   single       embedded broker, no slaves: publish at the highest rate (1 KiB, 100 B) and
+#                synchronous send (1 producer; 64 producers under SYNC_FLUSH), ASYNC_/SYNC_FLUSH
+#   replication  1 KiB loghub bodies: no slaves vs ASYNC_MASTER vs SYNC_MASTER + 2 slaves, lag at
+#                50k msg/s and the replication codecs
+#   nats         the same workloads with --driver nats against servers started one at a time with
+#                scripts/nats-server.sh (which installs nats-server into bin/ if missing): R1 for
+#                the single-broker runs, r1-sync (sync_interval: always) for the SYNC_FLUSH ones,
+#                r3 (--nats-replicas 3) for the replicated ones; NATS_PORT (default 4222, r3 uses
+#                the next two as well and route ports +2000)
+#   micro        Go micro-benchmarks (codec, append, read, replication chunks)
+# DURATION (default 20s) sets the length of each run. Every result is written as <name>.json and
+# <name>.txt in OUTDIR; charts go to OUTDIR/charts/<comparison>/ and the goal ratios (with jq, else
+# python3) to the end of OUTDIR/summary.md. Everything runs on this machine: the embedded
+# NameServer and brokers (or the NATS servers) share it with the load generator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-results/$(date +%Y%m%d-%H%M%S)}
 DURATION=${DURATION:-20s}
-SECTIONS=${SECTIONS:-single replication micro}
+SECTIONS=${SECTIONS:-single replication nats micro}
+NATS_PORT=${NATS_PORT:-4222}
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/petrel-benchmarks.XXXXXX")
-trap 'rm -rf "$DATA"' EXIT
+NATS_PID=
+nats_stop() { # stops the servers scripts/nats-server.sh started (its EXIT trap kills them)
+  if [[ -n $NATS_PID ]]; then
+    kill "$NATS_PID" 2>/dev/null || true
+    wait "$NATS_PID" 2>/dev/null || true
+    NATS_PID=
+  fi
+}
+trap 'nats_stop; rm -rf "$DATA"' EXIT
 
 make build >/dev/null
 BENCH=bin/petrel-bench
@@ -47,18 +69,38 @@ section "Machine baselines"
   $BENCH baseline fdatasync --dir "$DATA" --size 4096 --duration 5s
   $BENCH baseline loopback --size 1024 --count 20000
   $BENCH baseline loopback --size 100 --count 20000
-} 2>&1 | log
+} 2>&1 | tee "$OUT/baselines.txt" | log
 
+FAILED=() # runs that wrote a result but failed (verification): reported, and flagged in the goals
 run() { # name, then petrel-bench arguments
-  local name=$1; shift
+  local name=$1 rc=0; shift
   echo "### $name" | log
   echo '```' | log
   echo "\$ petrel-bench $*" | log
-  TMPDIR=$DATA $BENCH "$@" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || { tail -20 "$OUT/$name.txt"; exit 1; }
-  grep -E '^  (publish rate|consume rate|publish latency|end-to-end|messages|served by|replication) ' "$OUT/$name.txt" | log
-  grep -E '^lost=' "$OUT/$name.txt" | log
+  TMPDIR=$DATA $BENCH "$@" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || rc=$?
+  if ((rc != 0)) && [[ ! -s $OUT/$name.json ]]; then tail -20 "$OUT/$name.txt"; exit 1; fi # no result: stop
+  grep -E '^  (publish rate|consume rate|publish latency|end-to-end|messages|served by|replication|verification) ' "$OUT/$name.txt" | log || true
+  grep -E '^lost=' "$OUT/$name.txt" | log || true
+  if ((rc != 0)); then
+    FAILED+=("$name")
+    echo "FAILED (exit $rc), first problems:" | log
+    grep -m5 -E '^  problem ' "$OUT/$name.txt" | log || true
+  fi
   echo '```' | log
 }
+
+# Loghub lines joined into bodies of about 1 KiB: real log text, at the workload's message size.
+L1K=(--workload bench/workloads/1-topic-16-partitions-1kb.yaml --payload-dir "$DATA/loghub-1k" --verify)
+loghub_1k() {
+  [[ -d $DATA/loghub-1k ]] && return
+  mkdir -p "$DATA/loghub-1k"
+  for f in bench/testdata/loghub/*.log; do
+    awk '{ b = b (b == "" ? "" : " ") $0; if (length(b) >= 1000) { print substr(b, 1, 1024); b = "" } }' "$f" \
+      >"$DATA/loghub-1k/$(basename "$f")"
+  done
+}
+W1K=(--workload bench/workloads/1-topic-16-partitions-1kb.yaml)
+W100=(--workload bench/workloads/1-topic-16-partition-100b.yaml)
 
 if want single; then
 section "Publish and consume at the highest rate (embedded broker, no slaves, --verify)"
@@ -74,16 +116,13 @@ for flush in ASYNC_FLUSH SYNC_FLUSH; do
   run "sync-send-1kb-$flush" --slaves 0 --workload bench/workloads/1-topic-16-partitions-1kb.yaml --sync-send --producer-rate 0 \
     --duration "$DURATION" --warmup 2s --flush "$flush" --verify
 done
+# 64 producers each waiting for its acknowledgement: what group commit makes of fdatasync.
+run "sync-send-1kb-SYNC_FLUSH-64p" --slaves 0 "${W1K[@]}" --sync-send --producers 64 --producer-rate 0 \
+  --duration "$DURATION" --warmup 2s --flush SYNC_FLUSH --verify
 fi
 
 if want replication; then
-# Loghub lines joined into bodies of about 1 KiB: real log text, at the workload's message size.
-mkdir -p "$DATA/loghub-1k"
-for f in bench/testdata/loghub/*.log; do
-  awk '{ b = b (b == "" ? "" : " ") $0; if (length(b) >= 1000) { print substr(b, 1, 1024); b = "" } }' "$f" \
-    >"$DATA/loghub-1k/$(basename "$f")"
-done
-L1K=(--workload bench/workloads/1-topic-16-partitions-1kb.yaml --payload-dir "$DATA/loghub-1k" --verify)
+loghub_1k
 
 section "Replication: no slaves vs ASYNC_MASTER vs SYNC_MASTER (1 KiB loghub bodies, ASYNC_FLUSH, --verify)"
 for mode in "none --slaves 0" "async --slaves 2 --broker-role ASYNC_MASTER" "sync --slaves 2 --broker-role SYNC_MASTER"; do
@@ -100,6 +139,63 @@ for codec in s2 zstd none; do
 done
 fi
 
+if want nats; then
+nats_start() { # r1 | r1-sync | r3: starts scripts/nats-server.sh in the background, waits until ready
+  local mode=$1 n=1 i t
+  [[ $mode == r3 ]] && n=3
+  for ((i = 0; i < n; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$((NATS_PORT + i))") 2>/dev/null; then
+      echo "port $((NATS_PORT + i)) is already in use: stop that server or set NATS_PORT" >&2
+      exit 1
+    fi
+  done
+  if ! command -v nats-server >/dev/null 2>&1 && [[ ! -x bin/nats-server ]]; then
+    echo "nats-server not found: scripts/nats-server.sh installs it into bin/ (go install)" | log
+  fi
+  TMPDIR=$DATA PORT=$NATS_PORT scripts/nats-server.sh "$mode" >"$OUT/nats-server-$mode.log" 2>&1 &
+  NATS_PID=$!
+  for ((i = 0; i < n; i++)); do
+    until (exec 3<>"/dev/tcp/127.0.0.1/$((NATS_PORT + i))") 2>/dev/null; do
+      kill -0 "$NATS_PID" 2>/dev/null || { echo "nats-server ($mode) exited:" >&2; tail -20 "$OUT/nats-server-$mode.log" >&2; exit 1; }
+      sleep 0.2
+    done
+  done
+  if [[ $mode == r3 ]]; then # JetStream takes requests once the cluster has a metadata leader
+    for ((t = 0; t < 300; t++)); do grep -q 'metadata leader' "$OUT/nats-server-$mode.log" && break; sleep 0.1; done
+  fi
+  grep -E '^(using|nats-server not found)' "$OUT/nats-server-$mode.log" | sed 's/^/nats: /' | log || true
+}
+NATS=(--driver nats --nats-url "nats://127.0.0.1:$NATS_PORT")
+NATS3=(--driver nats --nats-replicas 3
+  --nats-url "nats://127.0.0.1:$NATS_PORT,nats://127.0.0.1:$((NATS_PORT + 1)),nats://127.0.0.1:$((NATS_PORT + 2))")
+loghub_1k
+
+section "NATS JetStream R1 (scripts/nats-server.sh r1: fsync every 2 min), the single-broker workloads (--verify)"
+nats_start r1
+run "nats-r1-publish-1kb" "${NATS[@]}" "${W1K[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s --verify
+run "nats-r1-publish-100b" "${NATS[@]}" "${W100[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s --verify
+run "nats-r1-sync-send-1kb" "${NATS[@]}" "${W1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s --verify
+run "nats-r1-loghub-max" "${NATS[@]}" "${L1K[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s
+run "nats-r1-loghub-sync-send" "${NATS[@]}" "${L1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s
+nats_stop
+
+section "NATS JetStream R1, sync_interval: always (scripts/nats-server.sh r1-sync), the SYNC_FLUSH workloads (--verify)"
+nats_start r1-sync
+run "nats-r1sync-publish-1kb" "${NATS[@]}" "${W1K[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s --verify
+run "nats-r1sync-publish-100b" "${NATS[@]}" "${W100[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s --verify
+run "nats-r1sync-sync-send-1kb" "${NATS[@]}" "${W1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s --verify
+run "nats-r1sync-sync-send-1kb-64p" "${NATS[@]}" "${W1K[@]}" --sync-send --producers 64 --producer-rate 0 \
+  --duration "$DURATION" --warmup 2s --verify
+nats_stop
+
+section "NATS JetStream R3 (scripts/nats-server.sh r3, --nats-replicas 3), the replicated workloads (1 KiB loghub bodies, --verify)"
+nats_start r3
+run "nats-r3-loghub-max" "${NATS3[@]}" "${L1K[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s
+run "nats-r3-loghub-sync-send" "${NATS3[@]}" "${L1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s
+run "nats-r3-loghub-50k" "${NATS3[@]}" "${L1K[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s
+nats_stop
+fi
+
 if want micro; then
 section "Go micro-benchmarks (codec, append, read, replication chunks)"
 go test -run '^$' -bench 'Frame|PullRequestView|SendResponseHeader|BatchBuild|ValidateBatch|MessageIterator|StampBatch' \
@@ -107,5 +203,95 @@ go test -run '^$' -bench 'Frame|PullRequestView|SendResponseHeader|BatchBuild|Va
 go test -run '^$' -bench 'Append|Read' -benchmem -count 1 ./commitlog/ 2>&1 | grep -E '^Benchmark' | log
 go test -run '^$' -bench 'Chunk' -benchmem -count 1 ./ha/ 2>&1 | grep -E '^Benchmark' | log
 fi
+# Charts: Petrel and NATS side by side, one directory per comparison whose results both exist.
+charts=(
+  "publish-1kb|1 KiB, 16 queues, highest rate: Petrel ASYNC_FLUSH vs NATS R1|publish-1kb-ASYNC_FLUSH nats-r1-publish-1kb"
+  "publish-100b|100 B, 16 queues, highest rate: Petrel ASYNC_FLUSH vs NATS R1|publish-100b-ASYNC_FLUSH nats-r1-publish-100b"
+  "sync-send-1kb|1 KiB, one message at a time: Petrel ASYNC_FLUSH vs NATS R1|sync-send-1kb-ASYNC_FLUSH nats-r1-sync-send-1kb"
+  "sync-flush-publish-1kb|1 KiB, highest rate: Petrel SYNC_FLUSH vs NATS R1 sync_interval always|publish-1kb-SYNC_FLUSH nats-r1sync-publish-1kb"
+  "sync-flush-publish-100b|100 B, highest rate: Petrel SYNC_FLUSH vs NATS R1 sync_interval always|publish-100b-SYNC_FLUSH nats-r1sync-publish-100b"
+  "sync-flush-sync-send-1kb|1 KiB, one at a time: Petrel SYNC_FLUSH vs NATS R1 sync_interval always|sync-send-1kb-SYNC_FLUSH nats-r1sync-sync-send-1kb"
+  "sync-flush-sync-send-1kb-64p|1 KiB, 64 producers one at a time: Petrel SYNC_FLUSH vs NATS R1 sync_interval always|sync-send-1kb-SYNC_FLUSH-64p nats-r1sync-sync-send-1kb-64p"
+  "loghub-single-max|1 KiB loghub, highest rate: Petrel no slaves vs NATS R1|repl-none-max nats-r1-loghub-max"
+  "loghub-single-sync-send|1 KiB loghub, one at a time: Petrel no slaves vs NATS R1|repl-none-sync-send nats-r1-loghub-sync-send"
+  "loghub-replicated-max|1 KiB loghub, highest rate: Petrel SYNC_MASTER + 2 slaves vs NATS R3|repl-sync-max nats-r3-loghub-max"
+  "loghub-replicated-sync-send|1 KiB loghub, one at a time: Petrel SYNC_MASTER + 2 slaves vs NATS R3|repl-sync-sync-send nats-r3-loghub-sync-send"
+  "loghub-replicated-50k|1 KiB loghub, 50k msg/s: Petrel SYNC_MASTER + 2 slaves vs NATS R3|repl-sync-50k nats-r3-loghub-50k"
+)
+drawn=()
+for c in "${charts[@]}"; do
+  IFS='|' read -r dir title names <<<"$c"
+  files=()
+  for n in $names; do [[ -f $OUT/$n.json ]] && files+=("$OUT/$n.json"); done
+  (( ${#files[@]} == $(wc -w <<<"$names") )) || continue
+  if $BENCH chart --out "$OUT/charts/$dir" --title "$title" "${files[@]}" >"$OUT/charts-$dir.log" 2>&1; then
+    drawn+=("$dir")
+  else
+    echo "chart $dir failed: $(tail -1 "$OUT/charts-$dir.log")" >&2
+  fi
+done
+rm -f "$OUT"/charts-*.log
+if (( ${#drawn[@]} > 0 )); then
+  section "Charts (Petrel vs NATS, in charts/)"
+  for d in "${drawn[@]}"; do echo "- charts/$d/: $(cd "$OUT/charts/$d" && ls | tr '\n' ' ')"; done | log
+fi
+
+# The issue's goals as ratios of numbers of this run (a row needs both of its numbers).
+jget() { # file field: a number from a result's JSON, empty if the file or the field is missing
+  [[ -f $1 ]] || return 0
+  if command -v jq >/dev/null 2>&1; then
+    jq -r --arg f "$2" '.[$f] // empty' "$1"
+  elif command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2"
+  else # single-line number fields of the indented JSON petrel-bench writes
+    awk -v f="\"$2\":" '$1 == f { v = $2; sub(/,$/, "", v); print v; exit }' "$1"
+  fi
+}
+rate() { jget "$OUT/$1.json" aggregatedPublishRate; }
+FSYNC_RATE=$(sed -nE 's/^fdatasync after each [0-9]+-byte write: ([0-9.]+)\/s.*/\1/p' "$OUT/baselines.txt")
+RTT_1K_US=$(sed -nE 's/^loopback round trip, 1024 bytes: p50 ([0-9.]+) us.*/\1/p' "$OUT/baselines.txt")
+SYNC_P50_US=$(jget "$OUT/sync-send-1kb-ASYNC_FLUSH.json" aggregatedPublishLatency50pct) # ms
+[[ -n $SYNC_P50_US ]] && SYNC_P50_US=$(awk -v v="$SYNC_P50_US" 'BEGIN { printf "%.1f", v * 1000 }')
+ratio_rows=()
+goal() { # goal, petrel label, petrel value, reference label, reference value, ">=" or "<=", target, runs
+  local r met n bad=
+  for n in $8; do [[ " ${FAILED[*]} " == *" $n "* ]] && bad+=" $n"; done
+  if [[ -z $3 || -z $5 ]] || awk -v d="$5" 'BEGIN { exit !(d == 0) }'; then
+    ratio_rows+=("| $1 | $2 ${3:-(not run)} | $4 ${5:-(not run)} | | $6 $7x | not measured |")
+    return
+  fi
+  r=$(awk -v a="$3" -v b="$5" 'BEGIN { printf "%.2f", a / b }')
+  if awk -v r="$r" -v t="$7" -v op="$6" 'BEGIN { exit !(op == ">=" ? r >= t : r <= t) }'; then met=met; else met="**not met**"; fi
+  [[ -n $bad ]] && met+=" (failed verification:$bad)"
+  ratio_rows+=("| $1 | $2 $3 | $4 $5 | ${r}x | $6 $7x | $met |")
+}
+fmt() { if [[ -n $1 ]]; then awk -v v="$1" 'BEGIN { printf "%.0f", v }'; fi; }
+goal "Publish max rate vs NATS R1 (1 KiB)" "msg/s" "$(fmt "$(rate publish-1kb-ASYNC_FLUSH)")" \
+  "msg/s" "$(fmt "$(rate nats-r1-publish-1kb)")" ">=" 4 "publish-1kb-ASYNC_FLUSH nats-r1-publish-1kb"
+goal "Publish max rate vs NATS R1 (100 B)" "msg/s" "$(fmt "$(rate publish-100b-ASYNC_FLUSH)")" \
+  "msg/s" "$(fmt "$(rate nats-r1-publish-100b)")" ">=" 4 "publish-100b-ASYNC_FLUSH nats-r1-publish-100b"
+goal "Sync-send p50 vs loopback RTT p50 (1 KiB)" "us" "$SYNC_P50_US" "us" "$RTT_1K_US" "<=" 1.5 "sync-send-1kb-ASYNC_FLUSH"
+goal "Sync send rate vs NATS R1 sync publish (1 KiB)" "msg/s" "$(fmt "$(rate sync-send-1kb-ASYNC_FLUSH)")" \
+  "msg/s" "$(fmt "$(rate nats-r1-sync-send-1kb)")" ">=" 2 "sync-send-1kb-ASYNC_FLUSH nats-r1-sync-send-1kb"
+goal "SYNC_FLUSH, 64 sync producers vs fdatasync rate" "msg/s" "$(fmt "$(rate sync-send-1kb-SYNC_FLUSH-64p)")" \
+  "fdatasync/s" "$(fmt "$FSYNC_RATE")" ">=" 20 "sync-send-1kb-SYNC_FLUSH-64p"
+goal "SYNC_FLUSH, 64 sync producers vs NATS R1 sync_interval always" "msg/s" "$(fmt "$(rate sync-send-1kb-SYNC_FLUSH-64p)")" \
+  "msg/s" "$(fmt "$(rate nats-r1sync-sync-send-1kb-64p)")" ">=" 20 "sync-send-1kb-SYNC_FLUSH-64p nats-r1sync-sync-send-1kb-64p"
+goal "Master + 2 slaves (SYNC_MASTER) vs single broker, max rate" "msg/s" "$(fmt "$(rate repl-sync-max)")" \
+  "msg/s" "$(fmt "$(rate repl-none-max)")" ">=" 0.5 "repl-sync-max repl-none-max"
+goal "Master + 2 slaves (SYNC_MASTER) vs NATS R3, max rate" "msg/s" "$(fmt "$(rate repl-sync-max)")" \
+  "msg/s" "$(fmt "$(rate nats-r3-loghub-max)")" ">=" 4 "repl-sync-max nats-r3-loghub-max"
+section "Goals (issue 5): ratios of this run"
+{
+  echo "| Goal | Petrel | Reference | Ratio | Target | |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${ratio_rows[@]}"
+  echo
+  echo "Consume from backlog: not in this matrix (no backlog run), so no ratio."
+  if ((${#FAILED[@]} > 0)); then echo; echo "Runs that failed (see their .txt): ${FAILED[*]}"; fi
+} | log
 echo | log
 echo "results in $OUT"
+for n in "${FAILED[@]}"; do # a Petrel run that fails its verification fails the benchmark run
+  [[ $n == nats-* ]] || { echo "Petrel run $n failed: see $OUT/$n.txt" >&2; exit 1; }
+done
