@@ -97,14 +97,13 @@ func (b *Broker) handOverStatic(r *role, target int64) rpc.Reply {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d is not a connected in-sync slave of %s", target, b.cfg.BrokerName)
 	}
 	addr := st.Slaves[i].Addr
-	b.role.Store(&role{master: r.master, epoch: r.epoch, mode: r.mode, handingOver: true})
+	deadline, refused, ok := b.pauseForHandover(r, target)
+	if !ok {
+		return refused
+	}
 	fail := func(st protocol.Status, format string, args ...any) rpc.Reply {
 		b.role.Store(r) // the master role goes on
 		return rpc.Errorf(st, format, args...)
-	}
-	deadline := time.Now().Add(electMasterTimeout)
-	if !b.waitAcked(r.master, target, deadline) {
-		return fail(protocol.StatusServiceNotAvailable, "brokerId %d did not catch up with the log end %d in time", target, b.store.LogEndOffset())
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -136,6 +135,20 @@ func (b *Broker) handOverStatic(r *role, target int64) rpc.Reply {
 	b.log.Warn("master role handed over by electMaster; the config files still name the old roles: update brokerId and brokerRole before the next restart",
 		"newMaster", resp.MasterAddr, "epoch", resp.Epoch, "brokerId", target)
 	return rpc.Reply{Header: &protocol.ElectMasterResponse{BrokerID: target, MasterAddr: resp.MasterAddr, Epoch: resp.Epoch, MasterHAAddr: resp.MasterHAAddr}}
+}
+
+// pauseForHandover starts handing master role r over to slave target: sends are refused from
+// now on, and it waits until the slave holds the whole log. It returns the deadline of the whole
+// hand-over, or, when the slave did not catch up in time, the refusal to answer with (the master
+// role goes on).
+func (b *Broker) pauseForHandover(r *role, target int64) (time.Time, rpc.Reply, bool) {
+	b.role.Store(&role{master: r.master, epoch: r.epoch, mode: r.mode, handingOver: true})
+	deadline := time.Now().Add(electMasterTimeout)
+	if !b.waitAcked(r.master, target, deadline) {
+		b.role.Store(r)
+		return deadline, rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d did not catch up with the log end %d in time", target, b.store.LogEndOffset()), false
+	}
+	return deadline, rpc.Reply{}, true
 }
 
 // waitAcked waits until slave id holds this broker's whole log.
@@ -197,11 +210,9 @@ func (m *raftMember) electMaster(h protocol.ElectMasterRequest) rpc.Reply {
 	if !slices.Contains(st.SyncStateSet, mem.ID) {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d (%s) is not in the in-sync set %v", h.BrokerID, mem.ID, st.SyncStateSet)
 	}
-	b.role.Store(&role{master: r.master, epoch: r.epoch, mode: r.mode, handingOver: true})
-	deadline := time.Now().Add(electMasterTimeout)
-	if !b.waitAcked(r.master, mem.BrokerID, deadline) {
-		b.role.Store(r)
-		return rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d did not catch up with the log end %d in time", h.BrokerID, b.store.LogEndOffset())
+	deadline, refused, ok := b.pauseForHandover(r, mem.BrokerID)
+	if !ok {
+		return refused
 	}
 	if err := m.node.TransferLeadership(mem.ID); err != nil {
 		b.role.Store(r)

@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -417,18 +418,8 @@ func (m *Master) Status() protocol.HAStatus {
 	}
 	st.InSyncReplicas = int32(m.inSyncN.Load()) + 1
 	m.mu.Unlock()
-	slices.SortFunc(st.Slaves, func(a, b protocol.SlaveStatus) int { return cmpInt64(a.BrokerID, b.BrokerID) })
+	slices.SortFunc(st.Slaves, func(a, b protocol.SlaveStatus) int { return cmp.Compare(a.BrokerID, b.BrokerID) })
 	return st
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // notifier wakes held pulls after appends.
@@ -550,7 +541,7 @@ func (m *Master) publishLocked() {
 		}
 		reads = append(reads, SlaveRead{BrokerID: s.id, InSync: s.inSync && s.session != 0, Acked: s.acked})
 	}
-	slices.SortFunc(reads, func(a, b SlaveRead) int { return cmpInt64(a.BrokerID, b.BrokerID) })
+	slices.SortFunc(reads, func(a, b SlaveRead) int { return cmp.Compare(a.BrokerID, b.BrokerID) })
 	m.ackLimit.Store(limit)
 	m.reads.Store(&reads)
 }

@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -92,7 +93,7 @@ func (m *Master) syncSetCommitter() {
 		if same {
 			continue
 		}
-		slices.SortFunc(want, func(a, b SyncMember) int { return cmpInt64(a.BrokerID, b.BrokerID) })
+		slices.SortFunc(want, func(a, b SyncMember) int { return cmp.Compare(a.BrokerID, b.BrokerID) })
 		if err := m.cfg.CommitSyncSet(want); err != nil {
 			m.warn.Warn(m.log, "cannot commit the in-sync set; retrying", "set", ids, "err", err)
 			retry.Reset(commitRetry)

@@ -12,6 +12,7 @@
 package chart
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,18 +171,8 @@ func quantiles(m map[string]num) ([]Quantile, error) {
 		}
 		out = append(out, Quantile{Percentile: p, Value: float64(v)})
 	}
-	slices.SortFunc(out, func(a, b Quantile) int { return cmpFloat(a.Percentile, b.Percentile) })
+	slices.SortFunc(out, func(a, b Quantile) int { return cmp.Compare(a.Percentile, b.Percentile) })
 	return out, nil
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Nines maps a percentile to OMB's chart axis: log10(100 / (100 - p)); 90% is 1, 99% 2 and
@@ -531,7 +522,7 @@ func (ninesTicks) Ticks(lo, hi float64) []plot.Tick {
 	for n := 1; n <= 9; n++ { // 90%, 99%, 99.9%, ...
 		add(float64(n), strconv.FormatFloat(100-math.Pow(10, float64(2-n)), 'f', max(0, n-2), 64)+"%")
 	}
-	slices.SortFunc(ts, func(a, b plot.Tick) int { return cmpFloat(a.Value, b.Value) })
+	slices.SortFunc(ts, func(a, b plot.Tick) int { return cmp.Compare(a.Value, b.Value) })
 	return ts
 }
 

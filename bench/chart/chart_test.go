@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/xml"
 	"image/png"
 	"math"
@@ -212,7 +213,7 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("OMB result: %+v", omb)
 	}
 	if q := omb.PublishLatency; q[0].Percentile != 0 || q[len(q)-1].Percentile != 100 ||
-		!slices.IsSortedFunc(q, func(a, b Quantile) int { return cmpFloat(a.Percentile, b.Percentile) }) {
+		!slices.IsSortedFunc(q, func(a, b Quantile) int { return cmp.Compare(a.Percentile, b.Percentile) }) {
 		t.Fatalf("quantiles not in percentile order: %v", q)
 	}
 	pt, err := Load(petrelFile)

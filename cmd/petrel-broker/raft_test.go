@@ -89,6 +89,15 @@ func inSync(t *testing.T, a *client.Admin, m *proc, n int) {
 	})
 }
 
+// sameGroupLogs waits for the group's one master and checks that every member's log equals it
+// (sameLogs, the master first).
+func sameGroupLogs(t *testing.T, a *client.Admin, ms []*proc) {
+	t.Helper()
+	m := masterOf(t, a, ms)
+	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == m })
+	sameLogs(t, a, append([]*proc{m}, others...)...)
+}
+
 // failoverRuns is how many kill-9 failovers TestRaftFailover measures (PETREL_FAILOVER_RUNS,
 // default 2 to keep `make test` short; the closing note's numbers use 10).
 func failoverRuns(t *testing.T) int {
@@ -168,9 +177,7 @@ func TestRaftFailover(t *testing.T) {
 	t.Logf("failover times (kill -> first acknowledged send on the new master): %v; median %v, max %v",
 		times, sorted[len(sorted)/2].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
 
-	m = masterOf(t, a, ms)
-	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == m })
-	sameLogs(t, a, append([]*proc{m}, others...)...)
+	sameGroupLogs(t, a, ms)
 
 	drainAndCheck(t, cl, "raft-failover-check", topic, s)
 }
@@ -330,8 +337,7 @@ func TestRaftPartitionedMaster(t *testing.T) {
 	inSync(t, a, m, 2)
 	time.Sleep(time.Second)
 	stopLoad()
-	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == m })
-	sameLogs(t, a, append([]*proc{m}, others...)...)
+	sameGroupLogs(t, a, ms)
 	drainAndCheck(t, cl, "raft-partition-check", topic, s)
 }
 
@@ -361,8 +367,7 @@ func TestRaftDoubleKill(t *testing.T) {
 	eventually(t, 15*time.Second, "an acknowledged send after the restarts", func() bool { return lastAckOn(s, nm.addr).After(killedAt) })
 	time.Sleep(time.Second)
 	stopLoad()
-	others := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == nm })
-	sameLogs(t, a, append([]*proc{nm}, others...)...)
+	sameGroupLogs(t, a, ms)
 	drainAndCheck(t, cl, "raft-double-kill-check", topic, s)
 }
 
