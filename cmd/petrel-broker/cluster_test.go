@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -65,15 +66,21 @@ func binDir(t *testing.T) string {
 	return dir
 }
 
-// freePorts returns n distinct free loopback ports.
+// freePorts returns n distinct free loopback ports below Linux's ephemeral range (32768 and up
+// by default): a port the kernel hands out for outgoing connections can be taken by one while a
+// broker is down, or before a Raft member opens its replication port at its first election, as
+// the sample configs explain.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var lns []net.Listener
 	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 10000 {
+			t.Fatal("no free port below 32768")
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
 		lns = append(lns, ln)
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
