@@ -134,6 +134,16 @@ type Result struct {
 	// entry may cover less. OMB's period is a fixed 10 s and its results lack this field.
 	ProgressIntervalSeconds float64 `json:"progressIntervalSeconds"`
 	DrainSeconds            float64 `json:"drainSeconds"`
+	// BacklogMessages is the backlog (messages acknowledged, not consumed, over all
+	// subscriptions) when a backlog workload (consumerBacklogSizeGB) let its consumers start;
+	// BacklogDrainSeconds is how long they took to bring it down to the workload's
+	// backlogDrainRatio, while the producers went on at their rate, and BacklogDrainRate the
+	// messages consumed per second meanwhile: the speed of consuming from a backlog (old data,
+	// out of the page cache when the backlog is larger than memory). 0 without a backlog, or
+	// when the test ended before the backlog was drained.
+	BacklogMessages     int64   `json:"backlogMessages,omitempty"`
+	BacklogDrainSeconds float64 `json:"backlogDrainSeconds,omitempty"`
+	BacklogDrainRate    float64 `json:"backlogDrainRate,omitempty"`
 	// Drained says every acknowledged message reached every subscription before the drain
 	// timeout.
 	Drained     bool `json:"drained"`
@@ -426,6 +436,14 @@ func (r *Result) writeSummary(w io.Writer, s summary) {
 		fmt.Fprintf(w, "  messages          sent=%d acked=%d failed=%d unknown=%d consumed=%d (%.1f MB sent, %.1f MB consumed)\n",
 			r.MessagesSent, r.MessagesAcked, r.Failed, r.Unknown, r.MessagesConsumed, float64(r.BytesSent)/(1<<20), float64(r.BytesConsumed)/(1<<20))
 	}
+	if r.BacklogMessages > 0 {
+		if r.BacklogDrainSeconds > 0 {
+			fmt.Fprintf(w, "  backlog drain     %d messages backlogged; drained in %.1fs at %.1f msg/s consumed (producers going on)\n",
+				r.BacklogMessages, r.BacklogDrainSeconds, r.BacklogDrainRate)
+		} else {
+			fmt.Fprintf(w, "  backlog drain     %d messages backlogged; not drained before the test ended\n", r.BacklogMessages)
+		}
+	}
 	r.writeReplication(w)
 	r.writeFailovers(w)
 	if !r.Verified {
@@ -503,4 +521,14 @@ func cond[T any](c bool, a, b T) T {
 }
 
 // round3 rounds to 3 decimals (for durations in the JSON).
+// recordBacklogDrain records that consumed messages were consumed in d while the backlog
+// drained.
+func (r *Result) recordBacklogDrain(d time.Duration, consumed int64) {
+	if d <= 0 {
+		return
+	}
+	r.BacklogDrainSeconds = round3(d.Seconds())
+	r.BacklogDrainRate = round3(float64(consumed) / d.Seconds())
+}
+
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }

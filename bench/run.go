@@ -505,6 +505,8 @@ func (r *runner) measure(ctx context.Context) {
 	backlogBuilt := backlogTarget == 0
 	backlogDrained := backlogTarget == 0
 	var minBacklog int64
+	var drainFrom time.Time // when the consumers started on the built backlog
+	var drainConsumed int64 // messages consumed by then
 	if backlogTarget > 0 {
 		capacity := backlogTarget / int64(max(1, r.plan.payloads.avgSize()))
 		minBacklog = max(1000, int64((1-w.BacklogDrainRatio)*float64(capacity)))
@@ -529,16 +531,26 @@ loop:
 			}
 			if !backlogBuilt && r.backlog()*int64(r.plan.payloads.avgSize()) >= backlogTarget {
 				backlogBuilt = true
+				drainFrom, drainConsumed = now, r.consumed.Load()
+				r.res.BacklogMessages = r.backlog()
 				fmt.Fprintf(r.out, "backlog: %d GB built; consumers start draining\n", w.ConsumerBacklogSizeGB)
 				r.paused.Store(false)
 				close(r.resume)
 			}
 			if backlogBuilt && !backlogDrained && r.backlog() <= minBacklog {
 				backlogDrained = true
+				r.res.recordBacklogDrain(now.Sub(drainFrom), r.consumed.Load()-drainConsumed)
 				fmt.Fprintf(r.out, "backlog: drained\n")
 			}
-			if phase == phaseTest && pl.duration > 0 && now.Sub(phaseStart) >= pl.duration && backlogDrained {
-				break loop
+			if phase == phaseTest && pl.duration > 0 && now.Sub(phaseStart) >= pl.duration {
+				if backlogDrained {
+					break loop
+				}
+				if now.Sub(phaseStart) >= pl.duration+r.cfg.DrainTimeout {
+					// Consumers slower than the producers never drain it: give up.
+					fmt.Fprintf(r.out, "backlog: not drained %v after the test duration (--drain-timeout); stopping\n", r.cfg.DrainTimeout)
+					break loop
+				}
 			}
 		}
 	}
@@ -862,6 +874,16 @@ func (r *runner) onSendResult(ps *prodState, e retryEntry, size int64, start tim
 
 // consumeWith runs one consumer with handler h until ctx ends, making a new one if Run fails.
 func (r *runner) consumeWith(ctx context.Context, c consumer, group, topic string, h client.Handler) {
+	if r.paused.Load() {
+		// A backlog is being built: the consumer starts once it is (from the first offset).
+		// Running it with a handler that blocks instead would hold deliveries in the client
+		// (JetStream then misses heartbeats and gives up its pulls).
+		select {
+		case <-r.resume:
+		case <-ctx.Done():
+			return
+		}
+	}
 	for {
 		err := c.Run(ctx, h)
 		if ctx.Err() != nil {
@@ -884,13 +906,6 @@ func (r *runner) consumeWith(ctx context.Context, c consumer, group, topic strin
 func (r *runner) handler(sub int) client.Handler {
 	var pool sync.Pool // of *[]Delivery
 	return func(ctx context.Context, msgs []client.MessageExt) error {
-		if r.paused.Load() {
-			select {
-			case <-r.resume:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
 		tnow := time.Now()
 		now := tnow.UnixMicro()
 		var ds *[]Delivery

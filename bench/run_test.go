@@ -431,6 +431,15 @@ func TestRunFakeBacklog(t *testing.T) {
 	if first := strings.Index(out, "test   pub"); first >= 0 && first < built && !strings.Contains(out[first:built], "cons       0.0 msg/s") {
 		t.Fatalf("consumers ran while the backlog was being built:\n%s", out)
 	}
+	// The drain is measured: at least the backlog's drained part (down to the workload's
+	// backlogDrainRatio, OMB's default 1.0: all of it) was consumed in the drain time.
+	if res.BacklogMessages < 4096 || res.BacklogDrainSeconds <= 0 ||
+		res.BacklogDrainRate*res.BacklogDrainSeconds < float64(res.BacklogMessages)-1000 {
+		t.Fatalf("backlog drain not measured: %d messages, %v s at %v msg/s", res.BacklogMessages, res.BacklogDrainSeconds, res.BacklogDrainRate)
+	}
+	if !strings.Contains(out, "backlog drain     ") {
+		t.Fatalf("no backlog drain line in the summary:\n%s", out)
+	}
 }
 
 func TestRunFakeInterrupted(t *testing.T) {

@@ -209,6 +209,10 @@ func (b *Broker) Start() error {
 	b.newHA()
 	h := &handler{b: b}
 	loops := b.cfg.NumEventLoop
+	var releaseProcs func()
+	if b.cfg.ReserveLoopProcs {
+		releaseProcs = reserveLoopProcs(b.cfg.eventLoops())
+	}
 	go func() {
 		err := gnet.Run(h, "tcp://"+b.cfg.listenAddr(),
 			gnet.WithMulticore(true),
@@ -219,6 +223,9 @@ func (b *Broker) Start() error {
 			gnet.WithReadBufferCap(256<<10),
 			gnet.WithLogger(gnetLogger{b.log}),
 		)
+		if releaseProcs != nil {
+			releaseProcs() // the loops are gone
+		}
 		select {
 		case b.booted <- err: // failed before boot
 		default:

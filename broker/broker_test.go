@@ -397,17 +397,51 @@ func TestSyncFlushSend(t *testing.T) {
 	defer b.Close()
 	c := dial(t, b.Addr())
 	createTopic(t, c, "S", 1)
+	// Many sends in flight on one connection: a group commit acknowledges many of them at once,
+	// and their answers leave together (queueAnswer); each must come back once, to its request.
 	const n = 200
-	errs := make(chan error, n)
+	type answer struct {
+		i      int
+		offset int64
+		err    error
+	}
+	answers := make(chan answer, n)
 	for i := 0; i < n; i++ {
 		c.CallAsync(protocol.CodeSendMessage, nil, buildBatch("S", 0, fmt.Sprint(i)), func(resp *rpc.Response, err error) {
-			resp.Release()
-			errs <- err
+			a := answer{i: i, err: err}
+			if err == nil {
+				var h protocol.SendResponseHeader
+				a.err = h.ReadFrom(resp.Header)
+				a.offset = h.QueueOffset
+				resp.Release()
+			}
+			answers <- a
 		})
 	}
-	for i := 0; i < n; i++ {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	seen := make(map[int64]int)
+	for range n {
+		a := <-answers
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if prev, dup := seen[a.offset]; dup {
+			t.Fatalf("sends %d and %d both answered queue offset %d", prev, a.i, a.offset)
+		}
+		seen[a.offset] = a.i
+	}
+	for off := range int64(n) {
+		if _, ok := seen[off]; !ok {
+			t.Fatalf("no send answered queue offset %d", off)
+		}
+	}
+	// Each answer matched its own request: message i is stored at the offset its answer gave.
+	p := pull(t, c, "S", 0, 0, 0)
+	if len(p.bodies) != n {
+		t.Fatalf("pulled %d messages, want %d", len(p.bodies), n)
+	}
+	for off, body := range p.bodies {
+		if want := fmt.Sprint(seen[int64(off)]); body != want {
+			t.Fatalf("offset %d holds %q, but its answer went to send %s", off, body, want)
 		}
 	}
 	if f, e := b.store.FlushedOffset(), b.store.LogEndOffset(); f < e {
@@ -486,5 +520,77 @@ func TestConsumerHeartbeats(t *testing.T) {
 			t.Fatalf("client of a closed connection still listed: %s", list())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPipelinedSendsAndPulls: sends and pulls written back to back on one connection arrive in
+// one read; the sends' answers are collected while the read is dispatched and must leave before
+// (and with) a pull's zero-copy answer, each to its own request.
+func TestPipelinedSendsAndPulls(t *testing.T) {
+	b := startBroker(t, testConfig(t.TempDir()))
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "P", 1)
+	const rounds = 50
+	type answer struct {
+		pull   bool
+		offset int64 // a send's queue offset
+		n      int   // messages a pull returned
+		err    error
+	}
+	answers := make(chan answer, 4*rounds)
+	for i := range rounds {
+		for j := range 3 {
+			c.CallAsync(protocol.CodeSendMessage, nil, buildBatch("P", 0, fmt.Sprint(3*i+j)), func(resp *rpc.Response, err error) {
+				a := answer{err: err}
+				if err == nil {
+					var h protocol.SendResponseHeader
+					a.err = h.ReadFrom(resp.Header)
+					a.offset = h.QueueOffset
+					resp.Release()
+				}
+				answers <- a
+			})
+		}
+		req := protocol.PullRequestHeader{ConsumerGroup: "g", Topic: "P", QueueID: 0, QueueOffset: 0, MaxMessages: 1000, MaxBytes: 1 << 20, CommitOffset: -1}
+		c.CallAsync(protocol.CodePullMessage, &req, nil, func(resp *rpc.Response, err error) {
+			a := answer{pull: true, err: err}
+			if err == nil {
+				var h protocol.PullResponseHeader
+				a.err = h.ReadFrom(resp.Header)
+				for body := resp.Body; a.err == nil && len(body) > 0; {
+					bh, _, verr := protocol.ValidateBatch(body, protocol.BatchLimits{})
+					if verr != nil {
+						a.err = fmt.Errorf("pulled batch: %w", verr)
+						break
+					}
+					a.n += int(bh.Count)
+					body = body[bh.Size:]
+				}
+				resp.Release()
+			}
+			answers <- a
+		})
+	}
+	sends, pulls := map[int64]bool{}, 0
+	for range 4 * rounds {
+		a := <-answers
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if a.pull {
+			pulls++
+			if a.n > 3*rounds {
+				t.Fatalf("a pull returned %d messages, more than were sent", a.n)
+			}
+			continue
+		}
+		if sends[a.offset] {
+			t.Fatalf("queue offset %d answered twice", a.offset)
+		}
+		sends[a.offset] = true
+	}
+	if len(sends) != 3*rounds || pulls != rounds {
+		t.Fatalf("%d send answers, %d pull answers; want %d and %d", len(sends), pulls, 3*rounds, rounds)
 	}
 }

@@ -96,6 +96,10 @@ type Config struct {
 	DefaultTopicQueueNums int32 `prop:"defaultTopicQueueNums" help:"the queue count of auto-created topics"`
 	// NumEventLoop is the number of gnet event loops (default: one per CPU).
 	NumEventLoop int `prop:"numEventLoop" help:"the number of gnet event loops (default: one per CPU)"`
+	// ReserveLoopProcs raises GOMAXPROCS by one per event loop while the broker runs (default
+	// true): a loop waits in a blocking epoll_wait that holds a P, and without spare Ps the
+	// other goroutines wait up to 10 ms for the runtime to take it back (procs.go).
+	ReserveLoopProcs bool `prop:"reserveLoopProcs" help:"raises GOMAXPROCS by one per event loop while the broker runs, since each loop holds a P in epoll_wait (default true)"`
 	// MaxConnections caps client connections; more are closed at once with a log line, so the
 	// broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for
 	// the store, at least 64).
@@ -212,6 +216,7 @@ func DefaultConfig() Config {
 		HAInSyncMaxLagBytes:           256 << 20,
 		HAInSyncMaxLagTime:            time.Second,
 		SlaveReadEnable:               true,
+		ReserveLoopProcs:              true,
 		AccessMessageInMemoryMaxRatio: 40,
 		SlaveReadLoadMsgsPerSec:       200_000,
 		SlaveSyncInterval:             3 * time.Second,

@@ -93,7 +93,7 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	if err := b.store.ReadUpTo(p.topic, p.queueID, p.offset, p.maxMsgs, p.maxBytes, b.highWatermark(r), rr); err != nil {
 		rr.Release()
 		cs.out = appendError(cs.out[:0], p.id, protocol.StatusSystemError, "cannot read: "+err.Error())
-		_, _ = cs.c.Write(cs.out)
+		cs.write(cs.out)
 		return true
 	}
 	hdr := protocol.PullResponseHeader{
@@ -147,7 +147,12 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	protocol.EndHeader(cs.out, 0)
 	protocol.EndFrame(cs.out, 0, rr.Bytes)
 	// writev takes at most IOV_MAX (1024) buffers: write in chunks; gnet keeps their order.
-	cs.iov = append(cs.iov[:0], cs.out)
+	// Answers collected earlier in this read go first, in the same writev.
+	cs.iov = cs.iov[:0]
+	if cs.corked && len(cs.pend) > 0 {
+		cs.iov = append(cs.iov, cs.pend)
+	}
+	cs.iov = append(cs.iov, cs.out)
 	for i := range rr.Slices {
 		if len(cs.iov) == maxIovecs {
 			_, _ = cs.c.Writev(cs.iov)
@@ -158,6 +163,7 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	}
 	_, _ = cs.c.Writev(cs.iov)
 	clear(cs.iov)
+	cs.pend = cs.pend[:0] // written above (gnet copied what the socket did not take)
 	b.stats.getMessages.Add(int64(rr.Messages))
 	b.stats.getBytes.Add(int64(rr.Bytes))
 	rr.Release()

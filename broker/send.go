@@ -121,7 +121,7 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 	syncFlush := b.cfg.FlushDiskType == SyncFlush
 	if !syncFlush && !syncRepl {
 		cs.out = appendSendResponse(cs.out[:0], f.RequestID, &resp)
-		_, _ = cs.c.Write(cs.out)
+		cs.write(cs.out)
 		return
 	}
 	// Answered later, by whichever of the flusher and the replication waiter finishes last.
@@ -178,16 +178,15 @@ func (a *pendingAck) done() {
 	if a.pending.Add(-1) != 0 {
 		return
 	}
-	buf := respPool.Get()
 	a.mu.Lock()
 	st, msg := a.failSt, a.failMsg
 	a.mu.Unlock()
+	var scratch [256]byte
 	if st != 0 {
-		buf.B = appendError(buf.B[:0], a.id, st, msg)
+		a.cs.queueAnswer(appendError(scratch[:0], a.id, st, msg))
 	} else {
-		buf.B = appendSendResponse(buf.B[:0], a.id, &a.resp)
+		a.cs.queueAnswer(appendSendResponse(scratch[:0], a.id, &a.resp))
 	}
-	a.b.asyncWrite(a.cs, buf)
 }
 
 func boolInt(v bool) int32 {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"github.com/valyala/bytebufferpool"
 
 	"github.com/petrel-mq/petrel/commitlog"
 	"github.com/petrel-mq/petrel/protocol"
@@ -18,10 +17,6 @@ import (
 // maxPausedInbound closes a paused connection whose client keeps sending past this many
 // unread bytes: it ignores backpressure, and gnet would buffer without bound.
 const maxPausedInbound = 64 << 20
-
-// respPool holds response frames written off the event loop with AsyncWrite; a buffer goes
-// back to the pool in the write callback, after gnet is done with it.
-var respPool bytebufferpool.Pool
 
 // connState is the broker's per-connection state, stored as the gnet conn's context. Fields
 // marked "loop" are touched only on the connection's event loop.
@@ -40,6 +35,20 @@ type connState struct {
 	partialSince atomic.Int64
 	out          []byte   // loop: response scratch
 	iov          [][]byte // loop: writev scratch
+	// corked is set while OnTraffic dispatches the frames of one read: the answers written on
+	// the loop meanwhile collect in pend and leave in one write when OnTraffic returns, so a
+	// client with many requests in flight (64 producers on one connection) costs one system
+	// call per read, not one per request.
+	corked bool   // loop
+	pend   []byte // loop
+	// answers collects the answers finished off the loop (group commit, replication waits,
+	// admin work) until one task on the loop writes all of them (writeAnswers); answerN counts
+	// them. A group commit that acknowledges 50 sends of a connection writes once.
+	answerMu    sync.Mutex
+	answers     []byte
+	answerN     int32
+	answerSpare []byte // loop: the buffer written last, reused next
+	writeTask   func() // cs.writeAnswers, allocated once
 }
 
 // handler is the gnet event handler. Every method runs on an event loop and never blocks: work
@@ -64,6 +73,7 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close
 	}
 	cs := &connState{c: c, remote: c.RemoteAddr().String()}
+	cs.writeTask = cs.writeAnswers
 	c.SetContext(cs)
 	b.connSet.add(cs)
 	return nil, gnet.None
@@ -99,11 +109,46 @@ func (cs *connState) overloaded(b *Broker) bool {
 	return int(cs.inflight.Load()) >= b.cfg.ConnMaxInFlight || cs.c.OutboundBuffered() >= b.cfg.ConnMaxOutboundBytes
 }
 
-// OnTraffic decodes every whole frame buffered on c and dispatches it. A malformed or oversized
-// frame closes the connection with a logged reason; nothing else is affected.
+// OnTraffic decodes every whole frame buffered on c and dispatches it; the answers given on the
+// loop leave in one write at the end. A malformed or oversized frame closes the connection with
+// a logged reason; nothing else is affected.
 func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
-	b := h.b
 	cs := c.Context().(*connState)
+	cs.corked = true
+	action := h.traffic(c, cs)
+	cs.corked = false
+	cs.flushPending()
+	return action
+}
+
+// write sends an answer from the loop: now, or with the rest of this read's answers (corked).
+// gnet copies what the socket does not take at once, so p may be reused on return.
+func (cs *connState) write(p []byte) {
+	if cs.corked {
+		cs.pend = append(cs.pend, p...)
+		return
+	}
+	_, _ = cs.c.Write(p)
+}
+
+// flushPending writes the answers collected while corked. Loop.
+func (cs *connState) flushPending() {
+	if len(cs.pend) == 0 {
+		return
+	}
+	_, _ = cs.c.Write(cs.pend)
+	if cap(cs.pend) > maxKeptPending {
+		cs.pend = nil // one burst of answers does not pin its buffer for the connection's life
+	} else {
+		cs.pend = cs.pend[:0]
+	}
+}
+
+// maxKeptPending is the largest answer buffer (pend, answers) a connection keeps between uses.
+const maxKeptPending = 1 << 20
+
+func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
+	b := h.b
 	progressed := false // a frame completed in this call
 	for {
 		if cs.overloaded(b) {
@@ -242,7 +287,7 @@ func (b *Broker) reply(cs *connState, f *protocol.Frame, rep *rpc.Reply) {
 		return
 	}
 	cs.out = rpc.AppendReply(cs.out[:0], f.RequestID, rep)
-	_, _ = cs.c.Write(cs.out)
+	cs.write(cs.out)
 }
 
 func (b *Broker) replyError(cs *connState, f *protocol.Frame, st protocol.Status, remark, masterAddr string) {
@@ -252,28 +297,47 @@ func (b *Broker) replyError(cs *connState, f *protocol.Frame, st protocol.Status
 
 // asyncReply sends rep from any goroutine and ends one in-flight request of the connection.
 func (b *Broker) asyncReply(cs *connState, requestID uint32, rep *rpc.Reply) {
-	buf := respPool.Get()
-	buf.B = rpc.AppendReply(buf.B[:0], requestID, rep)
-	b.asyncWrite(cs, buf)
+	var scratch [256]byte
+	cs.queueAnswer(rpc.AppendReply(scratch[:0], requestID, rep))
 }
 
-// asyncWrite queues buf on the connection's loop; the buffer returns to respPool once written
-// (or once the write fails), and the connection's in-flight count drops.
-func (b *Broker) asyncWrite(cs *connState, buf *bytebufferpool.ByteBuffer) {
-	if cs.closed.Load() {
-		respPool.Put(buf)
-		cs.inflight.Add(-1)
-		return
+// queueAnswer sends an answer frame finished off the loop and ends one in-flight request of the
+// connection. The first answer queued since the last write schedules a task on the loop that
+// writes every answer queued by the time it runs, in one system call. frame may be reused on
+// return. Any goroutine.
+func (cs *connState) queueAnswer(frame []byte) {
+	cs.answerMu.Lock()
+	first := cs.answerN == 0
+	cs.answers = append(cs.answers, frame...)
+	cs.answerN++
+	cs.answerMu.Unlock()
+	if first && (cs.closed.Load() || !onLoop(cs, cs.writeTask)) {
+		cs.takeAnswers() // nobody will write them
 	}
-	err := cs.c.AsyncWrite(buf.B, func(gnet.Conn, error) error {
-		respPool.Put(buf)
-		cs.inflight.Add(-1)
-		return nil
-	})
-	if err != nil {
-		respPool.Put(buf)
-		cs.inflight.Add(-1)
+}
+
+// writeAnswers writes the queued answers. Loop.
+func (cs *connState) writeAnswers() {
+	out := cs.takeAnswers()
+	if len(out) > 0 && !cs.closed.Load() {
+		_, _ = cs.c.Write(out) // gnet copies what the socket does not take at once
 	}
+	if cap(out) <= maxKeptPending {
+		cs.answerSpare = out[:0]
+	}
+}
+
+// takeAnswers empties the queue of answers, ends their in-flight requests and returns them;
+// the queue continues in the spare buffer. Loop, or a goroutine whose onLoop failed (the loop
+// is gone: no task of it runs again).
+func (cs *connState) takeAnswers() []byte {
+	cs.answerMu.Lock()
+	out, n := cs.answers, cs.answerN
+	cs.answers, cs.answerN = cs.answerSpare, 0
+	cs.answerSpare = nil
+	cs.answerMu.Unlock()
+	cs.inflight.Add(-n)
+	return out
 }
 
 // onLoop runs fn on cs's event loop; it reports false when the loop no longer runs.

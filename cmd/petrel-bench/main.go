@@ -21,6 +21,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,6 +73,8 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 		backlogGB   int64
 		segmentSize string
 		logLevel    string
+		cpuProfile  string
+		execTrace   string
 		slaves      int
 		readBroker  int64
 		haInterval  time.Duration
@@ -159,6 +163,20 @@ consume-only run against one slave.`,
 				cmd.SilenceUsage = false
 				return fmt.Errorf("give --workload, --payload-dir or both")
 			}
+			if cpuProfile != "" {
+				stop, err := startRecording("--cpu-profile", cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			if execTrace != "" {
+				stop, err := startRecording("--exec-trace", execTrace, trace.Start, trace.Stop)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			res, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -202,6 +220,8 @@ consume-only run against one slave.`,
 	f.BoolVar(&cfg.ConsumeOnly, "consume-only", false, "consume existing topics (--topic or --topic-id) of a running cluster from the earliest offset, no producers, and check every message up to the queues' max offsets at the start; exit 1 on any problem")
 	f.StringSliceVar(&cfg.Topics, "topic", nil, "with --consume-only: the topics to consume (repeat or comma-separate; default <prefix>-<topic-id>-<i>)")
 	f.DurationVar(&haInterval, "ha-sample-interval", bench.DefaultHASampleInterval, "period of the replication-lag samples (each group master's haStatus) during the test and drain; 0: off")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run (load generator and embedded cluster) to this file, for go tool pprof")
+	f.StringVar(&execTrace, "exec-trace", "", "write a Go execution trace of the whole run to this file, for go tool trace (e.g. -pprof=sched: where goroutines waited for a CPU)")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of the bench, client and embedded servers: debug, info, warn or error")
 	cmd.AddCommand(newBaselineCommand(stdout), newChartCommand(stdout))
 	cmd.SetOut(stdout)
@@ -230,4 +250,22 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a positive size (bytes, or with a K/M/G suffix)", s)
 	}
 	return v * mult, nil
+}
+
+// startRecording starts writing a CPU profile or an execution trace (start, stop: the
+// runtime's pair) to path; the returned function stops it and closes the file. flag names the
+// option in errors.
+func startRecording(flag, path string, start func(io.Writer) error, stop func()) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if err := start(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return func() {
+		stop()
+		_ = f.Close()
+	}, nil
 }

@@ -120,8 +120,11 @@ func TestReplay(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.log"), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	jsonPath := filepath.Join(t.TempDir(), "out.json")
-	code, stdout, stderr := run(t.Context(), "--payload-dir", dir, "--verify", "--json", jsonPath, "--segment-size", "16M")
+	out := t.TempDir()
+	jsonPath := filepath.Join(out, "out.json")
+	profPath, tracePath := filepath.Join(out, "cpu.prof"), filepath.Join(out, "exec.trace")
+	code, stdout, stderr := run(t.Context(), "--payload-dir", dir, "--verify", "--json", jsonPath, "--segment-size", "16M",
+		"--cpu-profile", profPath, "--exec-trace", tracePath)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -138,6 +141,13 @@ func TestReplay(t *testing.T) {
 	}
 	if err := json.Unmarshal(data, &res); err != nil || res.MessagesSent != 500 || res.MessagesConsumed != 500 || !res.Passed {
 		t.Fatalf("JSON %+v, %v", res, err)
+	}
+	// The CPU profile is a gzipped protobuf, the trace starts with the runtime's header.
+	if prof, err := os.ReadFile(profPath); err != nil || len(prof) < 2 || prof[0] != 0x1f || prof[1] != 0x8b {
+		t.Fatalf("--cpu-profile wrote %d bytes (%v), want a gzipped profile", len(prof), err)
+	}
+	if tr, err := os.ReadFile(tracePath); err != nil || !bytes.HasPrefix(tr, []byte("go 1.")) {
+		t.Fatalf("--exec-trace wrote %q... (%v), want a Go execution trace", tr[:min(len(tr), 16)], err)
 	}
 }
 
