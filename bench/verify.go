@@ -110,9 +110,9 @@ const (
 
 type producerLog struct {
 	topic string
-	recs  []msgRecord
-	// consumed[sub][seq] has bit a set once attempt a was consumed by subscription sub.
-	consumed [][]uint8
+	recs  chunked[msgRecord]
+	// consumed[sub] at seq has bit a set once attempt a was consumed by subscription sub.
+	consumed []chunked[uint8]
 }
 
 // queueOrder is a subscription's view of one queue: the last offset consumed and each
@@ -166,7 +166,7 @@ func NewVerifier(run uint64, subs int) *Verifier {
 func (v *Verifier) AddProducer(topic string) uint32 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	p := &producerLog{topic: topic, consumed: make([][]uint8, v.subs)}
+	p := &producerLog{topic: topic, consumed: make([]chunked[uint8], v.subs)}
 	v.producers = append(v.producers, p)
 	return uint32(len(v.producers) - 1)
 }
@@ -180,10 +180,10 @@ func (v *Verifier) producerLocked(id uint32) *producerLog {
 
 func (v *Verifier) recordLocked(producer uint32, seq uint64) *msgRecord {
 	p := v.producerLocked(producer)
-	if seq >= uint64(len(p.recs)) {
+	if seq >= uint64(p.recs.len()) {
 		panic(fmt.Sprintf("BUG: verifier: producer %d message %d was never registered", producer, seq))
 	}
-	return &p.recs[seq]
+	return p.recs.at(int(seq))
 }
 
 // Sent registers the first attempt of message seq of a producer, before it is handed to the
@@ -192,12 +192,12 @@ func (v *Verifier) Sent(producer uint32, seq uint64, crc uint32, size int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p := v.producerLocked(producer)
-	if seq != uint64(len(p.recs)) {
-		panic(fmt.Sprintf("BUG: verifier: producer %d registered message %d, want %d", producer, seq, len(p.recs)))
+	if seq != uint64(p.recs.len()) {
+		panic(fmt.Sprintf("BUG: verifier: producer %d registered message %d, want %d", producer, seq, p.recs.len()))
 	}
-	p.recs = append(p.recs, msgRecord{crc: crc, size: uint32(size), queue: -1, state: sendPending, attempts: 1})
+	p.recs.push(msgRecord{crc: crc, size: uint32(size), queue: -1, state: sendPending, attempts: 1})
 	for i := range p.consumed {
-		p.consumed[i] = append(p.consumed[i], 0)
+		p.consumed[i].push(0)
 	}
 	v.c.Sent++
 }
@@ -240,7 +240,7 @@ func (v *Verifier) Acked(producer uint32, seq uint64, attempt uint8, q QueueRef,
 	r.offset = offset
 	p := v.producers[producer]
 	for s := range p.consumed {
-		if p.consumed[s][seq] == 0 {
+		if *p.consumed[s].at(int(seq)) == 0 {
 			v.outstanding++
 		}
 	}
@@ -318,20 +318,20 @@ func (v *Verifier) consumedLocked(sub int, d *Delivery) {
 		return
 	}
 	v.c.Delivered++
-	if int(id.Producer) >= len(v.producers) || id.Seq >= uint64(len(v.producers[id.Producer].recs)) {
+	if int(id.Producer) >= len(v.producers) || id.Seq >= uint64(v.producers[id.Producer].recs.len()) {
 		v.c.Corrupted++
 		v.problemLocked("corrupted: %s offset %d: producer %d message %d was never sent", d.Queue, d.Offset, id.Producer, id.Seq)
 		return
 	}
 	p := v.producers[id.Producer]
-	r := &p.recs[id.Seq]
+	r := p.recs.at(int(id.Seq))
 	if id.Attempt >= r.attempts {
 		v.c.Corrupted++
 		v.problemLocked("corrupted: %s offset %d: producer %d message %d attempt %d was never sent", d.Queue, d.Offset, id.Producer, id.Seq, id.Attempt)
 		return
 	}
 	qi := v.queueLocked(d.Queue)
-	mask := &p.consumed[sub][id.Seq]
+	mask := p.consumed[sub].at(int(id.Seq))
 	bit := uint8(1) << id.Attempt
 	switch {
 	case *mask&bit != 0:
@@ -383,7 +383,7 @@ func (v *Verifier) consumedLocked(sub int, d *Delivery) {
 // said it was stored. Before the acknowledgement it keeps the first consumed position for
 // Acked to compare (and compares later consumptions of the same attempt with it).
 func (v *Verifier) checkPositionLocked(producer uint32, seq uint64, attempt uint8, qi int32, offset int64) {
-	r := &v.producers[producer].recs[seq]
+	r := v.producers[producer].recs.at(int(seq))
 	switch {
 	case r.state == sendPending && r.flags&recSeen == 0:
 		r.flags |= recSeen
@@ -429,8 +429,8 @@ func (v *Verifier) Finish() (c VerifyCounts, problems []string) {
 		problems = append(problems, fmt.Sprintf(format, args...))
 	}
 	for pid, p := range v.producers {
-		for seq := range p.recs {
-			r := &p.recs[seq]
+		for seq := range p.recs.len() {
+			r := p.recs.at(seq)
 			switch r.state {
 			case sendAcked:
 				c.Acked++
@@ -442,7 +442,7 @@ func (v *Verifier) Finish() (c VerifyCounts, problems []string) {
 				c.Abandoned++
 			}
 			for sub := range p.consumed {
-				consumed := p.consumed[sub][seq] != 0
+				consumed := *p.consumed[sub].at(seq) != 0
 				switch {
 				case r.state == sendAcked && !consumed:
 					c.Lost++

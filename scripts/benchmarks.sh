@@ -10,7 +10,10 @@
 # Sections (SECTIONS, default "single replication nats micro"; the machine baselines always run,
 # so every ratio compares numbers of the same run):
 #   single       embedded broker, no slaves: publish at the highest rate (1 KiB, 100 B) and
-#                synchronous send (1 producer; 64 producers under SYNC_FLUSH), ASYNC_/SYNC_FLUSH
+#                synchronous send (1 producer; 64 producers under SYNC_FLUSH), ASYNC_/SYNC_FLUSH;
+#                end-to-end latency at OMB's 50k msg/s; consuming a backlog (OMB's backlog
+#                workload: BACKLOG_GB, default 1, built at 50k msg/s, then drained while the
+#                producers go on)
 #   replication  1 KiB loghub bodies: no slaves vs ASYNC_MASTER vs SYNC_MASTER + 2 slaves, lag at
 #                50k msg/s and the replication codecs
 #   nats         the same workloads with --driver nats against servers started one at a time with
@@ -79,7 +82,7 @@ run() { # name, then petrel-bench arguments
   echo "\$ petrel-bench $*" | log
   TMPDIR=$DATA $BENCH "$@" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || rc=$?
   if ((rc != 0)) && [[ ! -s $OUT/$name.json ]]; then tail -20 "$OUT/$name.txt"; exit 1; fi # no result: stop
-  grep -E '^  (publish rate|consume rate|publish latency|end-to-end|messages|served by|replication|verification) ' "$OUT/$name.txt" | log || true
+  grep -E '^  (publish rate|consume rate|publish latency|end-to-end|messages|backlog drain|served by|replication|verification) ' "$OUT/$name.txt" | log || true
   grep -E '^lost=' "$OUT/$name.txt" | log || true
   if ((rc != 0)); then
     FAILED+=("$name")
@@ -101,6 +104,11 @@ loghub_1k() {
 }
 W1K=(--workload bench/workloads/1-topic-16-partitions-1kb.yaml)
 W100=(--workload bench/workloads/1-topic-16-partition-100b.yaml)
+# OMB's backlog workload (100 queues, 4 producers, 4 consumers): consumers start once BACKLOG_GB
+# is backlogged (built at 50k msg/s, which NATS R1 sustains too), then drain it while the
+# producers go on; the result's backlogDrainRate is the consume rate of the drain.
+BACKLOG=(--workload bench/workloads/1-topic-100-partitions-1kb-4p-4c-200k-backlog.yaml --backlog-gb "${BACKLOG_GB:-1}"
+  --producer-rate 50000 --warmup 0s --drain-timeout 120s)
 
 if want single; then
 section "Publish and consume at the highest rate (embedded broker, no slaves, --verify)"
@@ -119,6 +127,10 @@ done
 # 64 producers each waiting for its acknowledgement: what group commit makes of fdatasync.
 run "sync-send-1kb-SYNC_FLUSH-64p" --slaves 0 "${W1K[@]}" --sync-send --producers 64 --producer-rate 0 \
   --duration "$DURATION" --warmup 2s --flush SYNC_FLUSH --verify
+
+section "End-to-end latency at 50k msg/s, and consuming a backlog (no slaves, --verify)"
+run "e2e-50k" --slaves 0 "${W1K[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s --verify
+run "backlog-1kb" --slaves 0 "${BACKLOG[@]}" --duration "$DURATION" --verify
 fi
 
 if want replication; then
@@ -177,6 +189,8 @@ run "nats-r1-publish-100b" "${NATS[@]}" "${W100[@]}" --producer-rate 0 --duratio
 run "nats-r1-sync-send-1kb" "${NATS[@]}" "${W1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s --verify
 run "nats-r1-loghub-max" "${NATS[@]}" "${L1K[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s
 run "nats-r1-loghub-sync-send" "${NATS[@]}" "${L1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s
+run "nats-r1-e2e-50k" "${NATS[@]}" "${W1K[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s --verify
+run "nats-r1-backlog-1kb" "${NATS[@]}" "${BACKLOG[@]}" --duration "$DURATION" --verify
 nats_stop
 
 section "NATS JetStream R1, sync_interval: always (scripts/nats-server.sh r1-sync), the SYNC_FLUSH workloads (--verify)"
@@ -217,6 +231,8 @@ charts=(
   "loghub-replicated-max|1 KiB loghub, highest rate: Petrel SYNC_MASTER + 2 slaves vs NATS R3|repl-sync-max nats-r3-loghub-max"
   "loghub-replicated-sync-send|1 KiB loghub, one at a time: Petrel SYNC_MASTER + 2 slaves vs NATS R3|repl-sync-sync-send nats-r3-loghub-sync-send"
   "loghub-replicated-50k|1 KiB loghub, 50k msg/s: Petrel SYNC_MASTER + 2 slaves vs NATS R3|repl-sync-50k nats-r3-loghub-50k"
+  "e2e-50k|1 KiB, 16 queues, 50k msg/s: Petrel vs NATS R1|e2e-50k nats-r1-e2e-50k"
+  "backlog-1kb|1 KiB, 100 queues, backlog built then drained: Petrel vs NATS R1|backlog-1kb nats-r1-backlog-1kb"
 )
 drawn=()
 for c in "${charts[@]}"; do
@@ -250,8 +266,20 @@ jget() { # file field: a number from a result's JSON, empty if the file or the f
 rate() { jget "$OUT/$1.json" aggregatedPublishRate; }
 FSYNC_RATE=$(sed -nE 's/^fdatasync after each [0-9]+-byte write: ([0-9.]+)\/s.*/\1/p' "$OUT/baselines.txt")
 RTT_1K_US=$(sed -nE 's/^loopback round trip, 1024 bytes: p50 ([0-9.]+) us.*/\1/p' "$OUT/baselines.txt")
-SYNC_P50_US=$(jget "$OUT/sync-send-1kb-ASYNC_FLUSH.json" aggregatedPublishLatency50pct) # ms
-[[ -n $SYNC_P50_US ]] && SYNC_P50_US=$(awk -v v="$SYNC_P50_US" 'BEGIN { printf "%.1f", v * 1000 }')
+us() { local v; v=$(jget "$OUT/$1.json" "$2"); [[ -n $v ]] && awk -v v="$v" 'BEGIN { printf "%.1f", v * 1000 }'; return 0; } # ms field -> us
+SYNC_P50_US=$(us sync-send-1kb-ASYNC_FLUSH aggregatedPublishLatency50pct)
+# dd's page-cache rate in MB/s ("... copied, 0.19 s, 5.7 GB/s"), and the 1 KiB publish rate in MB/s.
+DD_MBS=$(awk '/page cache:/ { v = $(NF-1); u = $NF; print (u ~ /^GB/ ? v * 1000 : u ~ /^kB/ ? v / 1000 : v) }' "$OUT/baselines.txt")
+PUB_MBS=$(jget "$OUT/publish-1kb-ASYNC_FLUSH.json" aggregatedPublishRate)
+[[ -n $PUB_MBS ]] && PUB_MBS=$(awk -v v="$PUB_MBS" 'BEGIN { printf "%.1f", v * 1024 / 1e6 }')
+lag_p99() { # the larger of the slaves' replication lag p99 (ms) in a result, empty without slaves
+  [[ -f $OUT/$1.json ]] || return 0
+  if command -v jq >/dev/null 2>&1; then
+    jq -r '[.replication[]?.lagMs99pct] | max // empty' "$OUT/$1.json"
+  else
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])).get("replication") or []; print(max((x["lagMs99pct"] for x in r), default=""))' "$OUT/$1.json"
+  fi
+}
 ratio_rows=()
 goal() { # goal, petrel label, petrel value, reference label, reference value, ">=" or "<=", target, runs
   local r met n bad=
@@ -265,11 +293,23 @@ goal() { # goal, petrel label, petrel value, reference label, reference value, "
   [[ -n $bad ]] && met+=" (failed verification:$bad)"
   ratio_rows+=("| $1 | $2 $3 | $4 $5 | ${r}x | $6 $7x | $met |")
 }
+bound() { # goal, label, value, "<", limit, runs: an absolute goal (the value must stay under limit)
+  local met n bad=
+  for n in $6; do [[ " ${FAILED[*]} " == *" $n "* ]] && bad+=" $n"; done
+  if [[ -z $3 ]]; then
+    ratio_rows+=("| $1 | $2 (not run) | | | $4 $5 $2 | not measured |")
+    return
+  fi
+  if awk -v v="$3" -v l="$5" 'BEGIN { exit !(v < l) }'; then met=met; else met="**not met**"; fi
+  [[ -n $bad ]] && met+=" (failed verification:$bad)"
+  ratio_rows+=("| $1 | $3 $2 | | | $4 $5 $2 | $met |")
+}
 fmt() { if [[ -n $1 ]]; then awk -v v="$1" 'BEGIN { printf "%.0f", v }'; fi; }
 goal "Publish max rate vs NATS R1 (1 KiB)" "msg/s" "$(fmt "$(rate publish-1kb-ASYNC_FLUSH)")" \
   "msg/s" "$(fmt "$(rate nats-r1-publish-1kb)")" ">=" 4 "publish-1kb-ASYNC_FLUSH nats-r1-publish-1kb"
 goal "Publish max rate vs NATS R1 (100 B)" "msg/s" "$(fmt "$(rate publish-100b-ASYNC_FLUSH)")" \
   "msg/s" "$(fmt "$(rate nats-r1-publish-100b)")" ">=" 4 "publish-100b-ASYNC_FLUSH nats-r1-publish-100b"
+goal "Publish max rate vs page-cache write (dd), 1 KiB" "MB/s" "$PUB_MBS" "MB/s" "$DD_MBS" ">=" 0.5 "publish-1kb-ASYNC_FLUSH"
 goal "Sync-send p50 vs loopback RTT p50 (1 KiB)" "us" "$SYNC_P50_US" "us" "$RTT_1K_US" "<=" 1.5 "sync-send-1kb-ASYNC_FLUSH"
 goal "Sync send rate vs NATS R1 sync publish (1 KiB)" "msg/s" "$(fmt "$(rate sync-send-1kb-ASYNC_FLUSH)")" \
   "msg/s" "$(fmt "$(rate nats-r1-sync-send-1kb)")" ">=" 2 "sync-send-1kb-ASYNC_FLUSH nats-r1-sync-send-1kb"
@@ -281,13 +321,18 @@ goal "Master + 2 slaves (SYNC_MASTER) vs single broker, max rate" "msg/s" "$(fmt
   "msg/s" "$(fmt "$(rate repl-none-max)")" ">=" 0.5 "repl-sync-max repl-none-max"
 goal "Master + 2 slaves (SYNC_MASTER) vs NATS R3, max rate" "msg/s" "$(fmt "$(rate repl-sync-max)")" \
   "msg/s" "$(fmt "$(rate nats-r3-loghub-max)")" ">=" 4 "repl-sync-max nats-r3-loghub-max"
+goal "Sync-send p50, master + 2 slaves (SYNC_MASTER) vs NATS R3" "us" "$(us repl-sync-sync-send aggregatedPublishLatency50pct)" \
+  "us" "$(us nats-r3-loghub-sync-send aggregatedPublishLatency50pct)" "<=" 0.5 "repl-sync-sync-send nats-r3-loghub-sync-send"
+bound "Replication lag p99 at 50k msg/s (SYNC_MASTER, slower slave)" "ms" "$(lag_p99 repl-sync-50k)" "<" 5 "repl-sync-50k"
+goal "Consume from backlog vs NATS R1 (drain rate)" "msg/s" "$(fmt "$(jget "$OUT/backlog-1kb.json" backlogDrainRate)")" \
+  "msg/s" "$(fmt "$(jget "$OUT/nats-r1-backlog-1kb.json" backlogDrainRate)")" ">=" 4 "backlog-1kb nats-r1-backlog-1kb"
+bound "End-to-end p99 at 50k msg/s, single broker" "ms" "$(jget "$OUT/e2e-50k.json" aggregatedEndToEndLatency99pct)" "<" 5 "e2e-50k"
+bound "End-to-end p99 at 50k msg/s, master + 2 slaves (SYNC_MASTER)" "ms" "$(jget "$OUT/repl-sync-50k.json" aggregatedEndToEndLatency99pct)" "<" 5 "repl-sync-50k"
 section "Goals (issue 5): ratios of this run"
 {
   echo "| Goal | Petrel | Reference | Ratio | Target | |"
   echo "|---|---|---|---|---|---|"
   printf '%s\n' "${ratio_rows[@]}"
-  echo
-  echo "Consume from backlog: not in this matrix (no backlog run), so no ratio."
   if ((${#FAILED[@]} > 0)); then echo; echo "Runs that failed (see their .txt): ${FAILED[*]}"; fi
 } | log
 echo | log
