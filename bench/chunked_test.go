@@ -22,7 +22,7 @@ func TestChunked(t *testing.T) {
 		}
 	}
 	*c.at(chunkLen) = -1
-	if *c.at(chunkLen) != -1 || *c.at(chunkLen-1) != chunkLen-1 {
+	if *c.at(chunkLen) != -1 || *c.at(chunkLen - 1) != chunkLen-1 {
 		t.Fatal("a write through at() did not stick, or touched its neighbour")
 	}
 	if first != c.at(0) {
