@@ -55,11 +55,10 @@ type BatchInfo struct {
 // Open calls it (recovery), on the goroutine calling Open; it must not retain b.
 type Parser func(b []byte, physicalOffset int64) (BatchInfo, error)
 
-// StampFunc writes the broker-assigned fields into a batch before it is stored. Append calls it
-// under the store mutex with dst = the batch passed to Append (len(dst) == cap(dst) == batch
-// size: it stamps the caller's buffer in place, then writes it), its physical offset, base
-// queue offset and store timestamp (Unix milliseconds). It must be short and must not call back
-// into the Store.
+// StampFunc writes the broker-assigned fields into the stored copy of a batch. Append calls it
+// under the store mutex with dst = the batch's bytes inside the mapping (len(dst) == cap(dst) ==
+// batch size), its physical offset, base queue offset and store timestamp (Unix milliseconds).
+// It must be short and must not call back into the Store.
 type StampFunc func(dst []byte, physicalOffset, baseQueueOffset, storeTimestamp int64)
 
 // Config configures a Store. Zero values select the documented defaults.
@@ -93,11 +92,10 @@ type Config struct {
 	// logs a warning and leaves the still-held mappings to be unmapped on their last release
 	// (default 5s).
 	CloseTimeout time.Duration
-	// DisablePrefault stops the queue flusher from populating the page tables of the consume
-	// queues' next entries (madvise MADV_POPULATE_WRITE) ahead of Append, which writes entries
-	// through the mapping under the store mutex: prefaulting takes those page faults (about 1-8
-	// µs per 4 KiB page on ext4) off it. The commit log itself is written with pwrite(2) and
-	// needs none.
+	// DisablePrefault stops the segment pre-allocator from populating the next segment's page
+	// tables (madvise MADV_POPULATE_WRITE) before it is used. Prefaulting takes the page faults
+	// (about 1-8 µs per 4 KiB page on ext4) off Append, which runs under the store mutex, at the
+	// cost of dirtying up to one segment of zero pages ahead of the writes.
 	DisablePrefault bool
 	// Parser validates and describes batches found on disk. Required.
 	Parser Parser

@@ -26,8 +26,7 @@
 //     than the batch, and any other error for corrupt data. Recovery stops at the first error,
 //     so a batch whose CRC fails is never served after a restart.
 //   - The StampFunc passed to Append writes the broker-assigned fields (physical offset, base
-//     queue offset, store timestamp) into the batch (the caller's buffer, in place) before it is
-//     written; those fields are outside the CRC.
+//     queue offset, store timestamp) into the stored copy; those fields are outside the CRC.
 //
 // # On-disk layout
 //
@@ -117,8 +116,8 @@
 //
 // # Concurrency
 //
-// Append is serialised by one store mutex (Store.mu); it stamps the batch, writes it into the
-// segment (pwrite(2) from 8 KiB, a copy into the mapping below), writes the consume-queue entry and publishes the new end with atomic stores, so Read, ReadLog and the
+// Append is serialised by one store mutex (Store.mu); it copies into the mapping, stamps, writes
+// the consume-queue entry and publishes the new end with atomic stores, so Read, ReadLog and the
 // offset accessors never take that mutex (they take a read lock on the queue map only). Open
 // starts four goroutines, all stopped by Close: the flusher (msync + group commit), the queue
 // flusher (consume queues + checkpoint), the segment pre-allocator and the retention/cleaner

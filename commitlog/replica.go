@@ -153,9 +153,8 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		}
 		seg = s.active
 	}
-	if err := s.writeLogLocked(seg, s.writePos-seg.base, data); err != nil {
-		return s.writePos, err
-	}
+	rel := s.writePos - seg.base
+	copy(seg.data[rel:rel+int64(len(data))], data)
 	for i := range s.replInfos {
 		ri := &s.replInfos[i]
 		q := s.queueLocked(ri.Topic, ri.QueueID)
@@ -203,6 +202,9 @@ func (s *Store) publishReplicatedLocked(seg *mappedFile, end int64) int64 {
 	s.end.Store(end)
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
+	}
+	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault {
+		kick(s.allocKick)
 	}
 	_ = seg
 	return end
@@ -269,6 +271,7 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 	s.minOffset.Store(base)
 	s.end.Store(base)
 	s.flushed.Store(base)
+	s.prefaultedTo.Store(base)
 	for _, f := range old {
 		f.remove.Store(!keep)
 		f.release()

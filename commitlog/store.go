@@ -36,15 +36,14 @@ type Store struct {
 	writePos int64       // (mu) physical offset of the next append (== end)
 	// replInfos is AppendReplicated's scratch list of checked batches. (mu)
 	replInfos []replInfo
-	// logFile is segment logFileSeg's file, open for writing while appends go to it. (mu)
-	logFile    *os.File
-	logFileSeg *mappedFile
 
 	closedFlag atomic.Bool
 	segs       atomic.Pointer[[]*mappedFile] // copy-on-write, written under mu
 	end        atomic.Int64                  // log end offset, published after each append
 	minOffset  atomic.Int64                  // log min offset
 	nextBase   atomic.Int64                  // base of the segment after the active one
+	// prefaultedTo is the physical offset up to which the pre-allocator populated page tables.
+	prefaultedTo atomic.Int64
 
 	// qmu guards topics for readers; writers hold mu and qmu.
 	qmu    sync.RWMutex
@@ -162,16 +161,14 @@ func Open(cfg Config) (*Store, error) {
 
 // Append stores batch as the next batch of queue (topic, queueID) and returns where it went.
 // The batch must follow the batch contract (package documentation); count is its number of
-// messages (>= 1) and tagHash goes into the consume-queue entry. stamp (may be nil) writes the
-// assigned fields into batch itself (the caller's buffer is modified) before batch is written
-// to the log with one pwrite(2) (writeLogLocked). The batch is visible to Read when Append
+// messages (>= 1) and tagHash goes into the consume-queue entry. stamp (may be nil) is called
+// with the stored copy to write the assigned fields. The batch is visible to Read when Append
 // returns; it is durable once WaitFlushed(result.EndOffset) completes.
 //
 // Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrClosed, ErrDiskFull (no space for the next
 // segment or consume-queue file: nothing was written and a later Append retries) or an I/O
-// error (the write failed: nothing was appended). Any goroutine (typically event loops);
-// appends are serialised by the store mutex and make one system call (the pwrite) and no
-// allocation except when a segment, queue or queue file is created.
+// error. Any goroutine (typically event loops); appends are serialised by the store mutex and
+// make no syscall and no allocation except when a segment, queue or queue file is created.
 func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, tagHash uint32, stamp StampFunc) (AppendResult, error) {
 	size := len(batch)
 	if size < minBatchSize || int64(size) > s.cfg.SegmentSize || binary.BigEndian.Uint32(batch) == 0 || count <= 0 {
@@ -204,13 +201,12 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	}
 	pos := s.writePos
 	rel := pos - seg.base
+	dst := seg.data[rel : rel+int64(size) : rel+int64(size)]
+	copy(dst, batch)
 	ts := s.cfg.Now().UnixMilli()
 	base := q.next
 	if stamp != nil {
-		stamp(batch[:size:size], pos, base, ts)
-	}
-	if err := s.writeLogLocked(seg, rel, batch); err != nil {
-		return AppendResult{}, err
+		stamp(dst, pos, base, ts)
 	}
 	q.writeEntryLocked(pos, size, base, count, tagHash, ts)
 	seg.newestTS.Store(ts)
@@ -219,6 +215,9 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	s.end.Store(end)
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
+	}
+	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault {
+		kick(s.allocKick)
 	}
 	return AppendResult{PhysicalOffset: pos, BaseQueueOffset: base, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
 }
@@ -345,9 +344,6 @@ func (s *Store) Close() error {
 		firstErr = err
 	}
 
-	s.mu.Lock()
-	s.closeLogFileLocked()
-	s.mu.Unlock()
 	s.amu.Lock()
 	if p := s.prepared; p != nil {
 		s.prepared = nil
