@@ -311,15 +311,14 @@ func (p *natsProducer) run() {
 		}
 		select {
 		case ack := <-a.f.Ok():
-			a.cb(natsResult(a.topic, a.partition, ack), nil)
+			a.cb(natsResult(a.partition, ack), nil)
 		case err := <-a.f.Err():
 			a.cb(client.SendResult{}, natsSendError(err))
 		}
 	}
 }
 
-func natsResult(topic string, part int, ack *jetstream.PubAck) client.SendResult {
-	_ = topic
+func natsResult(part int, ack *jetstream.PubAck) client.SendResult {
 	return client.SendResult{BrokerName: natsBroker, BrokerAddr: natsBroker, QueueID: int32(part), QueueOffset: int64(ack.Sequence), Count: 1}
 }
 
@@ -350,7 +349,7 @@ func (p *natsProducer) SendSync(ctx context.Context, m *client.Message) (client.
 	if err != nil {
 		return client.SendResult{}, natsSendError(err)
 	}
-	return natsResult(m.Topic, part, ack), nil
+	return natsResult(part, ack), nil
 }
 
 func (p *natsProducer) Flush(ctx context.Context) error {

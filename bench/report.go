@@ -520,7 +520,6 @@ func cond[T any](c bool, a, b T) T {
 	return b
 }
 
-// round3 rounds to 3 decimals (for durations in the JSON).
 // recordBacklogDrain records that consumed messages were consumed in d while the backlog
 // drained.
 func (r *Result) recordBacklogDrain(d time.Duration, consumed int64) {
@@ -531,4 +530,5 @@ func (r *Result) recordBacklogDrain(d time.Duration, consumed int64) {
 	r.BacklogDrainRate = round3(float64(consumed) / d.Seconds())
 }
 
+// round3 rounds to 3 decimals (for durations in the JSON).
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }

@@ -547,8 +547,10 @@ loop:
 					break loop
 				}
 				if now.Sub(phaseStart) >= pl.duration+r.cfg.DrainTimeout {
-					// Consumers slower than the producers never drain it: give up.
-					fmt.Fprintf(r.out, "backlog: not drained %v after the test duration (--drain-timeout); stopping\n", r.cfg.DrainTimeout)
+					// Consumers slower than the producers never drain it (or producers too
+					// slow to build it): give up.
+					what := cond(backlogBuilt, "not drained", "not built")
+					fmt.Fprintf(r.out, "backlog: %s %v after the test duration (--drain-timeout); stopping\n", what, r.cfg.DrainTimeout)
 					break loop
 				}
 			}

@@ -96,10 +96,11 @@ type Config struct {
 	DefaultTopicQueueNums int32 `prop:"defaultTopicQueueNums" help:"the queue count of auto-created topics"`
 	// NumEventLoop is the number of gnet event loops (default: one per CPU).
 	NumEventLoop int `prop:"numEventLoop" help:"the number of gnet event loops (default: one per CPU)"`
-	// ReserveLoopProcs raises GOMAXPROCS by one per event loop while the broker runs (default
-	// true): a loop waits in a blocking epoll_wait that holds a P, and without spare Ps the
-	// other goroutines wait up to 10 ms for the runtime to take it back (procs.go).
-	ReserveLoopProcs bool `prop:"reserveLoopProcs" help:"raises GOMAXPROCS by one per event loop while the broker runs, since each loop holds a P in epoll_wait (default true)"`
+	// ReserveLoopProcs raises GOMAXPROCS by one per event loop (and one for the accepting
+	// reactor) while the broker runs (default true): a loop waits in a blocking epoll_wait that
+	// holds a P, and without spare Ps the other goroutines wait up to 10 ms for the runtime to
+	// take it back (procs.go).
+	ReserveLoopProcs bool `prop:"reserveLoopProcs" help:"raises GOMAXPROCS by one per event loop (and one for the accepting reactor) while the broker runs, since each holds a P in epoll_wait (default true)"`
 	// MaxConnections caps client connections; more are closed at once with a log line, so the
 	// broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for
 	// the store, at least 64).

@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"os"
 	"runtime"
 	"sync"
 )
 
-// Why a broker raises GOMAXPROCS while it runs.
+// Why a broker raises GOMAXPROCS while it runs (by one per event loop, and one for the reactor
+// that accepts connections).
 //
 // A gnet event loop waits for I/O in a blocking epoll_wait(2) system call. A goroutine in a
 // system call keeps its P (one of the GOMAXPROCS slots that run Go code) until the call returns
@@ -26,18 +28,22 @@ import (
 // found before the first of them started.
 var loopProcs struct {
 	mu       sync.Mutex
-	base     int // GOMAXPROCS before the first reservation
-	reserved int // event loops of running brokers
+	base     int  // GOMAXPROCS before the first reservation
+	fromEnv  bool // base came from the GOMAXPROCS environment variable
+	reserved int  // event loops of running brokers
 }
 
 // reserveLoopProcs raises GOMAXPROCS by loops (one P per event loop) on top of the value found
-// before the first broker of the process started; the returned function gives them back (once
-// every broker stopped, GOMAXPROCS is that value again).
+// before the first broker of the process started; the returned function gives them back. Once
+// every broker stopped, GOMAXPROCS is that value again: the GOMAXPROCS environment variable's,
+// or else the runtime's default (runtime.SetDefaultGOMAXPROCS, which keeps following the CPU
+// limit as Go does by default).
 func reserveLoopProcs(loops int) (release func()) {
 	loopProcs.mu.Lock()
 	defer loopProcs.mu.Unlock()
 	if loopProcs.reserved == 0 {
 		loopProcs.base = runtime.GOMAXPROCS(0)
+		loopProcs.fromEnv = os.Getenv("GOMAXPROCS") != ""
 	}
 	loopProcs.reserved += loops
 	runtime.GOMAXPROCS(loopProcs.base + loopProcs.reserved)
@@ -47,16 +53,21 @@ func reserveLoopProcs(loops int) (release func()) {
 			loopProcs.mu.Lock()
 			defer loopProcs.mu.Unlock()
 			loopProcs.reserved -= loops
+			if loopProcs.reserved == 0 && !loopProcs.fromEnv {
+				runtime.SetDefaultGOMAXPROCS()
+				return
+			}
 			runtime.GOMAXPROCS(loopProcs.base + loopProcs.reserved)
 		})
 	}
 }
 
-// eventLoops is the number of gnet event loops a broker runs: numEventLoop, or gnet's default
-// with multicore on, one per CPU.
+// eventLoops is the number of gnet event loops a broker runs that wait in epoll_wait: its
+// numEventLoop (or gnet's default with multicore on, one per CPU) plus the reactor that accepts
+// connections (gnet runs one when SO_REUSEPORT is off, as here).
 func (c *Config) eventLoops() int {
 	if c.NumEventLoop > 0 {
-		return c.NumEventLoop
+		return c.NumEventLoop + 1
 	}
-	return runtime.NumCPU()
+	return runtime.NumCPU() + 1
 }

@@ -13,20 +13,21 @@ func TestReserveLoopProcs(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.NumEventLoop = 3
 	b1 := startBroker(t, cfg)
-	if got := runtime.GOMAXPROCS(0); got != base+3 {
-		t.Fatalf("one broker of 3 loops: GOMAXPROCS %d, want %d", got, base+3)
+	// Each broker holds a P per event loop and one for gnet's accepting reactor.
+	if got := runtime.GOMAXPROCS(0); got != base+4 {
+		t.Fatalf("one broker of 3 loops: GOMAXPROCS %d, want %d", got, base+4)
 	}
 	cfg2 := testConfig(t.TempDir())
 	cfg2.NumEventLoop = 2
 	b2 := startBroker(t, cfg2)
-	if got := runtime.GOMAXPROCS(0); got != base+5 {
-		t.Fatalf("two brokers of 3+2 loops: GOMAXPROCS %d, want %d", got, base+5)
+	if got := runtime.GOMAXPROCS(0); got != base+7 {
+		t.Fatalf("two brokers of 3+2 loops: GOMAXPROCS %d, want %d", got, base+7)
 	}
 	cfg3 := testConfig(t.TempDir())
 	cfg3.ReserveLoopProcs = false
 	b3 := startBroker(t, cfg3)
-	if got := runtime.GOMAXPROCS(0); got != base+5 {
-		t.Fatalf("reserveLoopProcs=false changed GOMAXPROCS to %d, want %d", got, base+5)
+	if got := runtime.GOMAXPROCS(0); got != base+7 {
+		t.Fatalf("reserveLoopProcs=false changed GOMAXPROCS to %d, want %d", got, base+7)
 	}
 	if err := b3.Close(); err != nil {
 		t.Fatal(err)
@@ -34,8 +35,8 @@ func TestReserveLoopProcs(t *testing.T) {
 	if err := b1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := runtime.GOMAXPROCS(0); got != base+2 {
-		t.Fatalf("after the first broker stopped: GOMAXPROCS %d, want %d", got, base+2)
+	if got := runtime.GOMAXPROCS(0); got != base+3 {
+		t.Fatalf("after the first broker stopped: GOMAXPROCS %d, want %d", got, base+3)
 	}
 	if err := b2.Close(); err != nil {
 		t.Fatal(err)

@@ -158,12 +158,17 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 			_, _ = cs.c.Writev(cs.iov)
 			clear(cs.iov)
 			cs.iov = cs.iov[:0]
+			if cs.closed.Load() { // the write failed and closed the connection
+				break
+			}
 		}
 		cs.iov = append(cs.iov, rr.Slices[i].B)
 	}
-	_, _ = cs.c.Writev(cs.iov)
+	if !cs.closed.Load() {
+		_, _ = cs.c.Writev(cs.iov)
+	}
 	clear(cs.iov)
-	cs.pend = cs.pend[:0] // written above (gnet copied what the socket did not take)
+	cs.pendingWritten() // pend, if any, went first (gnet copied what the socket did not take)
 	b.stats.getMessages.Add(int64(rr.Messages))
 	b.stats.getBytes.Add(int64(rr.Bytes))
 	rr.Release()

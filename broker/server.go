@@ -45,15 +45,14 @@ type connState struct {
 	// admin work) until one task on the loop writes all of them (writeAnswers); answerN counts
 	// them. A group commit that acknowledges 50 sends of a connection writes once.
 	answerMu    sync.Mutex
-	answers     []byte
-	answerN     int32
-	answerSpare []byte // loop: the buffer written last, reused next
-	writeTask   func() // cs.writeAnswers, allocated once
+	answers     []byte // (answerMu)
+	answerN     int32  // (answerMu)
+	answerSpare []byte // (answerMu) the buffer written last, reused next; set only on the loop
 }
 
 // handler is the gnet event handler. Every method runs on an event loop and never blocks: work
-// that must wait (sync flush, long polls, disk-bound admin requests) is answered later with
-// AsyncWrite from the goroutine that finishes it.
+// that must wait (sync flush, long polls, disk-bound admin requests) is answered later, through
+// connState.queueAnswer from the goroutine that finishes it or a task on the loop.
 type handler struct {
 	gnet.BuiltinEventEngine
 	b *Broker
@@ -73,7 +72,6 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close
 	}
 	cs := &connState{c: c, remote: c.RemoteAddr().String()}
-	cs.writeTask = cs.writeAnswers
 	c.SetContext(cs)
 	b.connSet.add(cs)
 	return nil, gnet.None
@@ -106,7 +104,7 @@ func (h *handler) OnTick() (time.Duration, gnet.Action) {
 }
 
 func (cs *connState) overloaded(b *Broker) bool {
-	return int(cs.inflight.Load()) >= b.cfg.ConnMaxInFlight || cs.c.OutboundBuffered() >= b.cfg.ConnMaxOutboundBytes
+	return int(cs.inflight.Load()) >= b.cfg.ConnMaxInFlight || cs.c.OutboundBuffered()+len(cs.pend) >= b.cfg.ConnMaxOutboundBytes
 }
 
 // OnTraffic decodes every whole frame buffered on c and dispatches it; the answers given on the
@@ -121,14 +119,18 @@ func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 	return action
 }
 
-// write sends an answer from the loop: now, or with the rest of this read's answers (corked).
-// gnet copies what the socket does not take at once, so p may be reused on return.
+// write sends an answer from the loop: now, or with the rest of this read's answers (corked;
+// they leave early once pendFlushBytes have collected). gnet copies what the socket does not
+// take at once, so p may be reused on return.
 func (cs *connState) write(p []byte) {
-	if cs.corked {
-		cs.pend = append(cs.pend, p...)
+	if !cs.corked {
+		_, _ = cs.c.Write(p)
 		return
 	}
-	_, _ = cs.c.Write(p)
+	cs.pend = append(cs.pend, p...)
+	if len(cs.pend) >= pendFlushBytes {
+		cs.flushPending()
+	}
 }
 
 // flushPending writes the answers collected while corked. Loop.
@@ -136,7 +138,15 @@ func (cs *connState) flushPending() {
 	if len(cs.pend) == 0 {
 		return
 	}
-	_, _ = cs.c.Write(cs.pend)
+	if !cs.closed.Load() {
+		_, _ = cs.c.Write(cs.pend)
+	}
+	cs.pendingWritten()
+}
+
+// pendingWritten empties pend after its bytes went out (gnet copied what the socket did not
+// take). Loop.
+func (cs *connState) pendingWritten() {
 	if cap(cs.pend) > maxKeptPending {
 		cs.pend = nil // one burst of answers does not pin its buffer for the connection's life
 	} else {
@@ -144,8 +154,13 @@ func (cs *connState) flushPending() {
 	}
 }
 
-// maxKeptPending is the largest answer buffer (pend, answers) a connection keeps between uses.
-const maxKeptPending = 1 << 20
+const (
+	// pendFlushBytes is how many bytes of corked answers are written before the read's end.
+	pendFlushBytes = 64 << 10
+	// maxKeptPending is the largest answer buffer (pend, answers) a connection keeps between
+	// uses.
+	maxKeptPending = 1 << 20
+)
 
 func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 	b := h.b
@@ -261,7 +276,7 @@ func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
 		protocol.CodeGetLogChecksum, protocol.CodeGetHAStatus, protocol.CodeElectMaster:
 		// These may wait: a topic update fsyncs the topic table, consume stats read old batches
 		// (cold pages), runtime info reads memory statistics (a short stop of the world). They
-		// run on a worker goroutine and are answered with AsyncWrite.
+		// run on a worker goroutine and are answered with queueAnswer.
 		hdr := append([]byte(nil), f.Header...)
 		body := append([]byte(nil), f.Body...)
 		id, oneway := f.RequestID, f.Flags.IsOneway()
@@ -305,39 +320,45 @@ func (b *Broker) asyncReply(cs *connState, requestID uint32, rep *rpc.Reply) {
 // connection. The first answer queued since the last write schedules a task on the loop that
 // writes every answer queued by the time it runs, in one system call. frame may be reused on
 // return. Any goroutine.
+//
+// The task goes to gnet's normal task queue (AsyncWrite used its urgent one): under load the
+// answers may wait behind other tasks of the loop (at most 256 per loop turn).
 func (cs *connState) queueAnswer(frame []byte) {
 	cs.answerMu.Lock()
 	first := cs.answerN == 0
 	cs.answers = append(cs.answers, frame...)
 	cs.answerN++
 	cs.answerMu.Unlock()
-	if first && (cs.closed.Load() || !onLoop(cs, cs.writeTask)) {
-		cs.takeAnswers() // nobody will write them
+	if first && (cs.closed.Load() || !onLoop(cs, cs.writeAnswers)) {
+		cs.dropAnswers() // nobody will write them
 	}
 }
 
-// writeAnswers writes the queued answers. Loop.
+// writeAnswers writes the queued answers and ends their in-flight requests. Loop.
 func (cs *connState) writeAnswers() {
-	out := cs.takeAnswers()
+	cs.answerMu.Lock()
+	out, n := cs.answers, cs.answerN
+	cs.answers, cs.answerN, cs.answerSpare = cs.answerSpare, 0, nil
+	cs.answerMu.Unlock()
+	cs.inflight.Add(-n)
 	if len(out) > 0 && !cs.closed.Load() {
 		_, _ = cs.c.Write(out) // gnet copies what the socket does not take at once
 	}
 	if cap(out) <= maxKeptPending {
+		cs.answerMu.Lock()
 		cs.answerSpare = out[:0]
+		cs.answerMu.Unlock()
 	}
 }
 
-// takeAnswers empties the queue of answers, ends their in-flight requests and returns them;
-// the queue continues in the spare buffer. Loop, or a goroutine whose onLoop failed (the loop
-// is gone: no task of it runs again).
-func (cs *connState) takeAnswers() []byte {
+// dropAnswers discards the queued answers of a connection that is closed (or whose loop is
+// gone) and ends their in-flight requests. Any goroutine.
+func (cs *connState) dropAnswers() {
 	cs.answerMu.Lock()
-	out, n := cs.answers, cs.answerN
-	cs.answers, cs.answerN = cs.answerSpare, 0
-	cs.answerSpare = nil
+	n := cs.answerN
+	cs.answers, cs.answerN = cs.answers[:0], 0
 	cs.answerMu.Unlock()
 	cs.inflight.Add(-n)
-	return out
 }
 
 // onLoop runs fn on cs's event loop; it reports false when the loop no longer runs.

@@ -348,7 +348,7 @@ func (m *Master) NotifyAppend(end int64) {
 // 0 an empty set completes at once), or cb(ErrReplicationTimeout) after timeout: a slave that
 // leaves the set during the wait never lets a send needing it succeed. It never
 // blocks and never runs cb on the caller's goroutine, except after Close, when cb(ErrClosed) runs
-// at once. cb runs on a Master goroutine and must be short (an AsyncWrite).
+// at once. cb runs on a Master goroutine and must be short (queueing an answer).
 func (m *Master) WaitReplicated(end int64, minAcks int, timeout time.Duration, cb func(err error)) {
 	w := waiterPool.Get().(*waiter)
 	w.end, w.minAcks, w.deadline, w.cb = end, max(minAcks, 0), time.Now().Add(timeout), cb

@@ -22,6 +22,8 @@
 #                r3 (--nats-replicas 3) for the replicated ones; NATS_PORT (default 4222, r3 uses
 #                the next two as well and route ports +2000)
 #   micro        Go micro-benchmarks (codec, append, read, replication chunks)
+# REPORT=1 measures nothing: it redraws the charts and appends the goal ratios to OUTDIR/summary.md
+# from the results already in OUTDIR (SECTIONS=micro also appends the micro-benchmarks).
 # DURATION (default 20s) sets the length of each run. Every result is written as <name>.json and
 # <name>.txt in OUTDIR; charts go to OUTDIR/charts/<comparison>/ and the goal ratios (with jq, else
 # python3) to the end of OUTDIR/summary.md. Everything runs on this machine: the embedded
@@ -30,9 +32,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-results/$(date +%Y%m%d-%H%M%S)}
 DURATION=${DURATION:-20s}
-SECTIONS=${SECTIONS:-single replication nats micro}
+REPORT=${REPORT:-0}
+if [[ $REPORT == 1 ]]; then SECTIONS=${SECTIONS:-}; else SECTIONS=${SECTIONS:-single replication nats micro}; fi
 NATS_PORT=${NATS_PORT:-4222}
-want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+want() { [[ " $SECTIONS " == *" $1 "* ]] && { [[ $REPORT != 1 ]] || [[ $1 == micro ]]; }; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/petrel-benchmarks.XXXXXX")
 NATS_PID=
@@ -51,6 +54,10 @@ BENCH=bin/petrel-bench
 section() { printf '\n## %s\n\n' "$*" | tee -a "$OUT/summary.md"; }
 log() { tee -a "$OUT/summary.md"; }
 
+if [[ $REPORT == 1 ]]; then
+  [[ -f $OUT/summary.md && -f $OUT/baselines.txt ]] || { echo "REPORT=1: no summary.md and baselines.txt in $OUT" >&2; exit 2; }
+  printf '\n(report regenerated %s on commit %s)\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" >>"$OUT/summary.md"
+else
 {
   echo "# Petrel benchmark run $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
@@ -73,6 +80,7 @@ section "Machine baselines"
   $BENCH baseline loopback --size 1024 --count 20000
   $BENCH baseline loopback --size 100 --count 20000
 } 2>&1 | tee "$OUT/baselines.txt" | log
+fi
 
 FAILED=() # runs that wrote a result but failed (verification): reported, and flagged in the goals
 run() { # name, then petrel-bench arguments
@@ -132,7 +140,7 @@ done
 run "sync-send-1kb-SYNC_FLUSH-64p" --slaves 0 "${W1K[@]}" --sync-send --producers 64 --producer-rate 0 \
   --duration "$DURATION" --warmup 2s --flush SYNC_FLUSH --verify
 
-section "End-to-end latency at 50k msg/s, and consuming a backlog (no slaves, --verify)"
+section "End-to-end latency at 50k msg/s (no slaves; without --verify, see above), and consuming a backlog (--verify)"
 run "e2e-50k" --slaves 0 "${W1K[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s
 run "backlog-1kb" --slaves 0 "${BACKLOG[@]}" --duration "$DURATION" --verify
 fi
@@ -271,6 +279,12 @@ jget() { # file field: a number from a result's JSON, empty if the file or the f
     awk -v f="\"$2\":" '$1 == f { v = $2; sub(/,$/, "", v); print v; exit }' "$1"
   fi
 }
+if [[ $REPORT == 1 ]]; then # the runs' verification outcomes, from their results
+  for f in "$OUT"/*.json; do
+    v=$(jget "$f" verified) p=$(jget "$f" passed)
+    [[ ${v,,} == true && ${p,,} == false ]] && FAILED+=("$(basename "$f" .json)")
+  done
+fi
 rate() { jget "$OUT/$1.json" aggregatedPublishRate; }
 FSYNC_RATE=$(sed -nE 's/^fdatasync after each [0-9]+-byte write: ([0-9.]+)\/s.*/\1/p' "$OUT/baselines.txt")
 RTT_1K_US=$(sed -nE 's/^loopback round trip, 1024 bytes: p50 ([0-9.]+) us.*/\1/p' "$OUT/baselines.txt")
@@ -284,8 +298,10 @@ lag_p99() { # the larger of the slaves' replication lag p99 (ms) in a result, em
   [[ -f $OUT/$1.json ]] || return 0
   if command -v jq >/dev/null 2>&1; then
     jq -r '[.replication[]?.lagMs99pct] | max // empty' "$OUT/$1.json"
-  else
+  elif command -v python3 >/dev/null 2>&1; then
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])).get("replication") or []; print(max((x["lagMs99pct"] for x in r), default=""))' "$OUT/$1.json"
+  else # one field per line in the indented JSON petrel-bench writes
+    awk '$1 == "\"lagMs99pct\":" { v = $2 + 0; if (m == "" || v > m) m = v } END { if (m != "") print m }' "$OUT/$1.json"
   fi
 }
 ratio_rows=()
