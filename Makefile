@@ -32,8 +32,9 @@ fuzz:
 	  done; \
 	done
 
-# run: the main job. Builds, starts an embedded NameServer and broker on loopback (data in a
-# temporary directory) and replays every loghub line through it with end-to-end verification.
+# run: the main job. Builds, starts an embedded NameServer and broker group (a SYNC_MASTER and two
+# slaves) on loopback (data in a temporary directory) and replays every loghub line through it
+# with end-to-end verification.
 run: build
 	./$(BIN)/petrel-bench --payload-dir bench/testdata/loghub --verify
 

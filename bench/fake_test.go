@@ -48,6 +48,9 @@ type fakeCluster struct {
 	// that many slaves, lagging by lagBytes.
 	slaves   int
 	lagBytes int64
+	// syncDelay is how long a SendSync waits for its "acknowledgement"; a context ending first
+	// makes the outcome unknown, as the real client's.
+	syncDelay time.Duration
 	haCalls  int
 	// haMaster, when set, is the group's master after a failover: groups lists it, and
 	// haStatus of any other address fails as a dead broker's would.
@@ -277,6 +280,9 @@ func (p *fakeProducer) SendSync(ctx context.Context, m *client.Message) (client.
 	res, err, refused := p.c.store(m)
 	if refused && err == nil {
 		err = errors.New("refused")
+	}
+	if p.c.syncDelay > 0 && !sleepCtx(ctx, p.c.syncDelay) {
+		return client.SendResult{}, fmt.Errorf("%w: %w", client.ErrUnknownOutcome, ctx.Err())
 	}
 	return res, err
 }

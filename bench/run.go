@@ -565,11 +565,18 @@ loop:
 		r.res.WarmupSeconds = round3(now.Sub(r.start).Seconds())
 	}
 
-	// Stop: producers leave their loops (SendAsync calls waiting for buffer space give up),
-	// then every producer flushes and resends what had an unknown outcome.
+	// Stop: producers leave their loops; a send in flight (a synchronous one waiting for its
+	// acknowledgement) may finish for up to stopGrace, then the rest give up (SendAsync calls
+	// waiting for buffer space), so the last send of each producer is not made unknown by the
+	// stop itself. Then every producer flushes and resends what had an unknown outcome.
 	close(r.stopProducing)
+	select {
+	case <-producersDone:
+	case <-time.After(stopGrace):
+		cancelSends()
+		<-producersDone
+	}
 	cancelSends()
-	<-producersDone
 	if r.paused.Load() { // the backlog was never built: let the consumers drain
 		r.paused.Store(false)
 		close(r.resume)
@@ -624,6 +631,9 @@ func (r *runner) settle(ctx context.Context) {
 	}
 	wg.Wait()
 }
+
+// stopGrace is how long producers may finish the sends in flight when the test ends.
+const stopGrace = 3 * time.Second
 
 // backlog returns the messages acknowledged but not yet consumed, over all subscriptions.
 func (r *runner) backlog() int64 {

@@ -442,6 +442,23 @@ func TestRunFakeBacklog(t *testing.T) {
 	}
 }
 
+// TestRunFakeSyncSendStop: the end of the test lets each synchronous send in flight finish
+// instead of cancelling it, so the stop itself leaves no unknown outcome.
+func TestRunFakeSyncSendStop(t *testing.T) {
+	fc := newFakeCluster(nil)
+	fc.syncDelay = 5 * time.Millisecond
+	res, out := runFake(t, t.Context(), Config{
+		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 0)),
+		Duration:     300 * time.Millisecond,
+		Warmup:       0,
+		SyncSend:     true,
+		Verify:       true,
+	}, fc)
+	if !res.OK() || res.MessagesAcked == 0 || res.Unknown != 0 || res.MessagesSent != res.MessagesAcked {
+		t.Fatalf("%s\n%s", countsOf(res), out)
+	}
+}
+
 func TestRunFakeInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(300*time.Millisecond, cancel)

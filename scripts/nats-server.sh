@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts a NATS JetStream server for `petrel-bench --driver nats`, in the foreground (Ctrl-C
-# stops it; the store directory is removed on exit unless KEEP=1).
+# Starts a NATS JetStream server for `petrel-bench --driver nats`, in the foreground (Ctrl-C, or
+# SIGTERM when it runs in the background, where the shell ignores SIGINT, stops it; the store
+# directory is removed on exit unless KEEP=1).
 #
 #   scripts/nats-server.sh [r1|r1-sync|r3]
 #

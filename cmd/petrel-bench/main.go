@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
 	"strconv"
@@ -125,6 +126,18 @@ consume-only run against one slave.`,
 				// 0 would mean "unset" below: the workload's testDurationMinutes.
 				return fmt.Errorf("--duration %v: must be positive (leave it out to use the workload's testDurationMinutes)", cfg.Duration)
 			}
+			if warmup < 0 || cfg.DrainTimeout < 0 {
+				return fmt.Errorf("--warmup %v, --drain-timeout %v: must not be negative", warmup, cfg.DrainTimeout)
+			}
+			if cfg.JSONFile != "" {
+				// Checked now, not after a run of many minutes.
+				if fi, err := os.Stat(filepath.Dir(cfg.JSONFile)); err != nil || !fi.IsDir() {
+					return fmt.Errorf("--json %s: its directory does not exist", cfg.JSONFile)
+				}
+			}
+			if cpuProfile != "" && cpuProfile == execTrace {
+				return fmt.Errorf("--cpu-profile and --exec-trace name the same file %s", cpuProfile)
+			}
 			if cmd.Flags().Changed("warmup") {
 				cfg.Warmup = warmup
 			} else {
@@ -194,7 +207,7 @@ consume-only run against one slave.`,
 	f.DurationVar(&warmup, "warmup", 0, "warm-up, excluded from results (default: the workload's warmupDurationMinutes, at most a quarter of --duration; none for a replay)")
 	f.IntVar(&rate, "producer-rate", 0, "override the workload's producerRate (msg/s over all producers; 0 = as fast as possible)")
 	f.Int64Var(&backlogGB, "backlog-gb", 0, "override the workload's consumerBacklogSizeGB (GiB; 0 = no backlog)")
-	f.IntVar(&cfg.Producers, "producers", 0, "override the workload's producersPerTopic")
+	f.IntVar(&cfg.Producers, "producers", 0, "override the workload's producersPerTopic (0: keep the workload's)")
 	f.BoolVar(&cfg.SyncSend, "sync-send", false, "producers send one message at a time and wait for each acknowledgement (synchronous send latency)")
 	f.BoolVar(&cfg.Verify, "verify", false, "check every message: lost, duplicated, reordered, corrupted, phantom; exit 1 if any")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", bench.DefaultProgressInterval, "period of progress lines and of the JSON time series")
