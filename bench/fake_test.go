@@ -51,7 +51,7 @@ type fakeCluster struct {
 	// syncDelay is how long a SendSync waits for its "acknowledgement"; a context ending first
 	// makes the outcome unknown, as the real client's.
 	syncDelay time.Duration
-	haCalls  int
+	haCalls   int
 	// haMaster, when set, is the group's master after a failover: groups lists it, and
 	// haStatus of any other address fails as a dead broker's would.
 	haMaster string
