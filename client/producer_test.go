@@ -512,7 +512,22 @@ func TestUnknownOutcomeOnConnectionLoss(t *testing.T) {
 	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, rpc.ErrClosed) {
 		t.Fatalf("connection lost after the write: %v", err)
 	}
-	// Now both are down: the request cannot be written, a definite failure.
+	// Now both are down: the request cannot be written, a definite failure. Wait until the
+	// client has seen both servers close their connections: on a loaded machine the close can
+	// reach it after the next request was written, which would make that one unknown too.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, addr := range []string{a.addr, b.addr} {
+		for {
+			pc, err := c.pool.slot(addr)
+			if err != nil || !isOpen(pc.conn.Load()) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the client still holds an open connection to %s 5 s after it stopped", addr)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	_, err = p.SendSync(testCtx(t, 10*time.Second), &Message{Topic: "T", Body: []byte("x")})
 	if err == nil || errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, ErrBrokerUnavailable) {
 		t.Fatalf("broker down: %v", err)
