@@ -571,12 +571,11 @@ loop:
 	// stop itself. Then every producer flushes and resends what had an unknown outcome.
 	close(r.stopProducing)
 	select {
-	case <-producersDone:
+	case <-producersDone: // closed: it can be received again below
 	case <-time.After(stopGrace):
-		cancelSends()
-		<-producersDone
 	}
 	cancelSends()
+	<-producersDone
 	if r.paused.Load() { // the backlog was never built: let the consumers drain
 		r.paused.Store(false)
 		close(r.resume)

@@ -104,6 +104,20 @@ func send(t testing.TB, c *rpc.Conn, topic string, qid int32, bodies ...string) 
 	return resp
 }
 
+// sendAnswerOffset decodes the answer of an asynchronous send (CallAsync's callback arguments)
+// into its queue offset, releasing the response.
+func sendAnswerOffset(resp *rpc.Response, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Release()
+	var h protocol.SendResponseHeader
+	if err := h.ReadFrom(resp.Header); err != nil {
+		return 0, err
+	}
+	return h.QueueOffset, nil
+}
+
 type pulled struct {
 	hdr    protocol.PullResponseHeader
 	bodies []string
@@ -408,14 +422,8 @@ func TestSyncFlushSend(t *testing.T) {
 	answers := make(chan answer, n)
 	for i := 0; i < n; i++ {
 		c.CallAsync(protocol.CodeSendMessage, nil, buildBatch("S", 0, fmt.Sprint(i)), func(resp *rpc.Response, err error) {
-			a := answer{i: i, err: err}
-			if err == nil {
-				var h protocol.SendResponseHeader
-				a.err = h.ReadFrom(resp.Header)
-				a.offset = h.QueueOffset
-				resp.Release()
-			}
-			answers <- a
+			off, err := sendAnswerOffset(resp, err)
+			answers <- answer{i: i, offset: off, err: err}
 		})
 	}
 	seen := make(map[int64]int)
@@ -542,14 +550,8 @@ func TestPipelinedSendsAndPulls(t *testing.T) {
 	for i := range rounds {
 		for j := range 3 {
 			c.CallAsync(protocol.CodeSendMessage, nil, buildBatch("P", 0, fmt.Sprint(3*i+j)), func(resp *rpc.Response, err error) {
-				a := answer{err: err}
-				if err == nil {
-					var h protocol.SendResponseHeader
-					a.err = h.ReadFrom(resp.Header)
-					a.offset = h.QueueOffset
-					resp.Release()
-				}
-				answers <- a
+				off, err := sendAnswerOffset(resp, err)
+				answers <- answer{offset: off, err: err}
 			})
 		}
 		req := protocol.PullRequestHeader{ConsumerGroup: "g", Topic: "P", QueueID: 0, QueueOffset: 0, MaxMessages: 1000, MaxBytes: 1 << 20, CommitOffset: -1}
