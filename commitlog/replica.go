@@ -147,7 +147,9 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		s.replInfos = append(s.replInfos, replInfo{BatchInfo: info, pos: start + int64(pos)})
 		pos += info.Size
 	}
-	if start != s.writePos {
+	// The data starts the next segment: after a marker the master wrote, or right at the end of
+	// a segment the master filled exactly (start == writePos == seg.end()).
+	if start == seg.end() {
 		if err := s.rollLocked(); err != nil {
 			return 0, err
 		}

@@ -144,6 +144,47 @@ func TestAppendReplicatedRejectsBadData(t *testing.T) {
 	}
 }
 
+// TestAppendReplicatedExactlyFullSegment: a master batch that ends exactly at its segment's end
+// (no room for a marker) is followed by one at the start of the next segment; the slave must
+// roll there too (it used to copy past the end of the full segment and panic).
+func TestAppendReplicatedExactlyFullSegment(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	master := mustOpen(t, cfg)
+	defer master.Close()
+	slave := mustOpen(t, testConfig(t.TempDir()))
+	defer slave.Close()
+	m := newModel()
+	appendRec(t, master, m, "a", 0, 1, make([]byte, 1000))
+	first := master.LogEndOffset()
+	overhead := first - 1000
+	appendRec(t, master, m, "a", 0, 1, make([]byte, cfg.SegmentSize-first-overhead))
+	if end := master.LogEndOffset(); end != cfg.SegmentSize {
+		t.Fatalf("the second batch ends at %d, want the segment end %d", end, cfg.SegmentSize)
+	}
+	appendRec(t, master, m, "a", 0, 1, make([]byte, 500)) // starts the next segment
+	for off := int64(0); off < master.LogEndOffset(); {
+		err := master.ReadReplication(off, 1<<20, func(start int64, d []byte) error {
+			if d == nil {
+				return nil
+			}
+			end, err := slave.AppendReplicated(start, d)
+			off = end
+			return err
+		})
+		if err != nil {
+			t.Fatalf("replicating from %d: %v", off, err)
+		}
+	}
+	if slave.LogEndOffset() != master.LogEndOffset() {
+		t.Fatalf("slave ends at %d, master at %d", slave.LogEndOffset(), master.LogEndOffset())
+	}
+	var rr ReadResult
+	if err := slave.Read([]byte("a"), 0, 2, 1, 0, &rr); err != nil || rr.Status != Found {
+		t.Fatalf("the batch after the full segment: %v %v", rr.Status, err)
+	}
+	rr.Release()
+}
+
 func TestResetTo(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	s := mustOpen(t, cfg)
