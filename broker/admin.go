@@ -28,6 +28,15 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 			return malformed(err)
 		}
 		return b.electMaster(h)
+	case protocol.CodeRaftReadIndex:
+		var h protocol.RaftReadIndexRequest
+		if err := h.ReadFrom(header); err != nil {
+			return malformed(err)
+		}
+		if b.raft == nil {
+			return rpc.Errorf(protocol.StatusServiceNotAvailable, "broker %s has static roles: no Raft", b.cfg.BrokerName)
+		}
+		return b.raft.readIndex(h)
 	case protocol.CodeUpdateAndCreateTopic:
 		if b.role.Load().master == nil {
 			// NB: topic configs reach a slave only through its sync with the master

@@ -70,7 +70,7 @@ func (b *Broker) promoteStatic(mode string) rpc.Reply {
 	_ = r.slave.Close()
 	epoch := max(r.slave.Status().Epoch, b.epoch.Load(), r.epoch) + 1
 	b.epoch.Store(epoch)
-	hm := b.newMasterHA(nil, nil)
+	hm := b.newMasterHA(nil, nil, 0)
 	hm.SetEpoch(epoch)
 	if err := startWithRetry(hm); err != nil {
 		b.log.Error("cannot serve replication; staying a slave", "err", err)

@@ -108,13 +108,21 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	slaveBehind := r.slave != nil && (rr.Status == commitlog.OffsetOverflow ||
 		(rr.Status == commitlog.NoQueue && p.offset > 0) ||
 		((rr.Status == commitlog.NoNewMessage || rr.Status == commitlog.NoQueue) && r.slave.Connected()))
+	// Only a master moves a consumer's offset: a slave, or a member between roles (a deposed
+	// master, one cut off from its group), may hold less than the group has, or a log about to
+	// be cut, so it sends the consumer to the master instead of moving it (an OFFSET_MOVED
+	// from it could send the consumer back over what it already consumed). Between roles it
+	// serves only what it holds below the high watermark.
+	moved := rr.Status == commitlog.OffsetTooSmall || rr.Status == commitlog.OffsetOverflow ||
+		(rr.Status == commitlog.NoQueue && p.offset != 0)
+	notMaster := r.master == nil && (moved || (r.slave == nil && rr.Status != commitlog.Found))
 	switch {
 	case slaveBehind && !final && r.slave.MasterLoaded():
 		// A loaded master sends even caught-up consumers here: wait for replication to bring
 		// the offset (wakeReplicated), and send the consumer to the master only at the timeout.
 		rr.Release()
 		return false
-	case slaveBehind:
+	case slaveBehind, notMaster:
 		hdr.Result = protocol.PullNotHere
 	case rr.Status == commitlog.Found:
 		hdr.Result = protocol.PullFound

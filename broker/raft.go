@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -63,6 +62,31 @@ type raftMember struct {
 	// looked gone (UnixNano, 0: not hurried); hurriedLeader the leader it had then.
 	hurriedAt     atomic.Int64
 	hurriedLeader atomic.Pointer[string]
+	// confirmed is the highest offset this member knows the group confirmed; floor says it is
+	// enforced (a SYNC group, whose acknowledgements wait for the in-sync set): no cut below it,
+	// not electable while the log ends below it. cuts records the truncations made, so that a
+	// second one for the same epoch stops the member instead of looping.
+	confirmed *confirmedMark
+	floor     bool // enforce confirmed: the group acknowledges synchronously
+	cuts      *truncationLog
+	// stopped, when set, says why this member stopped following its group (it alerts and
+	// replicates nothing until an operator acts); stoppedLog rate-limits the alert.
+	stopped    atomic.Pointer[string]
+	stoppedLog ratelog.Limiter // Interval set by newRaftMember
+	// diverged is what the master answered when it found this log diverged from its own
+	// (set by the slave's goroutine, taken by the loop), nil when none.
+	diverged atomic.Pointer[divergence]
+	// syncedTerm is the Raft term for which this member applied a read index of the leader:
+	// in that term its control state is at least as new as the leader's was then. Loop only.
+	syncedTerm uint64
+}
+
+// divergence is a master's HAOutOfRange answer: where this log leaves the master's
+// (TruncateTo, -1 when the master could not tell), the master's log end and epoch.
+type divergence struct {
+	truncateTo int64
+	masterEnd  int64
+	epoch      uint32
 }
 
 const (
@@ -72,6 +96,11 @@ const (
 	raftOpTimeout = 2 * time.Second
 	// logEndQueryTimeout bounds the leader's question to another member for its log end.
 	logEndQueryTimeout = 200 * time.Millisecond
+	// readIndexTimeout bounds a read index: the question to the leader, then the wait until
+	// this member has applied the index.
+	readIndexTimeout = time.Second
+	// leaveRequestTimeout bounds a request to the master to leave the in-sync set.
+	leaveRequestTimeout = 4 * time.Second
 )
 
 // newRaftMember opens the member's epoch file; the Raft node starts with start.
@@ -88,13 +117,25 @@ func newRaftMember(b *Broker) (*raftMember, error) {
 	if err := el.truncateTo(b.store.LogEndOffset() + 1); err != nil {
 		return nil, err
 	}
+	cm, err := openConfirmedMark(filepath.Join(b.cfg.StorePathRootDir, "confirmed"))
+	if err != nil {
+		return nil, err
+	}
+	cuts, err := openTruncationLog(filepath.Join(b.cfg.StorePathRootDir, "truncations"))
+	if err != nil {
+		return nil, err
+	}
 	return &raftMember{
-		b:      b,
-		selfID: b.cfg.RaftSelfID,
-		peers:  peers,
-		epochs: el,
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
+		b:         b,
+		selfID:    b.cfg.RaftSelfID,
+		peers:     peers,
+		epochs:    el,
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		confirmed: cm,
+		floor:     b.cfg.BrokerRole == RoleSyncMaster,
+		cuts:      cuts,
+		stoppedLog: ratelog.Limiter{Interval: 10 * time.Second},
 	}, nil
 }
 
@@ -145,6 +186,10 @@ func (m *raftMember) start() error {
 func (m *raftMember) close() {
 	close(m.stop)
 	m.wg.Wait()
+	m.noteConfirmed(m.b.role.Load())
+	if err := m.confirmed.persist(time.Now(), true); err != nil {
+		m.b.log.Warn("confirmed mark not persisted", "err", err)
+	}
 	if m.node != nil {
 		if err := m.node.Close(); err != nil {
 			m.b.log.Warn("Raft member did not close cleanly", "err", err)
@@ -216,6 +261,10 @@ func (m *raftMember) reconcile() {
 	m.relaxIfSettled()
 	st := m.node.State()
 	r := b.role.Load()
+	m.noteConfirmed(r)
+	if err := m.confirmed.persist(time.Now(), false); err != nil {
+		m.warn.Warn(b.log, "confirmed mark not persisted", "err", err)
+	}
 	for _, mem := range st.Members {
 		if mem.BrokerID == b.cfg.BrokerID && mem.ID != m.selfID {
 			m.warn.Warn(b.log, "another member of the group has this member's brokerId: give every member its own brokerId",
@@ -241,8 +290,8 @@ func (m *raftMember) reconcile() {
 			m.barrierTerm = term
 			st = m.node.State()
 		}
-		ends := m.logEnds(st)
-		switch act, target := ha.DecideLeader(m.selfID, st, ends); act {
+		cands := m.candidates(st)
+		switch act, target := ha.DecideLeader(m.selfID, st, cands); act {
 		case ha.ActMaster:
 			m.becomeMaster()
 		case ha.ActTransfer:
@@ -250,13 +299,13 @@ func (m *raftMember) reconcile() {
 				return
 			}
 			m.lastTransfer = time.Now()
-			b.log.Info("handing Raft leadership to the in-sync member with the longest log", "to", target, "ends", ends, "syncStateSet", st.SyncStateSet)
+			b.log.Info("handing Raft leadership to the in-sync member with the longest log", "to", target, "candidates", cands, "syncStateSet", st.SyncStateSet)
 			if err := m.node.TransferLeadership(target); err != nil {
 				b.log.Warn("leadership transfer failed; leaving that member out for a while", "to", target, "err", err)
 				m.failedTarget, m.failedUntil = target, time.Now().Add(5*time.Second)
 			}
 		default:
-			m.warn.Warn(b.log, "Raft leader outside the in-sync set and no in-sync member reachable: waiting (no master)", "syncStateSet", st.SyncStateSet)
+			m.warn.Warn(b.log, "no electable in-sync member reachable: waiting (no master)", "syncStateSet", st.SyncStateSet, "candidates", cands)
 		}
 		return
 	}
@@ -264,11 +313,21 @@ func (m *raftMember) reconcile() {
 		m.demote(r, "no longer the Raft leader")
 		r = b.role.Load()
 	}
+	if why := m.stopped.Load(); why != nil {
+		m.stoppedLog.Error(b.log, "this member stopped following its group; it replicates nothing until an operator acts", "reason", *why)
+		return
+	}
 	if st.MasterID == "" || st.MasterID == m.selfID {
 		return // no master elected yet, or this member's old term: wait for the new epoch
 	}
-	if m.truncateIfDiverged(st, math.MaxInt64) {
-		return
+	if d := m.diverged.Load(); d != nil {
+		if m.handleDivergence(d) {
+			return
+		}
+		m.diverged.CompareAndSwap(d, nil)
+		if r = b.role.Load(); r.slave != nil {
+			r.slave.Kick() // the log stays as it is: pull again
+		}
 	}
 	if r.slave == nil {
 		m.becomeSlave(st)
@@ -282,6 +341,43 @@ func (m *raftMember) reconcile() {
 	}
 }
 
+// noteConfirmed raises the member's confirmed mark from its role: a master's confirmed offset,
+// or the one a slave last heard from its master.
+func (m *raftMember) noteConfirmed(r *role) {
+	switch {
+	case r.master != nil:
+		m.confirmed.raise(r.master.ConfirmedOffset())
+	case r.slave != nil:
+		m.confirmed.raise(r.slave.ConfirmedOffset())
+	}
+}
+
+// knownConfirmed returns the confirmed offset this member enforces as its floor, -1 when it
+// enforces none (a group that acknowledges without waiting for its slaves).
+func (m *raftMember) knownConfirmed() int64 {
+	if !m.floor {
+		return -1
+	}
+	return m.confirmed.get()
+}
+
+// electable reports whether this member may become master: it has not stopped, and its log
+// holds everything it knows the group confirmed.
+func (m *raftMember) electable() bool {
+	return m.stopped.Load() == nil && m.b.store.LogEndOffset() >= m.knownConfirmed()
+}
+
+// stopReason returns why the member stopped following its group, "" when it did not.
+func (m *raftMember) stopReason() string {
+	if m == nil {
+		return ""
+	}
+	if why := m.stopped.Load(); why != nil {
+		return *why
+	}
+	return ""
+}
+
 // becomeMaster takes the master role: the slave stops, the Raft barrier makes the control state
 // current, a new epoch starts at this member's log end, and writes are accepted.
 func (m *raftMember) becomeMaster() {
@@ -290,6 +386,7 @@ func (m *raftMember) becomeMaster() {
 	if r := b.role.Load(); r.slave != nil {
 		b.role.Store(&role{epoch: r.epoch})
 		r.slave.Close() // no replicated append after this
+		m.noteConfirmed(r)
 	}
 	if err := m.node.Barrier(raftOpTimeout); err != nil {
 		b.log.Warn("Raft barrier failed; not taking the master role yet", "err", err)
@@ -310,7 +407,7 @@ func (m *raftMember) becomeMaster() {
 	}
 	// The replication port listens before the epoch starts, so that the epoch names its address.
 	var hm *ha.Master
-	hm = b.newMasterHA(func(slaves []ha.SyncMember) error { return m.commitSyncSet(hm.Epoch(), slaves) }, initial)
+	hm = b.newMasterHA(func(slaves []ha.SyncMember) error { return m.commitSyncSet(hm.Epoch(), slaves) }, initial, min(m.confirmed.get(), end))
 	hm.SetEpoch(st.Epoch) // fences pulls of a newer epoch until this one starts
 	if err := startWithRetry(hm); err != nil {
 		b.log.Error("cannot serve replication; not taking the master role", "err", err)
@@ -358,12 +455,15 @@ func (m *raftMember) commitSyncSet(epoch uint32, slaves []ha.SyncMember) error {
 // replication are answered (not confirmed).
 func (m *raftMember) demote(r *role, why string) {
 	m.b.role.Store(&role{epoch: r.epoch})
+	m.noteConfirmed(r)
 	_ = r.master.Close()
 	m.b.registrar.kick()
 	m.b.log.Warn("master role given up", "reason", why, "epoch", r.epoch)
 }
 
-// becomeSlave starts pulling from the master the control state names.
+// becomeSlave starts pulling from the master the control state names. Its log is not checked
+// against the group's epochs first: the master acknowledges a pull only when the log is a
+// prefix of its own and otherwise says where to cut (handleDivergence).
 func (m *raftMember) becomeSlave(st ha.ControlState) {
 	s := m.b.newSlaveHA()
 	s.ObserveEpoch(st.Epoch)
@@ -376,56 +476,181 @@ func (m *raftMember) becomeSlave(st ha.ControlState) {
 	m.b.log.Info("following the master", "master", st.MasterID, "epoch", st.Epoch)
 }
 
-// onOutOfRange runs on the slave's goroutine when the master says this log is ahead of its own.
+// onOutOfRange runs on the slave's goroutine when the master says this log is not a prefix of
+// its own: the loop decides what to cut (handleDivergence), the slave waits for its Kick.
 func (m *raftMember) onOutOfRange(h protocol.HAPullResponse) {
-	if !m.truncateIfDiverged(m.node.State(), h.MasterEnd) {
-		m.b.log.Error("the master says this log is ahead of its own but the epochs show nothing to cut; waiting",
-			"logEnd", m.b.store.LogEndOffset(), "masterEnd", h.MasterEnd)
-	}
+	m.diverged.Store(&divergence{truncateTo: h.TruncateTo, masterEnd: h.MasterEnd, epoch: h.Epoch})
+	m.poke()
 }
 
-// truncateIfDiverged cuts the log to the last epoch it shares with the group's master (Kafka's
-// OffsetsForLeaderEpoch rule, ha.TruncationPoint) when it holds more, and reports whether it
-// did: the cut is written as a crash-safe request and carried out by a restart (ErrRestart).
-// masterEnd is the master's log end when known (math.MaxInt64: unknown).
-func (m *raftMember) truncateIfDiverged(st ha.ControlState, masterEnd int64) bool {
+// handleDivergence decides what to do with a log the master said diverged from its own
+// (ha.PlanTruncation) and does it; it reports whether the member is busy with it (the caller
+// must not follow the master meanwhile). The decision is made only on control state that has
+// caught up with the Raft leader's commit (a read index), and only about a master of the
+// current epoch. A cut never goes below what the group confirmed, is never repeated for one
+// epoch, and, when this member is in the committed in-sync set, happens only once the master
+// has taken it out of the set.
+func (m *raftMember) handleDivergence(d *divergence) bool {
 	b := m.b
-	end, low := b.store.LogEndOffset(), b.store.LogMinOffset()
-	mine := m.epochs.list()
-	point := ha.TruncationPoint(mine, end, st.Epochs, masterEnd)
-	if point < 0 {
-		if end == low {
-			return false // nothing to share yet
-		}
-		point = low // no epoch in common: copy the master's log afresh
+	m.syncedTerm = 0 // a cut is decided on a fresh read index
+	if !m.caughtUp() {
+		return true
 	}
-	if point >= end {
+	st := m.node.State()
+	if d.epoch != st.Epoch || st.MasterID == m.selfID || st.MasterID == "" {
+		b.log.Info("ignoring a divergence answer of a master that is not the current one", "answerEpoch", d.epoch, "epoch", st.Epoch, "master", st.MasterID)
 		return false
 	}
+	in := ha.TruncationInput{
+		Self: m.selfID, State: st, Mine: m.epochs.list(),
+		LogMin: b.store.LogMinOffset(), LogEnd: b.store.LogEndOffset(),
+		DivergedAt: d.truncateTo, MasterEnd: d.masterEnd,
+		KnownConfirmed: m.knownConfirmed(), LastCutEpoch: m.cuts.last(),
+	}
+	plan := ha.PlanTruncation(in)
+	switch plan.Action {
+	case ha.TruncNone:
+		b.log.Error("the master says this log diverged from its own but the epochs show nothing to cut; pulling again",
+			"logEnd", in.LogEnd, "truncateTo", d.truncateTo, "masterEnd", d.masterEnd, "myEpochs", in.Mine, "groupEpochs", st.Epochs)
+		return false
+	case ha.TruncStale:
+		m.warn.Warn(b.log, "the control state is older than this log; deciding once it has caught up", "reason", plan.Reason)
+		return true
+	case ha.TruncRefuse:
+		m.stopFollowing(plan.Reason, in)
+		return true
+	}
+	// A cut: nothing is replicated from here on, and a member of the committed in-sync set
+	// first leaves it, so that no acknowledgement relies on what it is about to discard.
+	if r := b.role.Load(); r.slave != nil {
+		b.role.Store(&role{epoch: r.epoch})
+		r.slave.Close()
+		m.noteConfirmed(r)
+	}
+	if plan.Action == ha.TruncLeaveFirst {
+		mem, _ := st.Member(st.MasterID)
+		ctx, cancel := context.WithTimeout(context.Background(), leaveRequestTimeout)
+		err := ha.RequestLeave(ctx, mem.HAAddr, protocol.HALeaveRequest{
+			BrokerName: b.cfg.BrokerName, SlaveID: b.cfg.BrokerID, MemberID: m.selfID, Epoch: st.Epoch, TruncateTo: plan.Point})
+		cancel()
+		if err != nil {
+			m.warn.Warn(b.log, "cannot leave the in-sync set before cutting the log; retrying", "master", st.MasterID, "masterHAAddr", mem.HAAddr, "err", err)
+			return true
+		}
+		b.log.Info("left the in-sync set before cutting the log", "master", st.MasterID, "epoch", st.Epoch, "truncateTo", plan.Point)
+	}
+	m.truncate(st.Epoch, plan.Point, in)
+	return true
+}
+
+// truncate cuts the log to point for group epoch epoch: a crash-safe truncation request
+// (commitlog.PrepareTruncate), recorded in the truncation log, carried out by a restart
+// (ErrRestart).
+func (m *raftMember) truncate(epoch uint32, point int64, in ha.TruncationInput) {
+	b := m.b
 	b.log.Warn("this log holds what the master never confirmed: truncating it through a restart",
-		"logEnd", end, "truncateTo", point, "myEpochs", mine, "groupEpochs", st.Epochs, "masterEnd", masterEnd)
+		"logEnd", in.LogEnd, "truncateTo", point, "epoch", epoch, "myEpochs", in.Mine, "groupEpochs", in.State.Epochs,
+		"masterEnd", in.MasterEnd, "knownConfirmed", in.KnownConfirmed)
 	if err := b.store.PrepareTruncate(point); err != nil {
 		b.log.Error("cannot prepare the truncation", "err", err)
-		return true // never follow a master with a diverged log
+		return // never follow a master with a diverged log
+	}
+	if err := m.cuts.record(epoch, point, time.Now()); err != nil {
+		b.log.Error("cannot record the truncation", "err", err)
 	}
 	if err := m.epochs.truncateTo(point); err != nil {
 		b.log.Error("cannot truncate the epoch file", "err", err)
 	}
 	if m.restarting.CompareAndSwap(false, true) {
 		select {
-		case b.fatal <- fmt.Errorf("%w: log end %d, truncate to %d", ErrRestart, end, point):
+		case b.fatal <- fmt.Errorf("%w: log end %d, truncate to %d", ErrRestart, in.LogEnd, point):
 		default:
 		}
 	}
+}
+
+// stopFollowing makes this member stop following its group: a cut it would have to make is unsafe
+// (below what the group confirmed) or a loop (a second one for the same epoch). It replicates
+// nothing, is not electable, and alerts until an operator acts.
+func (m *raftMember) stopFollowing(reason string, in ha.TruncationInput) {
+	b := m.b
+	if r := b.role.Load(); r.slave != nil {
+		b.role.Store(&role{epoch: r.epoch})
+		r.slave.Close()
+	}
+	why := reason
+	m.stopped.Store(&why)
+	b.registrar.kick()
+	b.log.Error("STOPPED: this member refuses to cut its log and stops following its group; inspect its log and epoch files "+
+		"(remove <storePathRootDir>/truncations to allow another cut) and restart it",
+		"reason", reason, "logEnd", in.LogEnd, "myEpochs", in.Mine, "groupEpochs", in.State.Epochs,
+		"divergedAt", in.DivergedAt, "knownConfirmed", in.KnownConfirmed, "lastCutEpoch", in.LastCutEpoch)
+}
+
+// caughtUp makes sure this member's control state is at least as new as the Raft leader's
+// (a read index: the leader confirms its leadership and names the last command it applied,
+// and this member waits until it has applied that command too), once per term. It reports
+// false when that cannot be done now (no leader known, the leader unreachable): nothing may be
+// decided from the state then.
+func (m *raftMember) caughtUp() bool {
+	b := m.b
+	term := m.node.Term()
+	if term == m.syncedTerm {
+		return true
+	}
+	leader := m.node.LeaderID()
+	if leader == "" || leader == m.selfID {
+		return false
+	}
+	mem, ok := m.node.State().Member(leader)
+	if !ok || mem.Addr == "" {
+		m.warn.Warn(b.log, "cannot ask the Raft leader for a read index: its client address is unknown", "leader", leader)
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readIndexTimeout)
+	defer cancel()
+	c, err := rpc.Dial(ctx, mem.Addr, rpc.Options{})
+	if err != nil {
+		m.warn.Warn(b.log, "cannot reach the Raft leader for a read index", "leader", leader, "addr", mem.Addr, "err", err)
+		return false
+	}
+	defer c.Close()
+	var resp protocol.RaftReadIndexResponse
+	if err := c.CallDecode(ctx, protocol.CodeRaftReadIndex, &protocol.RaftReadIndexRequest{BrokerName: b.cfg.BrokerName}, nil, &resp, nil); err != nil {
+		m.warn.Warn(b.log, "the Raft leader gave no read index", "leader", leader, "addr", mem.Addr, "err", err)
+		return false
+	}
+	if resp.Term != term {
+		return false // leadership moved meanwhile: ask again
+	}
+	deadline, _ := ctx.Deadline()
+	if !m.node.WaitApplied(resp.Index, time.Until(deadline)) {
+		m.warn.Warn(b.log, "the control state did not catch up with the Raft leader's in time", "readIndex", resp.Index, "leader", leader)
+		return false
+	}
+	m.syncedTerm = term
 	return true
 }
 
-// logEnds asks the in-sync members for their log ends (in parallel, briefly); this member's own
-// is read locally. Left out: unreachable members, the deposed master (its log may hold what it
+// readIndex serves CodeRaftReadIndex (the leader's half of caughtUp) on an admin worker.
+func (m *raftMember) readIndex(h protocol.RaftReadIndexRequest) rpc.Reply {
+	if h.BrokerName != m.b.cfg.BrokerName {
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "this broker is in group %s, not %s", m.b.cfg.BrokerName, h.BrokerName)
+	}
+	index, term, err := m.node.ReadIndex(readIndexTimeout)
+	if err != nil {
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "no read index: %v", err)
+	}
+	return rpc.Reply{Header: &protocol.RaftReadIndexResponse{Index: index, Term: term}}
+}
+
+// candidates asks the in-sync members what the election needs of them (log end, the highest
+// offset each knows confirmed, electability), in parallel and briefly; this member's own is
+// read locally. Left out: unreachable members, the deposed master (its log may hold what it
 // never confirmed, and it lost its Raft leadership: it is down or cut off), and a member a
 // leadership transfer just failed to reach.
-func (m *raftMember) logEnds(st ha.ControlState) map[string]int64 {
-	ends := map[string]int64{m.selfID: m.b.store.LogEndOffset()}
+func (m *raftMember) candidates(st ha.ControlState) map[string]ha.Candidate {
+	cands := map[string]ha.Candidate{m.selfID: {LogEnd: m.b.store.LogEndOffset(), KnownConfirmed: m.knownConfirmed(), Electable: m.electable()}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, id := range st.SyncStateSet {
@@ -449,12 +674,12 @@ func (m *raftMember) logEnds(st ha.ControlState) map[string]int64 {
 				return
 			}
 			mu.Lock()
-			ends[id] = hs.LogEnd
+			cands[id] = ha.Candidate{LogEnd: hs.LogEnd, KnownConfirmed: hs.KnownConfirmed, Electable: hs.Electable}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return ends
+	return cands
 }
 
 // ephemeralPorts returns the kernel's ephemeral port range (Linux), ok false when unknown.
@@ -478,12 +703,14 @@ func portOf(addr string) string {
 	return port
 }
 
-// epochLog is a member's durable epoch starts (ha.EpochFile) with a lock-free check of the newest
-// epoch for the replication path.
+// epochLog is a member's durable epoch starts (ha.EpochFile) with lock-free reads for the
+// replication path: the newest epoch, and an immutable copy of the list for the master's
+// divergence check.
 type epochLog struct {
 	mu   sync.Mutex // guards f
 	f    *ha.EpochFile
-	last atomic.Uint32 // newest epoch recorded
+	last atomic.Uint32                   // newest epoch recorded
+	snap atomic.Pointer[[]ha.EpochStart] // the list, replaced (never modified) on every change
 }
 
 func openEpochLog(path string) (*epochLog, error) {
@@ -492,10 +719,20 @@ func openEpochLog(path string) (*epochLog, error) {
 		return nil, err
 	}
 	l := &epochLog{f: f}
-	if e, ok := f.Last(); ok {
-		l.last.Store(e.Epoch)
-	}
+	l.publishLocked()
 	return l, nil
+}
+
+// publishLocked refreshes the lock-free views after a change. l.mu must be held (or l not yet
+// shared).
+func (l *epochLog) publishLocked() {
+	list := l.f.Epochs()
+	l.snap.Store(&list)
+	last := uint32(0)
+	if e, ok := l.f.Last(); ok {
+		last = e.Epoch
+	}
+	l.last.Store(last)
 }
 
 func (l *epochLog) list() []ha.EpochStart {
@@ -504,13 +741,27 @@ func (l *epochLog) list() []ha.EpochStart {
 	return l.f.Epochs()
 }
 
+// snapshot returns the list without copying it (ha.MasterConfig.Epochs): the caller must not
+// modify it.
+func (l *epochLog) snapshot() []ha.EpochStart { return *l.snap.Load() }
+
+// newest returns the newest epoch and its start (ha.SlaveConfig.LastEpoch), (0, -1) when none.
+func (l *epochLog) newest() (uint32, int64) {
+	list := *l.snap.Load()
+	if len(list) == 0 {
+		return 0, -1
+	}
+	e := list[len(list)-1]
+	return e.Epoch, e.StartOffset
+}
+
 func (l *epochLog) append(e ha.EpochStart) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.f.Append(e); err != nil {
 		return err
 	}
-	l.last.Store(e.Epoch)
+	l.publishLocked()
 	return nil
 }
 
@@ -520,19 +771,20 @@ func (l *epochLog) truncateTo(offset int64) error {
 	if err := l.f.TruncateTo(offset); err != nil {
 		return err
 	}
-	last := uint32(0)
-	if e, ok := l.f.Last(); ok {
-		last = e.Epoch
-	}
-	l.last.Store(last)
+	l.publishLocked()
 	return nil
 }
 
-// observe records the epochs of the replicated batches data (appended at start) that are newer
-// than the newest recorded: each batch carries its master's epoch (protocol.StampBatch), so a
-// slave learns where each epoch's data begins in its own log (Kafka assigns leader epochs the
-// same way on followers). Only the batch headers are read.
-func (l *epochLog) observe(start int64, data []byte) error {
+// observe records the epochs of the replicated batches data (appended at start, after a log
+// that ended at prevEnd) that are newer than the newest recorded: each batch carries its
+// master's epoch (protocol.StampBatch), so a slave learns where each epoch's data begins in its
+// own log (Kafka assigns leader epochs the same way on followers). An epoch starts at the end
+// of the last batch before it, where its master's log ended when it took over: for the first
+// batch of data that is prevEnd, also when the batch went to the next segment because it did
+// not fit the rest of the current one (start > prevEnd; the gap is padding), so every member
+// records the start the master recorded, whatever the segment layout. Only the batch headers
+// are read.
+func (l *epochLog) observe(prevEnd, start int64, data []byte) error {
 	for off := 0; off < len(data); {
 		size := protocol.PeekBatchSize(data[off:])
 		e, ok := protocol.BatchEpoch(data[off:])
@@ -540,7 +792,11 @@ func (l *epochLog) observe(start int64, data []byte) error {
 			return nil
 		}
 		if e > l.last.Load() {
-			if err := l.append(ha.EpochStart{Epoch: e, StartOffset: start + int64(off)}); err != nil {
+			at := start + int64(off)
+			if off == 0 {
+				at = prevEnd
+			}
+			if err := l.append(ha.EpochStart{Epoch: e, StartOffset: at}); err != nil {
 				return fmt.Errorf("cannot record epoch %d: %w", e, err)
 			}
 		}

@@ -34,7 +34,7 @@ func TestEpochLogObserve(t *testing.T) {
 	b2 := stamped(1, 1000+int64(len(b1)))
 	b3 := stamped(3, 1000+int64(len(b1)+len(b2)))
 	chunk := slices.Concat(b1, b2, b3)
-	if err := l.observe(1000, chunk); err != nil {
+	if err := l.observe(1000, 1000, chunk); err != nil {
 		t.Fatal(err)
 	}
 	want := []ha.EpochStart{{Epoch: 1, StartOffset: 1000}, {Epoch: 3, StartOffset: 1000 + int64(len(b1)+len(b2))}}
@@ -42,7 +42,7 @@ func TestEpochLogObserve(t *testing.T) {
 		t.Fatalf("epochs %v, want %v", got, want)
 	}
 	// Older epochs (a stale chunk) and a truncated tail change nothing.
-	if err := l.observe(5000, append(stamped(2, 5000), 0, 0, 0)); err != nil {
+	if err := l.observe(5000, 5000, append(stamped(2, 5000), 0, 0, 0)); err != nil {
 		t.Fatal(err)
 	}
 	reopened, err := openEpochLog(path)

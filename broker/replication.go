@@ -50,14 +50,23 @@ func (l haLog) ReadReplication(from int64, maxBytes int, fn func(start int64, da
 }
 
 func (l haLog) AppendReplicated(start int64, data []byte) (int64, error) {
+	prevEnd := l.s.LogEndOffset() // only the slave's goroutine appends: nothing moves it meanwhile
 	end, err := l.s.AppendReplicated(start, data)
 	if err == nil && l.epochs != nil {
-		err = l.epochs.observe(start, data)
+		err = l.epochs.observe(prevEnd, start, data)
 	}
 	return end, err
 }
 
-func (l haLog) ResetTo(base int64, keep bool) (string, error) { return l.s.ResetTo(base, keep) }
+// ResetTo restarts the log at base; a Raft member forgets its epochs with it (the first batch
+// replicated after base records its epoch at base, see ha.TruncationPoint).
+func (l haLog) ResetTo(base int64, keep bool) (string, error) {
+	kept, err := l.s.ResetTo(base, keep)
+	if err == nil && l.epochs != nil {
+		err = l.epochs.truncateTo(0)
+	}
+	return kept, err
+}
 
 // role is what the broker does in its group now: master (master set), slave (slave set), or,
 // in a Raft-elected group between roles, neither: sends are refused with NOT_MASTER. A role is
@@ -73,9 +82,14 @@ type role struct {
 	handingOver bool
 }
 
-// newMasterHA builds a replication master for this broker (not started). commit and initial
-// are set in a Raft-elected group (ha.MasterConfig.CommitSyncSet, InitialSyncSet).
-func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.SyncMember) *ha.Master {
+// newMasterHA builds a replication master for this broker (not started). commit, initial and
+// confirmed are set in a Raft-elected group (ha.MasterConfig.CommitSyncSet, InitialSyncSet,
+// InitialConfirmed).
+func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.SyncMember, confirmed int64) *ha.Master {
+	var epochs func() []ha.EpochStart
+	if b.raft != nil {
+		epochs = b.raft.epochs.snapshot
+	}
 	return ha.NewMaster(ha.MasterConfig{
 		BrokerName:        b.cfg.BrokerName,
 		Log:               haLog{s: b.store},
@@ -92,8 +106,11 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 		Logger:         b.log, // ha adds component=ha-master
 		Loaded:         b.loaded.Load,
 		ClientAddr:     b.Addr,
-		CommitSyncSet:  commit,
-		InitialSyncSet: initial,
+		CommitSyncSet:    commit,
+		InitialSyncSet:   initial,
+		InitialConfirmed: confirmed,
+		MinAcks:          b.cfg.MinInSyncReplicas - 1,
+		Epochs:           epochs,
 	})
 }
 
@@ -116,6 +133,7 @@ func (b *Broker) newSlaveHA() *ha.Slave {
 		cfg.MemberID = b.raft.selfID
 		cfg.OnOutOfRange = b.raft.onOutOfRange
 		cfg.OnMasterGone = b.raft.onMasterGone
+		cfg.LastEpoch = b.raft.epochs.newest
 		cfg.Backoff, cfg.MaxBackoff = 20*time.Millisecond, 500*time.Millisecond
 	}
 	return ha.NewSlave(cfg)
@@ -138,7 +156,7 @@ func (b *Broker) newHA() {
 		b.role.Store(&role{slave: s, epoch: b.epoch.Load()})
 		return
 	}
-	m := b.newMasterHA(nil, nil)
+	m := b.newMasterHA(nil, nil, 0)
 	m.SetEpoch(b.epoch.Load())
 	b.role.Store(&role{master: m, mode: b.cfg.BrokerRole, epoch: b.epoch.Load()})
 }
@@ -410,6 +428,12 @@ func (b *Broker) haStatus() protocol.HAStatus {
 	}
 	if st.Slaves == nil {
 		st.Slaves = []protocol.SlaveStatus{}
+	}
+	st.KnownConfirmed, st.Electable = -1, true
+	if b.raft != nil {
+		st.KnownConfirmed = b.raft.knownConfirmed()
+		st.Electable = b.raft.electable()
+		st.Stopped = b.raft.stopReason()
 	}
 	return st
 }

@@ -273,9 +273,10 @@ func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
 	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient, protocol.CodeGetConsumerListByGroup:
 		b.handleConsumerRequest(cs, f)
 	case protocol.CodeUpdateAndCreateTopic, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo,
-		protocol.CodeGetLogChecksum, protocol.CodeGetHAStatus, protocol.CodeElectMaster:
+		protocol.CodeGetLogChecksum, protocol.CodeGetHAStatus, protocol.CodeElectMaster, protocol.CodeRaftReadIndex:
 		// These may wait: a topic update fsyncs the topic table, consume stats read old batches
-		// (cold pages), runtime info reads memory statistics (a short stop of the world). They
+		// (cold pages), runtime info reads memory statistics (a short stop of the world), a read
+		// index waits for a Raft barrier. They
 		// run on a worker goroutine and are answered with queueAnswer.
 		hdr := append([]byte(nil), f.Header...)
 		body := append([]byte(nil), f.Body...)

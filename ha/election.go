@@ -7,6 +7,7 @@ package ha
 // the same commands holds the same state (a Raft FSM must be deterministic).
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -206,28 +207,47 @@ const (
 	ActWait LeaderAction = 3
 )
 
-// DecideLeader returns what the Raft leader self does given the control state and the log ends
-// (bytes) of the members it can reach, its own included. Only a member of the in-sync set may
-// act as master, because only its log holds everything acknowledged; the group's first leader
-// (empty set) acts at once. Among the in-sync members the one with the longest log takes over:
-// the others' logs are prefixes of it (they pulled from the same master), so none of them has
-// to cut anything. A leader outside the set, or in it but behind a reachable member of it,
-// hands leadership to the reachable in-sync member with the largest log end (ties: the
+// Candidate is what the leader knows of one member when it decides who is master: its log end
+// (bytes), the highest offset it knows the group confirmed (KnownConfirmed, -1 for none), and
+// whether it says it may be master (Electable: it has not stopped and its log holds what it
+// knows confirmed).
+type Candidate struct {
+	LogEnd         int64
+	KnownConfirmed int64
+	Electable      bool
+}
+
+// DecideLeader returns what the Raft leader self does given the control state and what it
+// knows of the members it can reach, itself included (cands, by member id). Only a member of
+// the in-sync set may act as master, because only its log holds everything acknowledged; the
+// group's first leader (empty set) acts at once. A member is eligible when it is in the set,
+// says it is electable, and its log reaches every confirmed offset any reachable member knows
+// (a member whose log shrank below what the group acknowledged is never chosen, whatever the
+// in-sync set says). Among the eligible the one with the longest log takes over: the others'
+// logs are prefixes of it (they pulled from the same master), so none of them has to cut
+// anything. A leader that is not the best eligible member hands leadership to it (ties: the
 // smallest id, self preferred), or waits when none is reachable.
-func DecideLeader(self string, s ControlState, logEnds map[string]int64) (LeaderAction, string) {
+func DecideLeader(self string, s ControlState, cands map[string]Candidate) (LeaderAction, string) {
 	if len(s.SyncStateSet) == 0 {
 		return ActMaster, self
 	}
+	floor := int64(-1)
+	for _, c := range cands {
+		floor = max(floor, c.KnownConfirmed)
+	}
+	eligible := func(id string) (int64, bool) {
+		c, ok := cands[id]
+		if !ok || !c.Electable || c.LogEnd < floor || !slices.Contains(s.SyncStateSet, id) {
+			return 0, false
+		}
+		return c.LogEnd, true
+	}
 	best, bestEnd := "", int64(-1)
-	if slices.Contains(s.SyncStateSet, self) {
-		best, bestEnd = self, logEnds[self]
+	if end, ok := eligible(self); ok {
+		best, bestEnd = self, end
 	}
 	for _, id := range s.SyncStateSet { // sorted: ties go to the smallest id
-		end, ok := logEnds[id]
-		if !ok {
-			continue
-		}
-		if end > bestEnd {
+		if end, ok := eligible(id); ok && end > bestEnd {
 			best, bestEnd = id, end
 		}
 	}
@@ -240,13 +260,23 @@ func DecideLeader(self string, s ControlState, logEnds map[string]int64) (Leader
 	return ActTransfer, best
 }
 
+// sameEpochStart reports whether a member's record of an epoch's start (mine) and the group's
+// (theirs) name the same boundary. They are equal by construction (an epoch starts at the end
+// of the last batch before it, see DESIGN.md "Epochs"), except for an epoch that began before
+// the member's log does (a log restarted at the master's min offset): the member records it at
+// its log's first offset, logMin.
+func sameEpochStart(mine, theirs, logMin int64) bool {
+	return mine == theirs || (mine == logMin && theirs < logMin)
+}
+
 // TruncationPoint returns the offset a member must cut its log to before it follows a master:
 // the end of the last epoch both logs share (same epoch, same start offset), that is the smaller
 // of where that epoch ends in the member's log and in the master's (Kafka's OffsetsForLeaderEpoch
-// rule). mine and theirs list epoch starts ascending; myEnd and masterEnd are the log ends. It
-// returns myEnd when nothing needs cutting, and -1 when the logs share no epoch (the member must
-// copy the master's log afresh).
-func TruncationPoint(mine []EpochStart, myEnd int64, theirs []EpochStart, masterEnd int64) int64 {
+// rule). mine and theirs list epoch starts ascending; myMin and myEnd are the member's log
+// bounds, masterEnd the master's log end (math.MaxInt64 when unknown). It returns myEnd when
+// nothing needs cutting, and -1 when the logs share no epoch (the member must copy the master's
+// log afresh).
+func TruncationPoint(mine []EpochStart, myMin, myEnd int64, theirs []EpochStart, masterEnd int64) int64 {
 	for i := len(mine) - 1; i >= 0; i-- {
 		e := mine[i]
 		j, found := slices.BinarySearchFunc(theirs, e.Epoch, func(x EpochStart, t uint32) int {
@@ -258,7 +288,7 @@ func TruncationPoint(mine []EpochStart, myEnd int64, theirs []EpochStart, master
 			}
 			return 0
 		})
-		if !found || theirs[j].StartOffset != e.StartOffset {
+		if !found || !sameEpochStart(e.StartOffset, theirs[j].StartOffset, myMin) {
 			continue
 		}
 		myEpochEnd := myEnd
@@ -272,6 +302,124 @@ func TruncationPoint(mine []EpochStart, myEnd int64, theirs []EpochStart, master
 		return min(myEpochEnd, theirEpochEnd, myEnd)
 	}
 	return -1
+}
+
+// DivergencePoint returns the offset up to which a slave's log can be a prefix of the master's,
+// given the master's epoch starts (ascending), its log end, and the newest epoch of the slave's
+// log with its start there (Kafka's diverging-epoch rule, KIP-101 and KIP-320): the end of
+// that epoch in the master's log when the master has it (one epoch has one master, so the
+// same epoch means the same data); when the master does not have it, the slave's data of that
+// epoch is not the master's, so the point is the smaller of where the slave's epoch starts and
+// where the master's newest epoch before it ends; before the master's first epoch, the start
+// of that epoch. A slave asking from an offset past the point has diverged. masters with no
+// epochs answer masterEnd.
+func DivergencePoint(master []EpochStart, masterEnd int64, lastEpoch uint32, lastEpochStart int64) int64 {
+	if len(master) == 0 {
+		return masterEnd
+	}
+	j, found := slices.BinarySearchFunc(master, lastEpoch, func(x EpochStart, t uint32) int {
+		return cmp.Compare(x.Epoch, t)
+	})
+	if !found {
+		j-- // the newest master epoch before lastEpoch
+	}
+	if j < 0 {
+		return master[0].StartOffset
+	}
+	end := masterEnd
+	if j+1 < len(master) {
+		end = min(master[j+1].StartOffset, masterEnd)
+	}
+	if !found {
+		end = min(end, max(lastEpochStart, 0))
+	}
+	return end
+}
+
+// TruncateAction is what a member about to follow a master does with its log (PlanTruncation).
+type TruncateAction uint8
+
+// Truncate actions.
+const (
+	// TruncNone: the log is a prefix of the master's; follow it.
+	TruncNone TruncateAction = iota
+	// TruncCut: cut the log to Point, then follow.
+	TruncCut
+	// TruncLeaveFirst: the log must be cut to Point, but this member is still in the committed
+	// in-sync set: it first asks the master to take it out of the set (and to stop counting its
+	// acknowledgements), and cuts only once that is committed.
+	TruncLeaveFirst
+	// TruncStale: the control state lacks epochs this log holds, so it is older than what this
+	// member already replicated: decide again once the state has caught up.
+	TruncStale
+	// TruncRefuse: the cut would discard what the group confirmed, or repeat a cut already made
+	// for this epoch (a loop): the member stops following and alerts (Reason says why).
+	TruncRefuse
+)
+
+// TruncationInput is what PlanTruncation decides from.
+type TruncationInput struct {
+	// Self is this member's id; State the control state it applied, caught up with the Raft
+	// leader's commit.
+	Self  string
+	State ControlState
+	// Mine are this member's epoch starts; LogMin and LogEnd its log bounds (bytes).
+	Mine           []EpochStart
+	LogMin, LogEnd int64
+	// DivergedAt is where the master said this log leaves its own (HAPullResponse.TruncateTo),
+	// -1 when it did not say; then the point comes from the epochs of State (TruncationPoint)
+	// with MasterEnd, the master's log end when known (math.MaxInt64: unknown).
+	DivergedAt int64
+	MasterEnd  int64
+	// KnownConfirmed is the highest offset this member knows the group confirmed (-1: none):
+	// no cut may go below it.
+	KnownConfirmed int64
+	// LastCutEpoch is the group epoch of this member's last truncation (0: none).
+	LastCutEpoch uint32
+}
+
+// TruncationPlan is PlanTruncation's answer: the action, the offset to cut to (TruncCut,
+// TruncLeaveFirst, TruncRefuse) and, for TruncRefuse and TruncStale, why.
+type TruncationPlan struct {
+	Action TruncateAction
+	Point  int64
+	Reason string
+}
+
+// PlanTruncation decides whether a member must cut its log before it follows the master of
+// in.State (where the master said the log diverged, else TruncationPoint), and whether it may: never against a control state older than its
+// own log (TruncStale), never below what the group confirmed, never twice for one epoch
+// (TruncRefuse), and only once it is out of the committed in-sync set (TruncLeaveFirst), so that
+// no member of the set ever lacks what it acknowledged.
+func PlanTruncation(in TruncationInput) TruncationPlan {
+	if n := len(in.Mine); n > 0 && in.Mine[n-1].Epoch > in.State.Epoch {
+		return TruncationPlan{Action: TruncStale, Reason: fmt.Sprintf("this log holds epoch %d, the control state knows epochs up to %d", in.Mine[n-1].Epoch, in.State.Epoch)}
+	}
+	point := in.DivergedAt
+	if point < 0 {
+		point = TruncationPoint(in.Mine, in.LogMin, in.LogEnd, in.State.Epochs, in.MasterEnd)
+	}
+	if point < 0 {
+		if in.LogEnd == in.LogMin {
+			return TruncationPlan{Action: TruncNone, Point: in.LogEnd} // nothing to share yet
+		}
+		point = in.LogMin // no epoch in common: copy the master's log afresh
+	}
+	point = max(point, in.LogMin)
+	if point >= in.LogEnd {
+		return TruncationPlan{Action: TruncNone, Point: in.LogEnd}
+	}
+	switch {
+	case point < in.KnownConfirmed:
+		return TruncationPlan{Action: TruncRefuse, Point: point, Reason: fmt.Sprintf(
+			"cutting the log to %d would discard what the group confirmed (up to %d); the control state or the epoch file is wrong", point, in.KnownConfirmed)}
+	case in.LastCutEpoch != 0 && in.LastCutEpoch == in.State.Epoch:
+		return TruncationPlan{Action: TruncRefuse, Point: point, Reason: fmt.Sprintf(
+			"this member already cut its log for epoch %d; a second cut for the same epoch would be a loop", in.State.Epoch)}
+	case in.State.MasterID != in.Self && slices.Contains(in.State.SyncStateSet, in.Self):
+		return TruncationPlan{Action: TruncLeaveFirst, Point: point}
+	}
+	return TruncationPlan{Action: TruncCut, Point: point}
 }
 
 // MarshalBinary encodes c for the Raft log with the protocol package's primitives: kind, epoch,

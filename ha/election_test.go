@@ -2,6 +2,7 @@ package ha
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -58,64 +59,163 @@ func TestControlStateApply(t *testing.T) {
 	}
 }
 
+// ends makes candidates of log ends alone: electable, knowing no confirmed offset.
+func ends(m map[string]int64) map[string]Candidate {
+	out := map[string]Candidate{}
+	for id, e := range m {
+		out[id] = Candidate{LogEnd: e, KnownConfirmed: -1, Electable: true}
+	}
+	return out
+}
+
 func TestDecideLeader(t *testing.T) {
 	set := ControlState{MasterID: "b1", Epoch: 4, SyncStateSet: []string{"b1", "b2", "b3"}}
 	cases := []struct {
 		name   string
 		self   string
 		s      ControlState
-		ends   map[string]int64
+		cands  map[string]Candidate
 		act    LeaderAction
 		target string
 	}{
 		{"first election: act at once", "b3", ControlState{}, nil, ActMaster, "b3"},
-		{"in the set, the longest log: act", "b2", set, map[string]int64{"b1": 10, "b2": 10, "b3": 9}, ActMaster, "b2"},
-		{"in the set, alone reachable: act", "b2", set, map[string]int64{"b2": 10}, ActMaster, "b2"},
-		{"in the set but behind: hand over to the longest", "b2", set, map[string]int64{"b2": 10, "b3": 11}, ActTransfer, "b3"},
-		{"in the set, tie with a smaller id: self keeps it", "b2", set, map[string]int64{"b1": 10, "b2": 10}, ActMaster, "b2"},
-		{"outside: the most caught-up in-sync member", "b4", set, map[string]int64{"b1": 100, "b2": 300, "b3": 200, "b4": 999}, ActTransfer, "b2"},
-		{"outside: ties go to the smallest id", "b4", set, map[string]int64{"b3": 300, "b2": 300}, ActTransfer, "b2"},
-		{"outside: unreachable members are skipped", "b4", set, map[string]int64{"b3": 1}, ActTransfer, "b3"},
-		{"outside: nobody in sync reachable: wait", "b4", set, map[string]int64{"b4": 999, "b5": 1}, ActWait, ""},
+		{"in the set, the longest log: act", "b2", set, ends(map[string]int64{"b1": 10, "b2": 10, "b3": 9}), ActMaster, "b2"},
+		{"in the set, alone reachable: act", "b2", set, ends(map[string]int64{"b2": 10}), ActMaster, "b2"},
+		{"in the set but behind: hand over to the longest", "b2", set, ends(map[string]int64{"b2": 10, "b3": 11}), ActTransfer, "b3"},
+		{"in the set, tie with a smaller id: self keeps it", "b2", set, ends(map[string]int64{"b1": 10, "b2": 10}), ActMaster, "b2"},
+		{"outside: the most caught-up in-sync member", "b4", set, ends(map[string]int64{"b1": 100, "b2": 300, "b3": 200, "b4": 999}), ActTransfer, "b2"},
+		{"outside: ties go to the smallest id", "b4", set, ends(map[string]int64{"b3": 300, "b2": 300}), ActTransfer, "b2"},
+		{"outside: unreachable members are skipped", "b4", set, ends(map[string]int64{"b3": 1}), ActTransfer, "b3"},
+		{"outside: nobody in sync reachable: wait", "b4", set, ends(map[string]int64{"b4": 999, "b5": 1}), ActWait, ""},
+		{"a member whose log is below a known confirmed offset is never chosen", "b2", set, map[string]Candidate{
+			"b2": {LogEnd: 100, KnownConfirmed: 100, Electable: true},
+			"b3": {LogEnd: 150, KnownConfirmed: 300, Electable: true}, // it lost its tail: longer, yet short of what it knows confirmed
+		}, ActWait, ""},
+		{"the floor is the highest confirmed offset any member knows", "b3", set, map[string]Candidate{
+			"b2": {LogEnd: 400, KnownConfirmed: 350, Electable: true},
+			"b3": {LogEnd: 300, KnownConfirmed: 100, Electable: true}, // self: not stopped, but behind what b2 knows confirmed
+		}, ActTransfer, "b2"},
+		{"a member that stopped is not electable", "b2", set, map[string]Candidate{
+			"b2": {LogEnd: 100, KnownConfirmed: -1, Electable: true},
+			"b3": {LogEnd: 999, KnownConfirmed: -1, Electable: false},
+		}, ActMaster, "b2"},
 	}
 	for _, c := range cases {
-		act, target := DecideLeader(c.self, c.s, c.ends)
+		act, target := DecideLeader(c.self, c.s, c.cands)
 		if act != c.act || target != c.target {
 			t.Errorf("%s: got %d %q, want %d %q", c.name, act, target, c.act, c.target)
 		}
 	}
 }
 
-func TestTruncationPoint(t *testing.T) {
-	e := func(pairs ...int64) []EpochStart {
-		var out []EpochStart
-		for i := 0; i < len(pairs); i += 2 {
-			out = append(out, EpochStart{Epoch: uint32(pairs[i]), StartOffset: pairs[i+1]})
-		}
-		return out
+// epochs makes an epoch list from (epoch, start) pairs.
+func epochs(pairs ...int64) []EpochStart {
+	var out []EpochStart
+	for i := 0; i < len(pairs); i += 2 {
+		out = append(out, EpochStart{Epoch: uint32(pairs[i]), StartOffset: pairs[i+1]})
 	}
+	return out
+}
+
+func TestTruncationPoint(t *testing.T) {
+	e := epochs
 	cases := []struct {
 		name        string
 		mine        []EpochStart
+		myMin       int64
 		myEnd       int64
 		theirs      []EpochStart
 		masterEnd   int64
 		want        int64
 		explanation string
 	}{
-		{"same history, behind", e(1, 0, 2, 100), 150, e(1, 0, 2, 100), 300, 150, "nothing to cut"},
-		{"same history, ahead of the master", e(1, 0, 2, 100), 350, e(1, 0, 2, 100), 300, 300, "cut what the master never had"},
-		{"old master returns: its last epoch was never confirmed", e(1, 0, 2, 100), 250, e(1, 0, 2, 100, 3, 180), 400, 180, "epoch 2 ended at 180 on the new master"},
-		{"behind in an old epoch", e(1, 0), 50, e(1, 0, 2, 100, 3, 180), 400, 50, "nothing to cut"},
-		{"ahead inside an old epoch", e(1, 0), 150, e(1, 0, 2, 100), 400, 100, "epoch 1 ended at 100"},
-		{"my last epoch unknown to the master", e(1, 0, 2, 100, 3, 200), 260, e(1, 0, 2, 100, 4, 150), 400, 150, "epoch 3 was never the master's: back to epoch 2's end there"},
-		{"same epoch number, another start: not shared", e(1, 0, 2, 120), 200, e(1, 0, 2, 100), 300, 100, "epoch 2 differs: epoch 1 ended at 100 there and 120 here"},
-		{"nothing shared", e(5, 1000), 2000, e(1, 0, 2, 100), 300, -1, "copy afresh"},
-		{"no epochs at all", nil, 0, e(1, 0), 10, -1, "copy afresh"},
+		{"same history, behind", e(1, 0, 2, 100), 0, 150, e(1, 0, 2, 100), 300, 150, "nothing to cut"},
+		{"same history, ahead of the master", e(1, 0, 2, 100), 0, 350, e(1, 0, 2, 100), 300, 300, "cut what the master never had"},
+		{"old master returns: its last epoch was never confirmed", e(1, 0, 2, 100), 0, 250, e(1, 0, 2, 100, 3, 180), 400, 180, "epoch 2 ended at 180 on the new master"},
+		{"behind in an old epoch", e(1, 0), 0, 50, e(1, 0, 2, 100, 3, 180), 400, 50, "nothing to cut"},
+		{"ahead inside an old epoch", e(1, 0), 0, 150, e(1, 0, 2, 100), 400, 100, "epoch 1 ended at 100"},
+		{"my last epoch unknown to the master", e(1, 0, 2, 100, 3, 200), 0, 260, e(1, 0, 2, 100, 4, 150), 400, 150, "epoch 3 was never the master's: back to epoch 2's end there"},
+		{"same epoch number, another start: not shared", e(1, 0, 2, 120), 0, 200, e(1, 0, 2, 100), 300, 100, "epoch 2 differs: epoch 1 ended at 100 there and 120 here"},
+		{"nothing shared", e(5, 1000), 1000, 2000, e(1, 0, 2, 100), 300, -1, "copy afresh"},
+		{"no epochs at all", nil, 0, 0, e(1, 0), 10, -1, "copy afresh"},
+		{"an epoch older than the log is recorded at the log's start", e(3, 4096), 4096, 5000, e(1, 0, 2, 100, 3, 4000), 6000, 5000,
+			"the log restarted at 4096 inside epoch 3: nothing to cut"},
+		{"an epoch older than the log, ahead of the master", e(3, 4096), 4096, 5000, e(1, 0, 2, 100, 3, 4000, 4, 4500), 6000, 4500,
+			"epoch 3 ended at 4500"},
 	}
 	for _, c := range cases {
-		if got := TruncationPoint(c.mine, c.myEnd, c.theirs, c.masterEnd); got != c.want {
+		if got := TruncationPoint(c.mine, c.myMin, c.myEnd, c.theirs, c.masterEnd); got != c.want {
 			t.Errorf("%s: got %d, want %d (%s)", c.name, got, c.want, c.explanation)
+		}
+	}
+}
+
+func TestDivergencePoint(t *testing.T) {
+	e := epochs
+	// The master's log: epoch 1 from 0, 2 from 100, 4 from 300 (it never saw epoch 3), end 500.
+	master := e(1, 0, 2, 100, 4, 300)
+	cases := []struct {
+		name      string
+		lastEpoch uint32
+		lastStart int64
+		want      int64
+	}{
+		{"an epoch the master has: its end there", 2, 100, 300},
+		{"the master's newest epoch: its log end", 4, 300, 500},
+		{"an epoch the master never had: where it starts on the slave", 3, 250, 250},
+		{"an epoch the master never had, starting after the master's epoch 2 ended", 3, 350, 300},
+		{"older than the master's history: its first start", 0, 0, 0},
+		{"a slave whose epoch 2 was recorded elsewhere in the same epoch: the epoch decides", 2, 120, 300},
+	}
+	for _, c := range cases {
+		if got := DivergencePoint(master, 500, c.lastEpoch, c.lastStart); got != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
+		}
+	}
+	if got := DivergencePoint(nil, 77, 3, 10); got != 77 {
+		t.Errorf("no epochs: got %d, want the log end", got)
+	}
+}
+
+func TestPlanTruncation(t *testing.T) {
+	e := epochs
+	group := ControlState{MasterID: "b2", Epoch: 3, Epochs: e(1, 0, 2, 100, 3, 180), SyncStateSet: []string{"b2", "b3"}}
+	cases := []struct {
+		name  string
+		in    TruncationInput
+		want  TruncateAction
+		point int64
+	}{
+		{"a prefix of the master's log: follow", TruncationInput{Self: "b3", State: group, Mine: e(1, 0, 2, 100), LogEnd: 150, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: 120},
+			TruncNone, 150},
+		{"the deposed master returns: cut its unconfirmed tail", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: 170},
+			TruncCut, 180},
+		{"a member of the committed set must leave it before it cuts", TruncationInput{Self: "b3", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: 170},
+			TruncLeaveFirst, 180},
+		{"a state older than this log (not yet caught up): wait", TruncationInput{Self: "b1", State: ControlState{MasterID: "b2", Epoch: 2, Epochs: e(1, 0, 2, 100)},
+			Mine: e(1, 0, 2, 100, 3, 180), LogEnd: 900, DivergedAt: -1, MasterEnd: math.MaxInt64}, TruncStale, 0},
+		{"never below what the group confirmed", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: 200},
+			TruncRefuse, 180},
+		{"never twice for one epoch", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1, LastCutEpoch: 3},
+			TruncRefuse, 180},
+		{"a cut for an earlier epoch does not block this one", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1, LastCutEpoch: 2},
+			TruncCut, 180},
+		{"no shared epoch: copy afresh from the log's start", TruncationInput{Self: "b1", State: group, Mine: e(1, 50), LogMin: 10, LogEnd: 400, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1},
+			TruncCut, 10},
+		{"the master's divergence point wins over the epochs", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: 170, MasterEnd: 400, KnownConfirmed: 160},
+			TruncCut, 170},
+		{"a divergence point below the log's start empties the log", TruncationInput{Self: "b1", State: group, Mine: e(2, 4096), LogMin: 4096, LogEnd: 5000, DivergedAt: 100, MasterEnd: 400, KnownConfirmed: -1},
+			TruncCut, 4096},
+		{"an empty log has nothing to cut", TruncationInput{Self: "b1", State: group, LogMin: 4096, LogEnd: 4096, DivergedAt: -1, MasterEnd: math.MaxInt64},
+			TruncNone, 4096},
+	}
+	for _, c := range cases {
+		got := PlanTruncation(c.in)
+		if got.Action != c.want || (c.want != TruncStale && got.Point != c.point) {
+			t.Errorf("%s: got %+v, want action %d at %d", c.name, got, c.want, c.point)
+		}
+		if (got.Action == TruncRefuse || got.Action == TruncStale) && got.Reason == "" {
+			t.Errorf("%s: %d without a reason", c.name, got.Action)
 		}
 	}
 }

@@ -76,6 +76,20 @@ type MasterConfig struct {
 	// starts its epoch with: they count for acknowledgements from the start, and leave by the
 	// in-sync rules (a member that never connects leaves after InSyncMaxLagTime).
 	InitialSyncSet []SyncMember
+	// Epochs, when set (a Raft-elected group), returns the epoch starts of the master's log,
+	// ascending (a shared slice the master does not modify): a pull naming the slave's newest
+	// epoch is acknowledged only when the slave's log is a prefix of the master's
+	// (DivergencePoint), else answered HAOutOfRange with the offset to cut to. It must be cheap
+	// (it runs on every pull).
+	Epochs func() []EpochStart
+	// MinAcks is how many in-sync slaves besides the master must hold a batch for it to be
+	// confirmed (minInSyncReplicas - 1): ConfirmedOffset advances only while at least that many
+	// slaves count. 0: the master alone confirms what no counted slave has to hold.
+	MinAcks int
+	// InitialConfirmed is the confirmed offset the master starts from (what this member knew
+	// the group confirmed before it took over; at most its log end), so that consumers reading
+	// up to the confirmed offset never see it go back at a change of master. 0 by default.
+	InitialConfirmed int64
 }
 
 // SyncMember is a slave of a Raft-elected group's in-sync set.
@@ -109,7 +123,13 @@ type Master struct {
 	epoch atomic.Uint32
 	// ackLimit is the lowest offset acknowledged by a member of the in-sync set, MaxInt64 when
 	// the set is empty: every waiter whose end is at most ackLimit is complete.
-	ackLimit  atomic.Int64
+	ackLimit atomic.Int64
+	// confirmed is the highest offset held by at least MinAcks counted slaves (and the master),
+	// never lowered; confirmedLive is set while MinAcks is 0 and no slave counts, when the
+	// master alone confirms its whole log (ConfirmedOffset is then the log end). Both are
+	// written under mu (publishLocked).
+	confirmed     atomic.Int64
+	confirmedLive atomic.Bool
 	inSyncN   atomic.Int32
 	connected atomic.Int32
 	reads     atomic.Pointer[[]SlaveRead]
@@ -166,7 +186,10 @@ type slaveState struct {
 	// has acknowledged nothing to this master yet.
 	graceUntil time.Time
 	regressed  bool
-	session    uint64 // peer id of its current connection, 0 when none
+	// leaving: the slave asked to leave the set before cutting its log (CodeHALeave); it stays
+	// out, whatever it acknowledges, until it connects again.
+	leaving bool
+	session uint64 // peer id of its current connection, 0 when none
 	holding    int    // pulls of the slave being held
 	rawBytes   atomic.Int64
 	wireBytes  atomic.Int64
@@ -238,8 +261,12 @@ func NewMaster(cfg MasterConfig) *Master {
 		sessions:   make(map[uint64]*session),
 	}
 	m.ackLimit.Store(math.MaxInt64)
+	m.confirmed.Store(max(cfg.InitialConfirmed, 0))
 	m.reads.Store(&[]SlaveRead{})
 	m.seedSyncSet()
+	m.mu.Lock()
+	m.publishLocked() // NB: only a master that counts no slave from the start confirms its log alone
+	m.mu.Unlock()
 	return m
 }
 
@@ -367,10 +394,17 @@ func (m *Master) WaitReplicated(end int64, minAcks int, timeout time.Duration, c
 	}
 }
 
-// ConfirmedOffset returns the offset every in-sync slave holds: the lowest acknowledged offset of
-// the in-sync set, at most the log end; the log end when no slave is in sync.
+// ConfirmedOffset returns the confirmed offset: the highest offset held by the master and at
+// least MinAcks counted slaves, every counted slave included (the lowest acknowledged offset of
+// the counted slaves when it was reached), never lower than before; the log end while MinAcks
+// is 0 and no slave counts. Everything acknowledged is below it, and every member a new master
+// may come from holds it, so no failover undoes a read below it. Two atomic loads.
 func (m *Master) ConfirmedOffset() int64 {
-	return min(m.ackLimit.Load(), m.cfg.Log.LogEndOffset())
+	end := m.cfg.Log.LogEndOffset()
+	if m.confirmedLive.Load() {
+		return end
+	}
+	return min(m.confirmed.Load(), end)
 }
 
 // InSyncCount returns the number of slaves in the in-sync set (the master not counted).
@@ -393,7 +427,7 @@ func (m *Master) Status() protocol.HAStatus {
 		Epoch:           m.Epoch(),
 		LogMin:          logMin,
 		LogEnd:          logEnd,
-		ConfirmedOffset: min(m.ackLimit.Load(), logEnd),
+		ConfirmedOffset: m.ConfirmedOffset(),
 		Connected:       true,
 	}
 	m.mu.Lock()
@@ -508,6 +542,10 @@ func (m *Master) tick() {
 // evalLocked applies the in-sync rules to s and reports whether its membership changed.
 // m.mu must be held.
 func (m *Master) evalLocked(s *slaveState, end int64, now time.Time) bool {
+	if s.leaving {
+		s.regressed = false
+		return false // out since it asked to leave (leave)
+	}
 	if s.acked < 0 && now.Before(s.graceUntil) {
 		return false // a member of the committed set this master started with, not heard yet
 	}
@@ -531,19 +569,39 @@ func (m *Master) ackState() (limit int64, inSync int) {
 	return m.ackLimit.Load(), int(m.inSyncN.Load())
 }
 
-// publishLocked recomputes ackLimit and the SlavesForRead snapshot. m.mu must be held.
+// publishLocked recomputes ackLimit, the confirmed offset and the SlavesForRead snapshot. m.mu
+// must be held.
 func (m *Master) publishLocked() {
 	limit := int64(math.MaxInt64)
+	counted := 0
 	reads := make([]SlaveRead, 0, len(m.slaves))
 	for _, s := range m.slaves {
 		if s.counted {
 			limit = min(limit, s.acked)
+			counted++
 		}
 		reads = append(reads, SlaveRead{BrokerID: s.id, InSync: s.inSync && s.session != 0, Acked: s.acked})
 	}
 	slices.SortFunc(reads, func(a, b SlaveRead) int { return cmp.Compare(a.BrokerID, b.BrokerID) })
 	m.ackLimit.Store(limit)
+	live := m.cfg.MinAcks <= 0 && counted == 0
+	switch {
+	case live:
+	case m.confirmedLive.Load():
+		// The master alone confirmed its whole log until now: that stays confirmed.
+		m.raiseConfirmed(m.cfg.Log.LogEndOffset())
+	case counted >= m.cfg.MinAcks:
+		m.raiseConfirmed(limit)
+	}
+	m.confirmedLive.Store(live)
 	m.reads.Store(&reads)
+}
+
+// raiseConfirmed moves the confirmed offset up to off (never down). m.mu must be held.
+func (m *Master) raiseConfirmed(off int64) {
+	if off > m.confirmed.Load() && off != math.MaxInt64 {
+		m.confirmed.Store(off)
+	}
 }
 
 // sessionFor returns the session of the request's connection, binding it to the slave on the
@@ -577,6 +635,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 		m.connected.Add(1)
 	}
 	s.session = p.ID()
+	s.leaving = false // a new connection: the slave has cut its log (or never did) and may rejoin
 	s.addr = h.SlaveAddr
 	s.memberID = h.MemberID
 	s.haAddr = p.RemoteAddr()
@@ -685,10 +744,17 @@ func (m *Master) hold(sess *session, delta int) {
 	m.mu.Unlock()
 }
 
+// leaveTimeout bounds how long a CodeHALeave request waits for the set without its slave to be
+// committed.
+const leaveTimeout = 3 * time.Second
+
 // handle serves one request of a replication connection.
 func (m *Master) handle(req *rpc.Request) rpc.Reply {
+	if req.Code == protocol.CodeHALeave {
+		return m.leave(req)
+	}
 	if req.Code != protocol.CodeHAPull {
-		return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "the HA port serves only %s, not %s", protocol.CodeHAPull, req.Code)
+		return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "the HA port serves only %s and %s, not %s", protocol.CodeHAPull, protocol.CodeHALeave, req.Code)
 	}
 	var h protocol.HAPullRequest
 	if err := h.ReadFrom(req.Header); err != nil {
@@ -703,7 +769,7 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 		// a real slave's id never takes over (and, on close, disconnects) that slave.
 		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", req.Peer.RemoteAddr(),
 			"broker", h.BrokerName, "want", m.cfg.BrokerName, "epoch", h.Epoch, "masterEpoch", epoch)
-		resp := &protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, Result: protocol.HAFenced}
+		resp := &protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, Result: protocol.HAFenced, TruncateTo: -1}
 		m.fillBounds(resp)
 		return rpc.Reply{Header: resp}
 	}
@@ -711,8 +777,19 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	if err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
-	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch}
+	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, TruncateTo: -1}
 	reply := rpc.Reply{Header: &sess.resp}
+	if h.LastEpoch != 0 && m.cfg.Epochs != nil {
+		if point := DivergencePoint(m.cfg.Epochs(), m.cfg.Log.LogEndOffset(), h.LastEpoch, h.LastEpochStart); h.Offset > point {
+			// NB: acknowledges nothing: the slave's log past point is not this master's.
+			m.warn.Warn(m.log, "slave's log diverged from this one; answering out of range with where to cut",
+				"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart, "truncateTo", point)
+			sess.resp.Result = protocol.HAOutOfRange
+			sess.resp.TruncateTo = point
+			m.fillBounds(&sess.resp)
+			return reply
+		}
+	}
 	maxBytes := m.cfg.MaxChunkBytes
 	if h.MaxBytes > 0 && int(h.MaxBytes) < maxBytes {
 		maxBytes = int(h.MaxBytes)
@@ -735,7 +812,7 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 		switch {
 		case errors.Is(err, ErrBeyondEnd), errors.Is(err, ErrNotBatchBoundary):
 			// NB: acknowledges nothing: the slave's log does not match ours at that offset.
-			m.log.Warn("slave asks from an offset this log does not have; answering out of range",
+			m.warn.Warn(m.log, "slave asks from an offset this log does not have; answering out of range",
 				"slave", h.SlaveID, "offset", h.Offset, "err", err,
 				"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
 			sess.resp.Result = protocol.HAOutOfRange
@@ -802,6 +879,63 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	}
 }
 
+// leave serves CodeHALeave: the slave is about to cut its log, so it leaves the in-sync set now
+// and stays out until it connects again. The answer comes once the master no longer counts it,
+// that is (with CommitSyncSet) once the set without it is committed: from then on no
+// acknowledgement relies on its copy and no new master can come from it. Refused when the
+// request names another group or epoch.
+func (m *Master) leave(req *rpc.Request) rpc.Reply {
+	var h protocol.HALeaveRequest
+	if err := h.ReadFrom(req.Header); err != nil {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s header: %v", req.Code, err)
+	}
+	if h.SlaveID <= 0 {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "slave id %d", h.SlaveID)
+	}
+	if epoch := m.Epoch(); h.BrokerName != m.cfg.BrokerName || h.Epoch != epoch {
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "this is the master of %s in epoch %d, not of %s in epoch %d", m.cfg.BrokerName, epoch, h.BrokerName, h.Epoch)
+	}
+	m.mu.Lock()
+	s := m.slaves[h.SlaveID]
+	if s == nil {
+		m.mu.Unlock()
+		return rpc.Reply{} // never counted
+	}
+	if h.MemberID != "" && s.memberID != "" && h.MemberID != s.memberID {
+		m.mu.Unlock()
+		return rpc.Errorf(protocol.StatusRequestMalformed, "slave %d is member %s, not %s", h.SlaveID, s.memberID, h.MemberID)
+	}
+	s.leaving = true
+	if s.inSync {
+		n := m.setInSyncLocked(s, false)
+		m.log.Info("in-sync set changed", "slave", s.id, "inSync", false, "reason", "leaving to cut its log",
+			"truncateTo", h.TruncateTo, "acked", s.acked, "countedSlaves", n)
+	}
+	m.publishLocked()
+	m.mu.Unlock()
+	select {
+	case m.waitKick <- struct{}{}:
+	default:
+	}
+	deadline := time.Now().Add(leaveTimeout)
+	for {
+		m.mu.Lock()
+		counted := s.counted
+		m.mu.Unlock()
+		if !counted {
+			return rpc.Reply{}
+		}
+		if time.Now().After(deadline) {
+			return rpc.Errorf(protocol.StatusSystemError, "the in-sync set without slave %d is not committed yet; retry", h.SlaveID)
+		}
+		select {
+		case <-m.done:
+			return rpc.Errorf(protocol.StatusShuttingDown, "replication master is closing")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // clientAddr returns the broker's client address as bytes, converted once it is known.
 func (m *Master) clientAddr() []byte {
 	if p := m.clientAddrB.Load(); p != nil {
@@ -823,7 +957,7 @@ func (m *Master) clientAddr() []byte {
 func (m *Master) fillBounds(r *protocol.HAPullResponse) {
 	r.MasterMin = m.cfg.Log.LogMinOffset()
 	r.MasterEnd = m.cfg.Log.LogEndOffset()
-	r.ConfirmedOffset = min(m.ackLimit.Load(), r.MasterEnd)
+	r.ConfirmedOffset = min(m.ConfirmedOffset(), r.MasterEnd)
 	r.MasterLoaded = m.cfg.Loaded != nil && m.cfg.Loaded()
 	r.MasterAddr = m.clientAddr()
 }

@@ -1,9 +1,11 @@
 package ha
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -17,6 +19,11 @@ import (
 type ControlFSM struct {
 	mu sync.Mutex
 	st ControlState
+	// index is the Raft log index of the last command applied (refused ones too: they are
+	// committed entries), or of the snapshot restored; applied is closed and replaced after
+	// every command, waking WaitApplied.
+	index   uint64
+	applied chan struct{}
 	// onChange, when set, runs after every command that changed the state, on Raft's FSM
 	// goroutine, with no lock held; it must be short.
 	onChange func(ControlState)
@@ -24,7 +31,46 @@ type ControlFSM struct {
 
 // NewControlFSM returns an FSM at the empty state; onChange (may be nil) hears every change.
 func NewControlFSM(onChange func(ControlState)) *ControlFSM {
-	return &ControlFSM{onChange: onChange}
+	return &ControlFSM{onChange: onChange, applied: make(chan struct{})}
+}
+
+// AppliedIndex returns the Raft log index of the last command this member applied (0 before
+// the first). Safe for concurrent use.
+func (f *ControlFSM) AppliedIndex() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.index
+}
+
+// WaitApplied waits until the member has applied the command at Raft log index index (or a
+// later one), at most timeout; it reports whether it has. A read index from the leader
+// (RaftNode.ReadIndex) waited for this way makes State at least as new as the leader's.
+func (f *ControlFSM) WaitApplied(index uint64, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		done, ch := f.index >= index, f.applied
+		f.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return f.AppliedIndex() >= index
+		}
+	}
+}
+
+// advanceLocked records that the command at index was applied and wakes WaitApplied. f.mu must
+// be held.
+func (f *ControlFSM) advanceLocked(index uint64) {
+	if index > f.index {
+		f.index = index
+	}
+	close(f.applied)
+	f.applied = make(chan struct{})
 }
 
 // State returns a copy of the current state. Safe for concurrent use.
@@ -42,6 +88,9 @@ func (f *ControlFSM) Apply(l *raft.Log) any {
 	}
 	var c Command
 	if err := c.UnmarshalBinary(l.Data); err != nil {
+		f.mu.Lock()
+		f.advanceLocked(l.Index)
+		f.mu.Unlock()
 		return err
 	}
 	f.mu.Lock()
@@ -49,6 +98,7 @@ func (f *ControlFSM) Apply(l *raft.Log) any {
 	if err == nil {
 		f.st = next
 	}
+	f.advanceLocked(l.Index)
 	f.mu.Unlock()
 	if err != nil {
 		return err
@@ -59,9 +109,19 @@ func (f *ControlFSM) Apply(l *raft.Log) any {
 	return nil
 }
 
+// snapshotVersion starts a snapshot of the current format: the version byte, the applied index
+// (u64), then the state (ControlState.MarshalBinary). A snapshot of the first format, the state
+// alone, starts with the high byte of the master id's length, which is 0 (ids are at most 255
+// bytes), so the two cannot be confused.
+const snapshotVersion = 0xF1
+
 // Snapshot implements raft.FSM.
 func (f *ControlFSM) Snapshot() (raft.FSMSnapshot, error) {
-	return controlSnapshot(f.State().MarshalBinary()), nil
+	f.mu.Lock()
+	b := protocol.AppendU64([]byte{snapshotVersion}, f.index)
+	b = append(b, f.st.MarshalBinary()...)
+	f.mu.Unlock()
+	return controlSnapshot(b), nil
 }
 
 // Restore implements raft.FSM: it replaces the state with a snapshot's.
@@ -71,12 +131,22 @@ func (f *ControlFSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the control-state snapshot: %w", err)
 	}
+	var index uint64
+	if len(b) > 0 && b[0] == snapshotVersion {
+		if len(b) < 9 {
+			return fmt.Errorf("%w: control-state snapshot of %d bytes", ErrBadCommand, len(b))
+		}
+		index = binary.BigEndian.Uint64(b[1:9])
+		b = b[9:]
+	}
 	var st ControlState
 	if err := st.UnmarshalBinary(b); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	f.st = st
+	f.index = index
+	f.advanceLocked(index)
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange(st.clone())

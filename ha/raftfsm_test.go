@@ -99,7 +99,7 @@ func propose(nd *raftNode, c Command) error {
 func TestControlFSMOnRaft(t *testing.T) {
 	nodes := startRaftGroup(t, 3)
 	l := leader(t, nodes)
-	if act, _ := DecideLeader(l.id, l.fsm.State(), nil); act != ActMaster {
+	if act, _ := DecideLeader(l.id, l.fsm.State(), map[string]Candidate{l.id: {KnownConfirmed: -1, Electable: true}}); act != ActMaster {
 		t.Fatalf("first leader's decision %d", act)
 	}
 	if err := propose(l, Command{Kind: CmdNewEpoch, MasterID: l.id, StartOffset: 0}); err != nil {
@@ -134,7 +134,7 @@ func TestControlFSMOnRaft(t *testing.T) {
 		}
 	}
 	nl := leader(t, rest)
-	if act, _ := DecideLeader(nl.id, nl.fsm.State(), nil); act != ActMaster {
+	if act, _ := DecideLeader(nl.id, nl.fsm.State(), map[string]Candidate{nl.id: {KnownConfirmed: -1, Electable: true}}); act != ActMaster {
 		t.Fatalf("new leader %s in the set must act", nl.id)
 	}
 	if err := propose(nl, Command{Kind: CmdNewEpoch, MasterID: nl.id, StartOffset: 4096}); err != nil {

@@ -168,6 +168,30 @@ func (n *RaftNode) LeaderCh() <-chan bool { return n.r.LeaderCh() }
 // State returns the control state this member has applied.
 func (n *RaftNode) State() ControlState { return n.fsm.State() }
 
+// ReadIndex is the leader's half of a read index (the Raft paper's section 6.4): a barrier
+// confirms the leadership through a quorum and applies everything committed before it, then
+// the index of the last command applied is returned with the term. ErrNotLeader on a member
+// that is not the leader.
+func (n *RaftNode) ReadIndex(timeout time.Duration) (index, term uint64, err error) {
+	if n.r.State() != raft.Leader {
+		return 0, 0, ErrNotLeader
+	}
+	term = n.r.CurrentTerm()
+	if err := n.r.Barrier(timeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, 0, fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
+		return 0, 0, err
+	}
+	return n.fsm.AppliedIndex(), term, nil
+}
+
+// WaitApplied waits, at most timeout, until this member has applied the command at index (a
+// read index of the leader) and reports whether it has.
+func (n *RaftNode) WaitApplied(index uint64, timeout time.Duration) bool {
+	return n.fsm.WaitApplied(index, timeout)
+}
+
 // Barrier waits until every entry committed before it is applied here (a new leader calls it
 // before it acts on the state).
 func (n *RaftNode) Barrier(timeout time.Duration) error { return n.r.Barrier(timeout).Error() }

@@ -98,7 +98,7 @@ func TestRaftNodeDurableFailover(t *testing.T) {
 	if err := nl.Barrier(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if act, _ := DecideLeader(nl.cfg.SelfID, nl.State(), nil); act != ActMaster {
+	if act, _ := DecideLeader(nl.cfg.SelfID, nl.State(), map[string]Candidate{nl.cfg.SelfID: {KnownConfirmed: -1, Electable: true}}); act != ActMaster {
 		t.Fatalf("the new leader is in the set and must act: %d", act)
 	}
 	if err := nl.Propose(Command{Kind: CmdNewEpoch, MasterID: nl.cfg.SelfID, StartOffset: 8192}, time.Second); err != nil {

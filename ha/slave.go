@@ -29,6 +29,9 @@ const (
 	dialTimeout = 2 * time.Second
 	// frameMargin is the room for the frame prefix and response header above the body.
 	frameMargin = 64 << 10
+	// divergedWait is how long a slave whose log diverged waits for the broker's decision
+	// (OnOutOfRange, then Kick) before it pulls again.
+	divergedWait = 5 * time.Second
 )
 
 // SlaveConfig configures a Slave. Zero values take the defaults.
@@ -70,10 +73,16 @@ type SlaveConfig struct {
 	// MemberID is the slave's Raft server id in a Raft-elected group ("" with static roles);
 	// every pull carries it.
 	MemberID string
+	// LastEpoch, when set (a Raft-elected group), returns the newest epoch of the slave's log
+	// and where it starts there; every pull carries them, so that the master acknowledges only
+	// a log that is a prefix of its own. Called before every pull from the Slave's goroutine;
+	// it must be cheap.
+	LastEpoch func() (epoch uint32, start int64)
 	// OnOutOfRange, when set (a Raft-elected group), replaces the default answer to an
 	// OUT_OF_RANGE pull (this log is ahead of the master's or diverged: set it aside and copy
 	// the master's): the broker truncates to the last epoch it shares with the master instead.
-	// It gets the master's answer; the link is dropped after it returns.
+	// It gets the master's answer; the link is dropped after it returns, and the slave pulls
+	// again only after a Kick (or divergedWait).
 	OnOutOfRange func(h protocol.HAPullResponse)
 	// OnMasterGone, when set, runs on the Slave's goroutine when the master's process looks gone
 	// rather than silent: its connection closed or its port refused the connection.
@@ -308,6 +317,11 @@ func (s *Slave) run() {
 		case errors.Is(err, errMasterMoved):
 			s.log.Info("master HA address changed; reconnecting", "old", addr, "new", s.cfg.MasterHAAddr())
 			continue
+		case errors.Is(err, errDiverged):
+			// The broker decides what to cut (OnOutOfRange) and kicks the slave when it keeps
+			// the log; pulling again before that would only be refused again.
+			s.sleep(divergedWait)
+			continue
 		case errors.Is(err, ErrBadChunk):
 			s.log.Error("closing the replication link: bad chunk from the master", "master", addr, "err", err)
 		default:
@@ -367,6 +381,10 @@ func (s *Slave) link(addr string) (progressed bool, err error) {
 			WaitMs:     s.cfg.WaitMs,
 			Epoch:      epoch,
 			MemberID:   s.cfg.MemberID,
+		}
+		req.LastEpochStart = -1
+		if s.cfg.LastEpoch != nil {
+			req.LastEpoch, req.LastEpochStart = s.cfg.LastEpoch()
 		}
 		ctx, cancel := context.WithTimeout(linkCtx, timeout)
 		resp, err := conn.Call(ctx, protocol.CodeHAPull, &req, nil)
@@ -463,6 +481,20 @@ func (s *Slave) reset(base int64, keep bool) error {
 	return nil
 }
 
+// RequestLeave asks the master at haAddr (its HA port) to take this slave out of the in-sync set
+// before the slave cuts its log (CodeHALeave), on a connection of its own; it returns once the
+// master no longer counts the slave (in a Raft-elected group, once the set without it is
+// committed), or the master's refusal or the network's error. The caller must have stopped the
+// slave's replication first: a slave that connects again is counted again once caught up.
+func RequestLeave(ctx context.Context, haAddr string, req protocol.HALeaveRequest) error {
+	c, err := rpc.Dial(ctx, haAddr, rpc.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.CallDecode(ctx, protocol.CodeHALeave, &req, nil, nil, nil)
+}
+
 // readResponse decodes and checks an answer to a pull from reqOffset and returns it with the
 // uncompressed chunk (empty unless the result is HAOK with data). Every failure wraps
 // ErrBadChunk. The chunk is body itself or a view of the decoder's buffer (see decode).
@@ -488,7 +520,11 @@ func (d *chunkDecoder) readResponse(reqOffset int64, hdr, body []byte) (protocol
 		if h.Offset < 0 {
 			return h, nil, fmt.Errorf("%w: resync at %d", ErrBadChunk, h.Offset)
 		}
-	case protocol.HAOutOfRange, protocol.HAFenced:
+	case protocol.HAOutOfRange:
+		if h.TruncateTo < -1 || h.TruncateTo >= reqOffset {
+			return h, nil, fmt.Errorf("%w: out of range with a cut at %d for a pull from %d", ErrBadChunk, h.TruncateTo, reqOffset)
+		}
+	case protocol.HAFenced:
 	default:
 		return h, nil, fmt.Errorf("%w: unknown result %d", ErrBadChunk, h.Result)
 	}

@@ -417,6 +417,16 @@ type HAStatus struct {
 	// InSyncReplicas counts the members of the in-sync set, the master included.
 	InSyncReplicas int32
 	Slaves         []SlaveStatus
+	// KnownConfirmed is the highest offset this member knows its group confirmed (held by
+	// every member of the in-sync set when it was confirmed), kept across restarts; -1 when it
+	// knows none. A member whose log ends below it lacks acknowledged messages.
+	KnownConfirmed int64
+	// Electable tells whether this member may become master: its log holds everything it
+	// knows acknowledged and it has not stopped (see Stopped).
+	Electable bool
+	// Stopped, when not empty, says why the member stopped following its group (for example a
+	// second truncation for the same epoch): it replicates nothing until an operator acts.
+	Stopped string
 }
 
 // AppendTo appends the encoded status.
@@ -444,7 +454,9 @@ func (s *HAStatus) AppendTo(dst []byte) []byte {
 		dst = AppendI64(dst, sl.RawBytes)
 		dst = AppendI64(dst, sl.WireBytes)
 	}
-	return dst
+	dst = AppendI64(dst, s.KnownConfirmed)
+	dst = append(dst, boolByte(s.Electable))
+	return AppendString(dst, s.Stopped)
 }
 
 // ReadFrom decodes the status from exactly src.
@@ -476,6 +488,9 @@ func (s *HAStatus) ReadFrom(src []byte) error {
 		sl.RawBytes = r.I64()
 		sl.WireBytes = r.I64()
 	}
+	s.KnownConfirmed = r.I64()
+	s.Electable = r.Bool()
+	s.Stopped = r.Str(maxRemarkLength)
 	return r.Done()
 }
 

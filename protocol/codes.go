@@ -71,9 +71,22 @@ const (
 	// the member to promote, with Force set. A refusal is an error response whose remark says
 	// why (e.g. the member is unknown or not in sync, or the group's roles are static).
 	CodeElectMaster RequestCode = 324
+	// CodeRaftReadIndex asks the Raft leader of a Raft-elected group for a read index (the
+	// Raft paper's section 6.4, etcd-raft's ReadIndex): the leader confirms its leadership with
+	// a barrier through a quorum and answers with the index of the last control command it has
+	// applied (RaftReadIndexRequest -> RaftReadIndexResponse). A member that waits until it has
+	// applied that index itself decides from control state at least as new as the leader's.
+	// Answered with SERVICE_NOT_AVAILABLE by a member that is not the leader.
+	CodeRaftReadIndex RequestCode = 325
 	// CodeHAPull is a slave's replication pull on the master's HA port (HAPullRequest ->
 	// HAPullResponse; body: commit-log bytes, compressed as the response header says).
 	CodeHAPull RequestCode = 330
+	// CodeHALeave is a slave's request on the master's HA port to leave the in-sync set before
+	// its log shrinks (HALeaveRequest -> empty success header): the master stops counting the
+	// slave's acknowledgements and, in a Raft-elected group, commits the set without it, and
+	// answers only then, so that no member of the committed set ever lacks what it
+	// acknowledged.
+	CodeHALeave RequestCode = 331
 )
 
 var requestCodeNames = map[RequestCode]string{
@@ -100,7 +113,9 @@ var requestCodeNames = map[RequestCode]string{
 	CodeGetAllConsumerOffset:   "GET_ALL_CONSUMER_OFFSET",
 	CodeMergeConsumerOffsets:   "MERGE_CONSUMER_OFFSETS",
 	CodeElectMaster:            "ELECT_MASTER",
+	CodeRaftReadIndex:          "RAFT_READ_INDEX",
 	CodeHAPull:                 "HA_PULL",
+	CodeHALeave:                "HA_LEAVE",
 }
 
 // String returns RocketMQ's name of the code, or "REQUEST_CODE(n)".

@@ -556,6 +556,7 @@ var allRequestCodes = map[string]RequestCode{
 	"CodeGetConsumerListByGroup": CodeGetConsumerListByGroup, "CodeGetLogChecksum": CodeGetLogChecksum,
 	"CodeGetHAStatus": CodeGetHAStatus, "CodeGetAllConsumerOffset": CodeGetAllConsumerOffset,
 	"CodeMergeConsumerOffsets": CodeMergeConsumerOffsets, "CodeHAPull": CodeHAPull, "CodeElectMaster": CodeElectMaster,
+	"CodeRaftReadIndex": CodeRaftReadIndex, "CodeHALeave": CodeHALeave,
 }
 
 // constsOfType returns the names of the package-level constants declared with type typ in the

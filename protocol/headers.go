@@ -557,6 +557,79 @@ func (h *ElectMasterResponse) ReadFrom(src []byte) error {
 	return r.Done()
 }
 
+// RaftReadIndexRequest asks the Raft leader of broker group BrokerName for a read index
+// (CodeRaftReadIndex).
+type RaftReadIndexRequest struct {
+	BrokerName string
+}
+
+// AppendTo implements Header.
+func (h *RaftReadIndexRequest) AppendTo(dst []byte) []byte { return AppendString(dst, h.BrokerName) }
+
+// ReadFrom implements Header.
+func (h *RaftReadIndexRequest) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.BrokerName = r.Str(maxNameLength)
+	return r.Done()
+}
+
+// RaftReadIndexResponse answers CodeRaftReadIndex.
+type RaftReadIndexResponse struct {
+	// Index is the Raft log index of the last control command the leader had applied once its
+	// barrier committed: a member holds control state at least as new as the leader's once it
+	// has applied this index.
+	Index uint64
+	// Term is the leader's Raft term.
+	Term uint64
+}
+
+// AppendTo implements Header.
+func (h *RaftReadIndexResponse) AppendTo(dst []byte) []byte {
+	dst = AppendU64(dst, h.Index)
+	return AppendU64(dst, h.Term)
+}
+
+// ReadFrom implements Header.
+func (h *RaftReadIndexResponse) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Index = r.U64()
+	h.Term = r.U64()
+	return r.Done()
+}
+
+// HALeaveRequest asks the master, on its HA port, to take slave SlaveID out of the in-sync set
+// before the slave cuts its log to TruncateTo (CodeHALeave).
+type HALeaveRequest struct {
+	BrokerName string
+	SlaveID    int64
+	// MemberID is the slave's Raft server id ("" in a group with static roles).
+	MemberID string
+	// Epoch is the master epoch the slave follows: a master of another epoch refuses.
+	Epoch uint32
+	// TruncateTo is the offset the slave will cut its log to (for the master's log line).
+	TruncateTo int64
+}
+
+// AppendTo implements Header.
+func (h *HALeaveRequest) AppendTo(dst []byte) []byte {
+	dst = AppendString(dst, h.BrokerName)
+	dst = AppendI64(dst, h.SlaveID)
+	dst = AppendString(dst, h.MemberID)
+	dst = AppendU32(dst, h.Epoch)
+	return AppendI64(dst, h.TruncateTo)
+}
+
+// ReadFrom implements Header.
+func (h *HALeaveRequest) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.BrokerName = r.Str(maxNameLength)
+	h.SlaveID = r.I64()
+	h.MemberID = r.Str(maxNameLength)
+	h.Epoch = r.U32()
+	h.TruncateTo = r.I64()
+	return r.Done()
+}
+
 // HA pull results (HAPullResponse.Result).
 const (
 	// HAOK: the body holds whole batches starting at Offset (empty after a wait with nothing new).
@@ -596,6 +669,13 @@ type HAPullRequest struct {
 	// MemberID is the slave's Raft server id (raftSelfId) in a Raft-elected group, "" in a
 	// group with static roles; the master names the slave by it in the in-sync set it commits.
 	MemberID string
+	// LastEpoch and LastEpochStart are the newest epoch of the slave's log and where it starts
+	// there (0 and -1: the slave keeps no epochs, as in a group with static roles). The master
+	// acknowledges Offset only when the slave's log up to it is a prefix of its own
+	// (Kafka's diverging-epoch check, KIP-320): otherwise it answers HAOutOfRange with the
+	// offset to cut to.
+	LastEpoch      uint32
+	LastEpochStart int64
 }
 
 // AppendTo implements Header.
@@ -607,7 +687,9 @@ func (h *HAPullRequest) AppendTo(dst []byte) []byte {
 	dst = AppendI32(dst, h.MaxBytes)
 	dst = AppendI32(dst, h.WaitMs)
 	dst = AppendU32(dst, h.Epoch)
-	return AppendString(dst, h.MemberID)
+	dst = AppendString(dst, h.MemberID)
+	dst = AppendU32(dst, h.LastEpoch)
+	return AppendI64(dst, h.LastEpochStart)
 }
 
 // ReadFrom implements Header.
@@ -621,6 +703,8 @@ func (h *HAPullRequest) ReadFrom(src []byte) error {
 	h.WaitMs = r.I32()
 	h.Epoch = r.U32()
 	h.MemberID = r.Str(maxNameLength)
+	h.LastEpoch = r.U32()
+	h.LastEpochStart = r.I64()
 	return r.Done()
 }
 
@@ -649,6 +733,10 @@ type HAPullResponse struct {
 	// the replication address learns where to redirect producers and sync offsets. A view: on
 	// the receiving side it is valid only as long as the header's bytes.
 	MasterAddr []byte
+	// TruncateTo, in an HAOutOfRange answer to a pull with LastEpoch set, is where the slave's
+	// log leaves the master's: the slave must cut its log there before it pulls again. -1 when
+	// the master cannot tell (the offset is not a batch boundary, or the slave keeps no epochs).
+	TruncateTo int64
 }
 
 // AppendTo implements Header.
@@ -667,7 +755,8 @@ func (h *HAPullResponse) AppendTo(dst []byte) []byte {
 		addr = nil // not an address; the decoder would refuse it
 	}
 	dst = AppendU16(dst, uint16(len(addr)))
-	return append(dst, addr...)
+	dst = append(dst, addr...)
+	return AppendI64(dst, h.TruncateTo)
 }
 
 // ReadFrom implements Header.
@@ -683,5 +772,6 @@ func (h *HAPullResponse) ReadFrom(src []byte) error {
 	h.Epoch = r.U32()
 	h.MasterLoaded = r.Bool()
 	h.MasterAddr = r.StrView(maxNameLength)
+	h.TruncateTo = r.I64()
 	return r.Done()
 }

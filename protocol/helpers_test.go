@@ -45,10 +45,13 @@ func sampleHeaders() []codec {
 		&ConsumerHeartbeatHeader{ClientID: "10.0.0.1@4242@a1b2", ConsumerGroup: "cg-orders", Topic: "TopicA"},
 		&LogChecksumRequest{From: -1, To: 1 << 30},
 		&LogChecksumResponse{From: 0, To: 1 << 30, Checksum: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
-		&HAPullRequest{BrokerName: "broker-a", SlaveID: 1, SlaveAddr: "127.0.0.1:10921", Offset: 1 << 31, MaxBytes: 1 << 20, WaitMs: 5000, Epoch: 3, MemberID: "b2"},
-		&HAPullResponse{Result: HAOK, Offset: 1 << 31, MasterMin: 0, MasterEnd: 1<<31 + 4096, ConfirmedOffset: 1 << 31, Codec: HACodecS2, RawLength: 4096, Epoch: 3},
+		&HAPullRequest{BrokerName: "broker-a", SlaveID: 1, SlaveAddr: "127.0.0.1:10921", Offset: 1 << 31, MaxBytes: 1 << 20, WaitMs: 5000, Epoch: 3, MemberID: "b2", LastEpoch: 3, LastEpochStart: 1 << 30},
+		&HAPullResponse{Result: HAOK, Offset: 1 << 31, MasterMin: 0, MasterEnd: 1<<31 + 4096, ConfirmedOffset: 1 << 31, Codec: HACodecS2, RawLength: 4096, Epoch: 3, TruncateTo: -1},
 		&ElectMasterRequest{BrokerName: "broker-a", BrokerID: 1, Force: true, BrokerRole: "SYNC_MASTER"},
 		&ElectMasterResponse{BrokerID: 1, MasterAddr: "127.0.0.1:10921", Epoch: 3},
+		&RaftReadIndexRequest{BrokerName: "broker-a"},
+		&RaftReadIndexResponse{Index: 1<<40 + 3, Term: 17},
+		&HALeaveRequest{BrokerName: "broker-a", SlaveID: 2, MemberID: "b2", Epoch: 9, TruncateTo: 1 << 33},
 	}
 }
 
@@ -91,6 +94,12 @@ func newHeader(i int) codec {
 		return new(ElectMasterRequest)
 	case 17:
 		return new(ElectMasterResponse)
+	case 18:
+		return new(RaftReadIndexRequest)
+	case 19:
+		return new(RaftReadIndexResponse)
+	case 20:
+		return new(HALeaveRequest)
 	}
 	panic(fmt.Sprintf("BUG: no header %d", i))
 }
@@ -148,7 +157,8 @@ func sampleOffsetTables() []*ConsumerOffsetTable {
 func sampleHAStatuses() []*HAStatus {
 	return []*HAStatus{
 		{Role: "SLAVE", BrokerID: 2, MasterAddr: "127.0.0.1:10911", MasterHAAddr: "127.0.0.1:10912", MasterEnd: 1 << 30, Connected: true, Slaves: []SlaveStatus{}},
-		{Role: "SYNC_MASTER", Epoch: 4, LogEnd: 1 << 31, ConfirmedOffset: 1 << 31, InSyncReplicas: 2, Slaves: []SlaveStatus{
+		{Role: "SLAVE", BrokerID: 3, KnownConfirmed: 1 << 32, Stopped: "truncated twice for epoch 7", Slaves: []SlaveStatus{}},
+		{Role: "SYNC_MASTER", Epoch: 4, LogEnd: 1 << 31, ConfirmedOffset: 1 << 31, InSyncReplicas: 2, KnownConfirmed: -1, Electable: true, Slaves: []SlaveStatus{
 			{BrokerID: 1, Addr: "127.0.0.1:10921", HAAddr: "127.0.0.1:40122", AckedOffset: 1 << 31, InSync: true, Connected: true, RawBytes: 1 << 31, WireBytes: 1 << 29},
 			{BrokerID: 2, Addr: "127.0.0.1:10931", AckedOffset: 5, LagBytes: 1<<31 - 5, LagMs: 15000},
 		}},

@@ -96,6 +96,14 @@ func headerGens() map[string]*rapid.Generator[codec] {
 		"ElectMasterResponse": c(func(t *rapid.T) codec {
 			return &ElectMasterResponse{BrokerID: rapid.Int64().Draw(t, "id"), MasterAddr: nameGen().Draw(t, "m"), Epoch: rapid.Uint32().Draw(t, "e")}
 		}),
+		"RaftReadIndexRequest": c(func(t *rapid.T) codec { return &RaftReadIndexRequest{BrokerName: nameGen().Draw(t, "b")} }),
+		"RaftReadIndexResponse": c(func(t *rapid.T) codec {
+			return &RaftReadIndexResponse{Index: rapid.Uint64().Draw(t, "i"), Term: rapid.Uint64().Draw(t, "t")}
+		}),
+		"HALeaveRequest": c(func(t *rapid.T) codec {
+			return &HALeaveRequest{BrokerName: nameGen().Draw(t, "b"), SlaveID: rapid.Int64().Draw(t, "id"), MemberID: nameGen().Draw(t, "m"),
+				Epoch: rapid.Uint32().Draw(t, "e"), TruncateTo: rapid.Int64().Draw(t, "to")}
+		}),
 	}
 }
 

@@ -3,6 +3,7 @@
 package ratelog
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -22,6 +23,15 @@ type Limiter struct {
 // Warn logs msg at Warn level unless a line was logged less than Interval ago; a logged line
 // carries "similar_not_logged" with the number skipped since the previous one.
 func (l *Limiter) Warn(log *slog.Logger, msg string, args ...any) {
+	l.log(log, slog.LevelWarn, msg, args)
+}
+
+// Error is Warn at Error level (an alert that repeats while its cause lasts).
+func (l *Limiter) Error(log *slog.Logger, msg string, args ...any) {
+	l.log(log, slog.LevelError, msg, args)
+}
+
+func (l *Limiter) log(log *slog.Logger, level slog.Level, msg string, args []any) {
 	interval := l.Interval
 	if interval <= 0 {
 		interval = time.Second
@@ -39,5 +49,5 @@ func (l *Limiter) Warn(log *slog.Logger, msg string, args ...any) {
 	if skipped > 0 {
 		args = append(args, "similar_not_logged", skipped)
 	}
-	log.Warn(msg, args...)
+	log.Log(context.Background(), level, msg, args...)
 }
