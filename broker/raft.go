@@ -126,15 +126,15 @@ func newRaftMember(b *Broker) (*raftMember, error) {
 		return nil, err
 	}
 	return &raftMember{
-		b:         b,
-		selfID:    b.cfg.RaftSelfID,
-		peers:     peers,
-		epochs:    el,
-		kick:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		confirmed: cm,
-		floor:     b.cfg.BrokerRole == RoleSyncMaster,
-		cuts:      cuts,
+		b:          b,
+		selfID:     b.cfg.RaftSelfID,
+		peers:      peers,
+		epochs:     el,
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		confirmed:  cm,
+		floor:      b.cfg.BrokerRole == RoleSyncMaster,
+		cuts:       cuts,
 		stoppedLog: ratelog.Limiter{Interval: 10 * time.Second},
 	}, nil
 }

@@ -102,10 +102,10 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 		// the slave's connection close until the hold ends; holding at most half the in-sync lag
 		// time lets a slave that died while idle leave the set about haInSyncMaxLagTime later,
 		// not 5 s (ha.DefaultMaxWait) later.
-		MaxWait:        min(ha.DefaultMaxWait, b.cfg.HAInSyncMaxLagTime/2),
-		Logger:         b.log, // ha adds component=ha-master
-		Loaded:         b.loaded.Load,
-		ClientAddr:     b.Addr,
+		MaxWait:          min(ha.DefaultMaxWait, b.cfg.HAInSyncMaxLagTime/2),
+		Logger:           b.log, // ha adds component=ha-master
+		Loaded:           b.loaded.Load,
+		ClientAddr:       b.Addr,
 		CommitSyncSet:    commit,
 		InitialSyncSet:   initial,
 		InitialConfirmed: confirmed,

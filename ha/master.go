@@ -130,9 +130,9 @@ type Master struct {
 	// written under mu (publishLocked).
 	confirmed     atomic.Int64
 	confirmedLive atomic.Bool
-	inSyncN   atomic.Int32
-	connected atomic.Int32
-	reads     atomic.Pointer[[]SlaveRead]
+	inSyncN       atomic.Int32
+	connected     atomic.Int32
+	reads         atomic.Pointer[[]SlaveRead]
 	// clientAddrB caches MasterConfig.ClientAddr once known.
 	clientAddrB atomic.Pointer[[]byte]
 
@@ -188,11 +188,11 @@ type slaveState struct {
 	regressed  bool
 	// leaving: the slave asked to leave the set before cutting its log (CodeHALeave); it stays
 	// out, whatever it acknowledges, until it connects again.
-	leaving bool
-	session uint64 // peer id of its current connection, 0 when none
-	holding    int    // pulls of the slave being held
-	rawBytes   atomic.Int64
-	wireBytes  atomic.Int64
+	leaving   bool
+	session   uint64 // peer id of its current connection, 0 when none
+	holding   int    // pulls of the slave being held
+	rawBytes  atomic.Int64
+	wireBytes atomic.Int64
 }
 
 func (s *slaveState) progressLocked(now time.Time) SlaveProgress {
