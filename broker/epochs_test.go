@@ -1,0 +1,280 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/ha"
+	"github.com/petrel-mq/petrel/protocol"
+)
+
+// openTestStore opens a commit log with the broker's parser and small segments; it is closed at
+// the end of the test.
+func openTestStore(t *testing.T, dir string, segment int64) *commitlog.Store {
+	t.Helper()
+	s := openTestStoreCfg(t, dir, segment)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// openTestStoreCfg opens a commit log with the broker's parser; the caller closes it.
+func openTestStoreCfg(t *testing.T, dir string, segment int64) *commitlog.Store {
+	t.Helper()
+	s, err := commitlog.Open(commitlog.Config{Dir: dir, SegmentSize: segment, Parser: parseStoredBatch, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// appendStamped appends a batch of body to the master's store, stamped with epoch.
+func appendStamped(t *testing.T, s *commitlog.Store, qid int32, epoch uint32, body string) commitlog.AppendResult {
+	t.Helper()
+	b := buildBatch("T", qid, body)
+	res, err := s.Append([]byte("T"), qid, b, 1, 0, func(dst []byte, phys, base, ts int64) {
+		protocol.StampBatch(dst, phys, base, ts, epoch)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// replicate copies the master's log past the slave's end into the slave, chunk by chunk, as a
+// Raft slave does (haLog records the epochs).
+func replicate(t *testing.T, master *commitlog.Store, slave haLog) {
+	t.Helper()
+	for slave.LogEndOffset() < master.LogEndOffset() {
+		from := slave.LogEndOffset()
+		err := master.ReadReplication(from, 1<<20, func(start int64, data []byte) error {
+			if len(data) == 0 {
+				return nil
+			}
+			_, err := slave.AppendReplicated(start, data)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slave.LogEndOffset() == from {
+			t.Fatalf("replication made no progress at %d", from)
+		}
+	}
+}
+
+// TestEpochStartsAtOneOffsetAcrossASegmentRoll: a new master's epoch starts at its log end E;
+// when the epoch's first batch does not fit the rest of the segment it is stored at the next
+// segment's start S > E. The slave must record the epoch at E too (it recorded S, so the group's
+// epoch history and its own disagreed, it cut its log back to E at every restart and copied it
+// again: a loop), and a master that holds the same log finds nothing diverged.
+func TestEpochStartsAtOneOffsetAcrossASegmentRoll(t *testing.T) {
+	const segment = 16 << 10
+	dir := t.TempDir()
+	master := openTestStore(t, filepath.Join(dir, "master"), segment)
+	slaveStore := openTestStore(t, filepath.Join(dir, "slave"), segment)
+	slaveEpochs, err := openEpochLog(filepath.Join(dir, "slave-epochs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave := haLog{s: slaveStore, epochs: slaveEpochs}
+	masterEpochs := []ha.EpochStart{{Epoch: 1, StartOffset: 0}}
+
+	// Epoch 1 fills the first segment almost to its end.
+	body := strings.Repeat("x", 900)
+	for master.LogEndOffset()+int64(2*len(body)) < segment {
+		appendStamped(t, master, 0, 1, body)
+	}
+	replicate(t, master, slave)
+	// A new master takes over at its log end E; its first batch is too big for the rest of the
+	// segment and lands at the next segment's start.
+	e := master.LogEndOffset()
+	masterEpochs = append(masterEpochs, ha.EpochStart{Epoch: 2, StartOffset: e})
+	res := appendStamped(t, master, 1, 2, strings.Repeat("y", 4000))
+	if res.PhysicalOffset != segment {
+		t.Fatalf("the epoch's first batch is at %d, want the next segment's start %d", res.PhysicalOffset, segment)
+	}
+	appendStamped(t, master, 1, 2, "after")
+	replicate(t, master, slave)
+
+	got := slaveEpochs.list()
+	if !slices.Equal(got, masterEpochs) {
+		t.Fatalf("the slave recorded epochs %v, the master %v: an epoch must start at one offset on every member", got, masterEpochs)
+	}
+	end := slaveStore.LogEndOffset()
+	if p := ha.TruncationPoint(got, slaveStore.LogMinOffset(), end, masterEpochs, master.LogEndOffset()); p != end {
+		t.Fatalf("TruncationPoint %d for a slave holding exactly the master's log (end %d): it would cut", p, end)
+	}
+	last, start := slaveEpochs.newest()
+	if p := ha.DivergencePoint(masterEpochs, master.LogEndOffset(), last, start); p < end {
+		t.Fatalf("the master would see the slave diverged at %d (slave end %d)", p, end)
+	}
+	if p := ha.PlanTruncation(ha.TruncationInput{Self: "b2", State: ha.ControlState{MasterID: "b1", Epoch: 2, Epochs: masterEpochs},
+		Mine: got, LogEnd: end, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1}); p.Action != ha.TruncNone {
+		t.Fatalf("plan for an identical log: %+v", p)
+	}
+}
+
+// closedAddrs returns n loopback addresses nothing listens on.
+func closedAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// TestStaleControlStateNeverCuts: a member restarts with a Raft snapshot of epoch 5 (it has not
+// applied the rest of the Raft log yet) while its log and epoch file hold epochs up to 9, and
+// the other members are out of reach. Deciding from that state cut everything since epoch 6
+// (201 MB down to 47 MB in a chaos run). The member must follow the master the state names
+// and cut nothing: its state is not known to be caught up with the leader's, and no master has
+// said its log diverged.
+func TestStaleControlStateNeverCuts(t *testing.T) {
+	dir := t.TempDir()
+	addrs := closedAddrs(t, 6) // Raft b1..b3, then the client and HA addresses of b2 and b3
+	peers := fmt.Sprintf("b1-%s;b2-%s;b3-%s", addrs[0], addrs[1], addrs[2])
+	cfg := haTestConfig(dir, RoleSyncMaster, 1)
+	cfg.EnableRaftHA, cfg.RaftSelfID, cfg.RaftPeers, cfg.MinInSyncReplicas = true, "b1", peers, 2
+
+	// The log: one batch per epoch 1..9, with the epoch file that says so.
+	store := openTestStoreCfg(t, dir, cfg.MappedFileSizeCommitLog)
+	ef, err := ha.OpenEpochFile(filepath.Join(dir, "epochs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []ha.EpochStart
+	for e := uint32(1); e <= 9; e++ {
+		es := ha.EpochStart{Epoch: e, StartOffset: store.LogEndOffset()}
+		all = append(all, es)
+		if err := ef.Append(es); err != nil {
+			t.Fatal(err)
+		}
+		appendStamped(t, store, 0, e, fmt.Sprintf("epoch %d", e))
+	}
+	end := store.LogEndOffset()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The Raft snapshot: the control state as of epoch 5, master b2 (first snapshot format, which
+	// every version reads).
+	st := ha.ControlState{MasterID: "b2", Epoch: 5, Epochs: all[:5], SyncStateSet: []string{"b1", "b2", "b3"},
+		Members: []ha.Member{{ID: "b1", BrokerID: 1}, {ID: "b2", BrokerID: 2, Addr: addrs[3], HAAddr: addrs[4]}, {ID: "b3", BrokerID: 3, Addr: addrs[5]}}}
+	snaps, err := raft.NewFileSnapshotStore(filepath.Join(dir, "raft"), 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("")
+	conf := raft.Configuration{Servers: []raft.Server{
+		{ID: "b1", Address: raft.ServerAddress(addrs[0])}, {ID: "b2", Address: raft.ServerAddress(addrs[1])}, {ID: "b3", Address: raft.ServerAddress(addrs[2])}}}
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 40, 7, conf, 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write(st.MarshalBinary()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := startBroker(t, cfg)
+	defer b.Close()
+	// It follows the master the state names (pulling fails: b2 is not there)...
+	eventuallyWithin(t, 10*time.Second, "the member to follow b2", func() bool {
+		select {
+		case err := <-b.Fatal():
+			t.Fatalf("the member asked for a restart: %v", err)
+		default:
+		}
+		return b.role.Load().slave != nil
+	})
+	// ... and keeps its whole log while it tries.
+	for range 20 {
+		select {
+		case err := <-b.Fatal():
+			t.Fatalf("the member asked for a restart: %v", err)
+		case <-time.After(2 * reconcileInterval):
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "truncate")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a truncation request was written: %v", err)
+	}
+	if got := b.store.LogEndOffset(); got != end {
+		t.Fatalf("log end %d, want %d", got, end)
+	}
+}
+
+// TestOnlyAMasterMovesOffsets: a deposed master (its followers gone, it lost its Raft
+// leadership) and a slave never answer OFFSET_MOVED, which sent consumers back over what they
+// had consumed; they answer "not here" (go to the master). A master still moves an offset past
+// its queue's end back to it.
+func TestOnlyAMasterMovesOffsets(t *testing.T) {
+	bs := raftMembers(t)
+	defer func() {
+		for _, b := range bs {
+			_ = b.Close()
+		}
+	}()
+	m := raftMaster(t, bs)
+	c := dial(t, m.Addr())
+	createTopic(t, c, "moved", 1)
+	for i := range 10 {
+		send(t, c, "moved", 0, fmt.Sprintf("m%d", i))
+	}
+	for _, b := range bs {
+		if b == m {
+			continue
+		}
+		// A slave asked past what it holds, or below it: not here.
+		eventuallyWithin(t, 10*time.Second, "the slave to hold the topic and its messages", func() bool {
+			return b.topics.get([]byte("moved")) != nil && b.store.MaxOffset([]byte("moved"), 0) == 10
+		})
+		sc := dial(t, b.Addr())
+		for _, off := range []int64{50, 10_000} {
+			if h := pullSome(t, sc, "moved", 0, off, 10, 0); h.Result != protocol.PullNotHere {
+				t.Fatalf("a slave answered %v for offset %d, want not-here", h.Result, off)
+			}
+		}
+	}
+	if h := pullSome(t, c, "moved", 0, 50, 10, 0); h.Result != protocol.PullOffsetMoved || h.NextQueueOffset != 10 {
+		t.Fatalf("the master answered %+v for an offset past the queue's end, want offset moved to 10", h)
+	}
+	// The followers go: the master loses its Raft leadership and its role.
+	for _, b := range bs {
+		if b != m {
+			_ = b.Close()
+		}
+	}
+	eventuallyWithin(t, 10*time.Second, "the master to give its role up", func() bool { return m.role.Load().master == nil })
+	for _, off := range []int64{5, 50, 10_000} {
+		h := pullSome(t, c, "moved", 0, off, 10, 0)
+		if h.Result == protocol.PullOffsetMoved {
+			t.Fatalf("a deposed master answered offset moved (to %d) for offset %d", h.NextQueueOffset, off)
+		}
+		if off > 10 && h.Result != protocol.PullNotHere {
+			t.Fatalf("a deposed master answered %v for offset %d, want not-here", h.Result, off)
+		}
+	}
+}
