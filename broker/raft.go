@@ -32,13 +32,16 @@ var ErrRestart = errors.New("broker: restart requested to truncate the log to th
 //
 // The loop reconciles the role with Raft every time leadership or the control state changes
 // (and every reconcileInterval):
-//   - the Raft leader asks ha.DecideLeader: the in-sync member with the longest log acts as
-//     master (Barrier, then a new epoch at its log end, then it accepts writes and registers as
-//     brokerId 0); a leader that should not be master hands leadership over;
+//   - the Raft leader asks ha.DecideLeader: the electable in-sync member with the longest log
+//     acts as master (Barrier, then a new epoch at its log end, then it accepts writes and
+//     registers as brokerId 0); a leader that should not be master hands leadership over;
 //   - a member that is not leader gives up the master role at once (a leader that lost its
 //     quorum steps down within the leader lease, before another can be elected), then follows
-//     the master the control state names, after cutting what that master never had
-//     (TruncationPoint over the epoch starts; the cut happens through a restart).
+//     the master the control state names. That master acknowledges its pulls only while its
+//     log is a prefix of the master's, and otherwise says where it diverged; the member then
+//     cuts its log there (handleDivergence, ha.PlanTruncation: after a read index, never below
+//     what the group confirmed, never twice for one epoch, out of the in-sync set first; the
+//     cut happens through a restart).
 type raftMember struct {
 	b      *Broker
 	selfID string
