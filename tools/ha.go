@@ -12,7 +12,9 @@ import (
 )
 
 // HAStatus prints the replication state of the broker at brokerAddr (mqadmin haStatus -b): its
-// role, brokerId, epoch, log min and end offsets and confirmed offset; a master then lists its
+// role, brokerId, epoch, log min and end offsets and confirmed offset; in a Raft-elected SYNC
+// group the highest confirmed offset the member knows (#KnownConfirmedOffset); whether it may
+// become master (#Electable) and, when it stopped following its group, why (#Stopped); a master then lists its
 // slaves in a table (#BrokerId #Addr #AckedOffset #LagBytes #LagMs #InSync #Connected
 // #Compression, the compression ratio raw/wire as "3.42x", "-" before anything was sent), a
 // slave its master's addresses, the master's end offset as last heard, its own lag and whether
@@ -64,6 +66,13 @@ func WriteHAStatus(w io.Writer, st *protocol.HAStatus) error {
 	kv("LogMinOffset", st.LogMin)
 	kv("LogEndOffset", st.LogEnd)
 	kv("ConfirmedOffset", st.ConfirmedOffset)
+	if st.KnownConfirmed >= 0 {
+		kv("KnownConfirmedOffset", st.KnownConfirmed)
+	}
+	kv("Electable", st.Electable)
+	if st.Stopped != "" {
+		kv("Stopped", st.Stopped)
+	}
 	if st.Role == "SLAVE" || st.BrokerID != 0 {
 		// A slave: its view of the master.
 		kv("MasterAddr", cellOr(st.MasterAddr))
