@@ -278,3 +278,101 @@ func TestOnlyAMasterMovesOffsets(t *testing.T) {
 		}
 	}
 }
+
+// divergedSlave starts a Raft group whose acknowledgements do not wait for slaves (no
+// confirmed-offset floor), writes messages, and returns the group, its master, one slave and an
+// offset of a batch boundary in the slave's log below its end.
+func divergedSlave(t *testing.T) (bs []*Broker, m, s *Broker, point int64) {
+	t.Helper()
+	bs = raftMembers(t, func(c *Config) { c.BrokerRole = RoleAsyncMaster })
+	t.Cleanup(func() {
+		for _, b := range bs {
+			_ = b.Close()
+		}
+	})
+	m = raftMaster(t, bs)
+	c := dial(t, m.Addr())
+	createTopic(t, c, "cut", 1)
+	for i := range 5 {
+		send(t, c, "cut", 0, fmt.Sprintf("a%d", i))
+	}
+	for _, b := range bs {
+		if b != m {
+			s = b
+			break
+		}
+	}
+	eventuallyWithin(t, 10*time.Second, "the slave to hold the first messages", func() bool { return s.store.MaxOffset([]byte("cut"), 0) == 5 })
+	point = s.store.LogEndOffset()
+	for i := range 5 {
+		send(t, c, "cut", 0, fmt.Sprintf("b%d", i))
+	}
+	eventuallyWithin(t, 10*time.Second, "the slave to hold every message", func() bool { return s.store.MaxOffset([]byte("cut"), 0) == 10 })
+	raftMaster(t, bs) // both slaves in the set
+	return bs, m, s, point
+}
+
+// TestDivergedMemberLeavesTheSetBeforeItCuts: a member of the committed in-sync set that must
+// cut its log first stops replicating and has the master take it out of the set (committed
+// through Raft), and only then writes the truncation request and asks for its restart: no
+// acknowledgement relies on a copy being discarded, and no new master can come from it.
+func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
+	_, m, s, point := divergedSlave(t)
+	st := s.raft.node.State()
+	if !slices.Contains(st.SyncStateSet, s.raft.selfID) {
+		t.Fatalf("the slave is not in the set %v", st.SyncStateSet)
+	}
+	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
+	var err error
+	eventuallyWithin(t, 10*time.Second, "the member to ask for its restart", func() bool {
+		select {
+		case err = <-s.Fatal():
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(err, ErrRestart) {
+		t.Fatalf("fatal: %v, want ErrRestart", err)
+	}
+	if set := m.raft.node.State().SyncStateSet; slices.Contains(set, s.raft.selfID) {
+		t.Fatalf("the member asked for its cut while the committed set %v still held it", set)
+	}
+	if n := m.role.Load().master.InSyncCount(); n != 1 {
+		t.Fatalf("the master counts %d slaves after the member left", n)
+	}
+	req, err := os.ReadFile(filepath.Join(s.cfg.StorePathRootDir, "truncate"))
+	if err != nil || strings.TrimSpace(string(req)) != fmt.Sprint(point) {
+		t.Fatalf("truncation request %q (%v), want %d", req, err, point)
+	}
+	if got := s.raft.cuts.last(); got != st.Epoch {
+		t.Fatalf("truncation log's last epoch %d, want %d", got, st.Epoch)
+	}
+}
+
+// TestSecondCutForAnEpochStops: a member that already cut its log for the current epoch and is
+// told to cut again stops following its group and says why, instead of cutting in a loop.
+func TestSecondCutForAnEpochStops(t *testing.T) {
+	_, m, s, point := divergedSlave(t)
+	st := s.raft.node.State()
+	if err := s.raft.cuts.record(st.Epoch, point+1000, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
+	eventuallyWithin(t, 10*time.Second, "the member to stop", func() bool { return s.haStatus().Stopped != "" })
+	hs := s.haStatus()
+	if hs.Electable || !strings.Contains(hs.Stopped, "already cut") {
+		t.Fatalf("status of the stopped member: %+v", hs)
+	}
+	if _, err := os.Stat(filepath.Join(s.cfg.StorePathRootDir, "truncate")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a stopped member wrote a truncation request: %v", err)
+	}
+	select {
+	case err := <-s.Fatal():
+		t.Fatalf("a stopped member asked for a restart: %v", err)
+	default:
+	}
+	if r := s.role.Load(); r.slave != nil || r.master != nil {
+		t.Fatal("a stopped member still replicates")
+	}
+}
