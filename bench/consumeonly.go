@@ -468,8 +468,12 @@ func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string) (*Re
 	res.ConsumedOutside = c.Outside
 	res.Verified = true
 	res.Gaps, res.Duplicated, res.Reordered, res.Corrupted, res.Foreign = c.Gaps, c.Duplicated, c.Reordered, c.Corrupted, c.Foreign
+	res.OffsetMoved, res.OffsetMovedBack = r.cl.offsetMoves()
+	if res.OffsetMovedBack > 0 {
+		problems = append(problems, offsetMovedBackProblem(res.OffsetMovedBack))
+	}
 	res.Problems = problems
-	res.Passed = c.OK()
+	res.Passed = c.OK() && res.OffsetMovedBack == 0
 	if c.Expected == 0 {
 		res.Passed = false
 		res.Problems = append([]string{"the topics' queues hold no message: nothing could be verified"}, res.Problems...)

@@ -156,7 +156,7 @@ func TestRunFakeConsumeOnly(t *testing.T) {
 		t.Fatalf("%s; expected %d consumed %d of %d stored; problems %q", countsOf(res), res.ExpectedMessages, res.MessagesConsumed, stored, res.Problems)
 	}
 	for _, want := range []string{"consume-only: topics [petrel-bench-co-0 petrel-bench-co-1], 6 queue(s) holding", "messages          expected=",
-		"gaps=0 duplicated=0 reordered=0 corrupted=0 " + consumeOnlyVerdictNote + "\n"} {
+		"gaps=0 duplicated=0 reordered=0 corrupted=0 offsetMovedBack=0 " + consumeOnlyVerdictNote + "\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -186,7 +186,7 @@ func TestRunFakeConsumeOnly(t *testing.T) {
 		t.Fatalf("%s; problems %q", countsOf(res), res.Problems)
 	}
 	for _, want := range []string{fmt.Sprintf("never consumed: %d", gapAt), "stored again", "body crc", "consume-only      incomplete", "verification      FAIL",
-		"gaps=1 duplicated=1 reordered=0 corrupted=1 " + consumeOnlyVerdictNote + "\n"} {
+		"gaps=1 duplicated=1 reordered=0 corrupted=1 offsetMovedBack=0 " + consumeOnlyVerdictNote + "\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -132,7 +132,7 @@ func TestReplay(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	if !strings.HasSuffix(stdout, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0\n") {
+	if !strings.HasSuffix(stdout, "final read: master queues=8 messages=500\nlost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0\n") {
 		t.Fatalf("stdout:\n%s", stdout)
 	}
 	var res struct {
@@ -238,7 +238,7 @@ func TestConsumeOnlyAgainstSlave(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "co.json")
 	code, stdout, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "petrel-bench-co-0", "--read-broker-id", "1", "--json", jsonPath)
 	if code != exitOK || !strings.Contains(stdout, "master pulls=0 msgs=0 notHere=0 | slave 1 pulls=") ||
-		!strings.Contains(stdout, "PASS: 2000 of 2000 expected consumed") || !strings.HasSuffix(stdout, "gaps=0 duplicated=0 reordered=0 corrupted=0 (consume-only: no producer record, acknowledged-but-missing messages are not detectable)\n") {
+		!strings.Contains(stdout, "PASS: 2000 of 2000 expected consumed") || !strings.HasSuffix(stdout, "gaps=0 duplicated=0 reordered=0 corrupted=0 offsetMovedBack=0 (consume-only: no producer record, acknowledged-but-missing messages are not detectable)\n") {
 		t.Fatalf("consume-only: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	var res struct {
