@@ -100,9 +100,10 @@ type Result struct {
 	// known (timeout, connection lost after the write).
 	Failed  int64 `json:"failed"`
 	Unknown int64 `json:"unknown"`
-	// The verification counts are (message, subscription) pairs; zero unless Verified. A
-	// consume-only run has no producer record: it counts Gaps instead of Lost, and Phantom,
-	// UnknownDelivered and the like stay 0.
+	// The verification counts are (message, subscription) pairs, plus (message, member) pairs
+	// for what the final read found (see VerifyCounts); zero unless Verified. A consume-only run
+	// has no producer record: it counts Gaps instead of Lost, and Phantom, UnknownDelivered and
+	// the like stay 0.
 	Lost                 int64 `json:"lost"`
 	Gaps                 int64 `json:"gaps"`
 	Duplicated           int64 `json:"duplicated"`

@@ -33,8 +33,9 @@ type Delivery struct {
 }
 
 // VerifyCounts is the verifier's account of a run. Message counts count messages; the problem
-// counts (Lost, Duplicated, ...) count (message, subscription) pairs, since every subscription
-// must receive every message.
+// counts (Lost, Duplicated, ...) count (message, subscription) pairs for what consumption
+// found, since every subscription must receive every message, and (message, member) pairs for
+// what the final read of each member found; Inconsistent counts queue offsets.
 type VerifyCounts struct {
 	// Sent is the number of distinct messages handed to the client (resends not counted);
 	// Resent the number of resends after an unknown outcome.
@@ -174,7 +175,7 @@ type seqPos struct {
 	msg uint64
 }
 
-// check records d, whose identity is id, and returns the producer's previous message when d
+// check records d and returns its producer's previous message in the queue when d
 // does not come after it.
 func (o *producerOrder) check(d *Delivery) (prev uint64, prevSeq int32, back bool) {
 	if d.ProducerID != 0 {

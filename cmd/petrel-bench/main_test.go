@@ -257,6 +257,12 @@ func TestConsumeOnlyAgainstSlave(t *testing.T) {
 		res.ReadBrokerID != 1 || !res.Passed || len(res.ServedBy) != 2 || res.ServedBy[1].Messages != 2000 {
 		t.Fatalf("JSON %+v, %v", res, err)
 	}
+	// A producing run pinned to slave 1: its final read checks the master and slave 1.
+	code, stdout, stderr = run(t.Context(), "-n", ns.Addr(), "--payload-dir", dir, "--verify", "--topic-id", "pinned", "--read-broker-id", "1")
+	if code != exitOK || !strings.HasSuffix(stdout, "final read: master queues=8 messages=2000; slave 1 queues=8 messages=2000\n"+
+		"lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0\n") {
+		t.Fatalf("producing run pinned to slave 1: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
 	code, _, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "nosuch")
 	if code != exitCantRun || !strings.Contains(stderr, "nosuch") {
 		t.Fatalf("missing topic: exit %d, stderr %s", code, stderr)
