@@ -74,8 +74,11 @@ type fakeCluster struct {
 	// test changes what the queues hold after everything was consumed.
 	beforeFinalRead func(c *fakeCluster)
 	finalReads      int // pulls the final read made
-	// slaveQueues, when set, is what slave brokerId 1 holds instead of the master's queues.
+	// slaveQueues, when set, is what slave brokerId 1 holds instead of the master's queues;
+	// slaveBehind is how many of its next final-read pulls slave 1 answers "not here" (it has
+	// not replicated the offset yet), -1 for every one.
 	slaveQueues map[string][][]client.MessageExt
+	slaveBehind int
 }
 
 // fakeSeqKey is one producer's queue.
@@ -158,6 +161,12 @@ func (c *fakeCluster) pull(_ context.Context, addr string, q QueueRef, offset in
 	c.finalReadStartsLocked()
 	c.finalReads++
 	queues := c.queues
+	if addr == "fake:1" && c.slaveBehind != 0 {
+		if c.slaveBehind > 0 {
+			c.slaveBehind--
+		}
+		return &client.PullAnswer{Result: protocol.PullNotHere, NextOffset: offset}, nil
+	}
 	if addr == "fake:1" && c.slaveQueues != nil {
 		queues = c.slaveQueues
 	}

@@ -38,9 +38,10 @@ const (
 // queue's min offset (or the lowest offset this run can have used) to the master's max
 // offset, and hands every message to the Verifier (see verify_final.go). A slave that has not
 // replicated an offset yet, a member that does not answer, or a route that lists no such
-// member is asked again until it answers or nothing has progressed for DrainTimeout; a member
-// that never answered one queue is not waited for again on its other queues. It returns the
-// reason when the cluster cannot be read this way ("" otherwise).
+// member is asked again until it answers or nothing has progressed for DrainTimeout; once the
+// read of a member gave up on one queue, its queues not started yet are not waited for (a
+// member replicates its whole log, not a queue at a time). It returns the reason when the
+// cluster cannot be read this way ("" otherwise).
 func (r *runner) finalRead() string {
 	qr, ok := r.cl.(queueReader)
 	if !ok {
@@ -77,7 +78,7 @@ func (r *runner) finalRead() string {
 	}
 	fmt.Fprintf(r.out, "final read: %d queue(s) on %s\n", len(queues), strings.Join(names, ", "))
 
-	st := &finalReadState{r: r, qr: qr, patience: patience, unreachable: map[memberKey]error{}}
+	st := &finalReadState{r: r, qr: qr, patience: patience, gaveUp: map[memberKey]error{}}
 	jobs := make(chan QueueRef)
 	var wg sync.WaitGroup
 	for range min(finalReadWorkers, len(queues)) {
@@ -116,9 +117,9 @@ type finalReadState struct {
 	qr       queueReader
 	patience time.Duration
 
-	mu sync.Mutex // guards unreachable
-	// unreachable holds the members that never answered a queue's read, with the last error.
-	unreachable map[memberKey]error
+	mu sync.Mutex // guards gaveUp
+	// gaveUp holds the members whose read of some queue gave up, with why.
+	gaveUp map[memberKey]error
 }
 
 // readQueue reads q on member brokerID up to target (-1: the member's max offset when the read
@@ -129,10 +130,10 @@ func (st *finalReadState) readQueue(ctx context.Context, q QueueRef, brokerID in
 	fr := r.v.StartFinalRead(brokerID, q)
 	key := memberKey{q.Broker, brokerID}
 	st.mu.Lock()
-	err, dead := st.unreachable[key]
+	err, gaveUp := st.gaveUp[key]
 	st.mu.Unlock()
-	if dead {
-		fr.Done(0, fmt.Errorf("%s of %s did not answer the read of another queue: %w", memberName(brokerID), q.Broker, err))
+	if gaveUp {
+		fr.Done(0, fmt.Errorf("the read of another queue of %s of %s gave up: %w", memberName(brokerID), q.Broker, err))
 		return 0, false
 	}
 	from := int64(0)
@@ -230,8 +231,11 @@ read:
 			fr.Done(end, nil)
 			return end, true
 		case protocol.PullNotHere:
-			// A slave that has not replicated off yet (or, linked, is at its end while the
-			// master may have more): wait for replication.
+			if off >= target { // a linked slave at its end, which is the master's
+				fr.Done(target, nil)
+				return target, true
+			}
+			// A slave that has not replicated off yet: wait for replication.
 			if !again(fmt.Errorf("%s had not replicated offset %d (its max offset %d, the master's %d)", memberName(brokerID), off, ans.MaxOffset, target)) {
 				break read
 			}
@@ -241,15 +245,13 @@ read:
 			}
 		}
 	}
-	if !bounded {
-		st.mu.Lock()
-		st.unreachable[key] = lastErr
-		st.mu.Unlock()
-	}
 	err = fmt.Errorf("no progress for %v: %w", st.patience, lastErr)
 	if lastErr == nil {
 		err = errors.New("stopped")
 	}
+	st.mu.Lock()
+	st.gaveUp[key] = err
+	st.mu.Unlock()
 	fr.Done(off, err)
 	return off, bounded
 }

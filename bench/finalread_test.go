@@ -115,6 +115,31 @@ func TestRunFakeFinalReadOfASlave(t *testing.T) {
 	}
 }
 
+// TestRunFakeFinalReadSlaveCatchingUp: a slave that answers "not here" (it has not replicated
+// the offset yet) is asked again until it has; one that never catches up leaves its queues
+// incomplete and its messages unchecked, which fails the run.
+func TestRunFakeFinalReadSlaveCatchingUp(t *testing.T) {
+	fc := newFakeCluster(nil)
+	fc.slaves = 1
+	fc.beforeFinalRead = func(c *fakeCluster) { c.slaveBehind = 10 }
+	res, _ := runFakeVerified(t, fc, func(c *Config) { c.SetReadBrokerID(1) })
+	if !res.OK() || len(res.FinalRead) != 2 || res.FinalRead[1].Queues != 6 || res.FinalRead[1].Messages != res.MessagesAcked || fc.slaveBehind != 0 {
+		t.Fatalf("%s; final read %+v; problems %q", countsOf(res), res.FinalRead, res.Problems)
+	}
+
+	fc = newFakeCluster(nil)
+	fc.slaves = 1
+	fc.beforeFinalRead = func(c *fakeCluster) { c.slaveBehind = -1 }
+	res, _ = runFakeVerified(t, fc, func(c *Config) {
+		c.SetReadBrokerID(1)
+		c.DrainTimeout = 100 * time.Millisecond
+	})
+	if res.OK() || res.Lost != 0 || len(res.FinalRead) != 2 || res.FinalRead[1].Incomplete != 6 || res.FinalRead[1].Unchecked != res.MessagesAcked ||
+		!strings.Contains(res.Problems[0], "slave 1 had not replicated offset 0") {
+		t.Fatalf("%s; final read %+v; problems %q", countsOf(res), res.FinalRead, res.Problems)
+	}
+}
+
 // TestRunFakeFinalReadUnreachableSlave: a member the route does not list is not read: its
 // acknowledged messages are unchecked, which fails the run, and its queues are not waited for
 // one by one.
