@@ -53,14 +53,13 @@ type finalMember struct {
 
 // finalQueue is the final read of one queue on one member.
 type finalQueue struct {
-	bounded  bool  // Bounds was called
-	min      int64 // the member's min offset
-	from     int64 // the first offset read
-	done     bool
-	end      int64 // Done's offset
-	err      error // why the read stopped early
-	order    producerOrder
-	messages int64
+	bounded bool  // Bounds was called
+	min     int64 // the member's min offset
+	from    int64 // the first offset read
+	done    bool
+	end     int64 // Done's offset
+	err     error // why the read stopped early
+	order   producerOrder
 }
 
 // FinalReader is the final read of one queue on one member, made by StartFinalRead. One
@@ -161,7 +160,6 @@ func onMember(brokerID int64) string {
 func (v *Verifier) finalReadLocked(fr *FinalReader, d *Delivery) {
 	m := v.final[fr.slot]
 	m.counts.Messages++
-	fr.fq.messages++
 	qi, on := fr.qi, onMember(m.brokerID)
 	id := &d.ID
 	if d.IDErr != nil || id.Run != v.run {
