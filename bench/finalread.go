@@ -76,7 +76,8 @@ func (r *runner) finalRead() string {
 	for i, id := range members {
 		names[i] = memberName(id)
 	}
-	fmt.Fprintf(r.out, "final read: %d queue(s) on %s\n", len(queues), strings.Join(names, ", "))
+	// NB: "final read:" starts the summary's line only, for scripts to grep.
+	fmt.Fprintf(r.out, "final read of %d queue(s) on %s ...\n", len(queues), strings.Join(names, ", "))
 
 	st := &finalReadState{r: r, qr: qr, patience: patience, gaveUp: map[memberKey]error{}}
 	jobs := make(chan QueueRef)
@@ -101,7 +102,7 @@ func (r *runner) finalRead() string {
 	}
 	close(jobs)
 	wg.Wait()
-	fmt.Fprintf(r.out, "final read: done in %.1fs\n", time.Since(start).Seconds())
+	fmt.Fprintf(r.out, "final read done in %.1fs\n", time.Since(start).Seconds())
 	return ""
 }
 

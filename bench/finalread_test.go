@@ -110,7 +110,7 @@ func TestRunFakeFinalReadOfASlave(t *testing.T) {
 	if last := lastLines(out, 2); last[0] != want {
 		t.Fatalf("summary ends with %q, want %q", last, want)
 	}
-	if !strings.Contains(out, "final read: 6 queue(s) on master, slave 1\n") {
+	if !strings.Contains(out, "final read of 6 queue(s) on master, slave 1 ...\n") || strings.Count(out, "\nfinal read:") != 1 {
 		t.Fatal("no final read announcement")
 	}
 }
