@@ -35,8 +35,11 @@ type coQueue struct {
 	// consumed + 1 (min before the first).
 	distinct int64
 	frontier int64
-	// lastSeq is each producer's last first-attempt sequence number in the queue.
-	lastSeq map[producerKey]uint64
+	// lastSeq is each client producer's last message in the queue (by ProducerID), lastBench
+	// each bench producer's last first-attempt sequence number for messages without a client
+	// producer id.
+	lastSeq   map[int64]seqPos
+	lastBench map[producerKey]uint64
 }
 
 // producerKey names one producer of one bench run.
@@ -110,7 +113,8 @@ func newConsumeChecker(bounds []queueBound) (*consumeChecker, error) {
 		if _, dup := k.queues[b.q]; dup {
 			return nil, fmt.Errorf("queue %s listed twice", b.q)
 		}
-		q := &coQueue{ref: b.q, min: b.min, max: b.max, frontier: b.min, seen: make([]uint64, (span+63)/64), lastSeq: map[producerKey]uint64{}}
+		q := &coQueue{ref: b.q, min: b.min, max: b.max, frontier: b.min, seen: make([]uint64, (span+63)/64),
+			lastSeq: map[int64]seqPos{}, lastBench: map[producerKey]uint64{}}
 		k.queues[b.q] = q
 		k.order = append(k.order, q)
 		k.c.Expected += span
@@ -200,12 +204,26 @@ func (k *consumeChecker) consumedLocked(d *Delivery) {
 		}
 		bits[w] |= bit
 	}
-	if q != nil && id.Attempt == 0 {
-		if last, ok := q.lastSeq[pk]; ok && id.Seq < last {
+	switch {
+	case q == nil:
+	case d.ProducerID != 0:
+		// The client numbers what a producer sends to each queue: a batch retried on another
+		// broker group after newer ones went to that group's queue comes after them, rightly.
+		// Without a producer record every message is checked, resends (numbered when sent)
+		// and unknown outcomes included.
+		if last, ok := q.lastSeq[d.ProducerID]; ok && d.Sequence <= last.seq {
+			k.c.Reordered++
+			k.problemLocked("reordered: %s offset %d: run %x producer %d message %d (sequence %d in the queue) after message %d (sequence %d)",
+				d.Queue, d.Offset, id.Run, id.Producer, id.Seq, d.Sequence, last.msg, last.seq)
+		} else {
+			q.lastSeq[d.ProducerID] = seqPos{d.Sequence, id.Seq}
+		}
+	case id.Attempt == 0:
+		if last, ok := q.lastBench[pk]; ok && id.Seq < last {
 			k.c.Reordered++
 			k.problemLocked("reordered: %s offset %d: run %x producer %d message %d after message %d", d.Queue, d.Offset, id.Run, id.Producer, id.Seq, last)
 		} else {
-			q.lastSeq[pk] = id.Seq
+			q.lastBench[pk] = id.Seq
 		}
 	}
 }
@@ -411,12 +429,14 @@ func (r *runner) consumeOnlyHandler(chk *consumeChecker) client.Handler {
 			id, err := ParseIdentity(m.Properties)
 			bytes += int64(len(m.Body))
 			*ds = append(*ds, Delivery{
-				Queue:    QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
-				Offset:   m.QueueOffset,
-				ID:       id,
-				IDErr:    err,
-				BodyCRC:  bodyCRC(m.Body),
-				BodySize: len(m.Body),
+				Queue:      QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
+				Offset:     m.QueueOffset,
+				ID:         id,
+				IDErr:      err,
+				BodyCRC:    bodyCRC(m.Body),
+				BodySize:   len(m.Body),
+				ProducerID: m.ProducerID,
+				Sequence:   m.Sequence,
 			})
 		}
 		chk.consumed(*ds)
@@ -468,8 +488,12 @@ func (r *runner) finishConsumeOnly(chk *consumeChecker, clusterDesc string) (*Re
 	res.ConsumedOutside = c.Outside
 	res.Verified = true
 	res.Gaps, res.Duplicated, res.Reordered, res.Corrupted, res.Foreign = c.Gaps, c.Duplicated, c.Reordered, c.Corrupted, c.Foreign
+	res.OffsetMoved, res.OffsetMovedBack = r.cl.offsetMoves()
+	if res.OffsetMovedBack > 0 {
+		problems = append(problems, offsetMovedBackProblem(res.OffsetMovedBack))
+	}
 	res.Problems = problems
-	res.Passed = c.OK()
+	res.Passed = c.OK() && res.OffsetMovedBack == 0
 	if c.Expected == 0 {
 		res.Passed = false
 		res.Problems = append([]string{"the topics' queues hold no message: nothing could be verified"}, res.Problems...)

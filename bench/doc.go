@@ -56,36 +56,69 @@
 // or Duration passed, and checks without a producer record (consumeonly.go): each bench
 // message's body CRC against its identity (corrupted; a message without a bench identity is
 // foreign), each queue's offsets contiguous and delivered once (gaps, duplicated, reordered),
-// no send attempt stored at two positions (duplicated), and a producer's sequence never going
-// backwards in a queue (reordered). Without a producer record it cannot tell an acknowledged
+// no send attempt stored at two positions (duplicated), and a producer's messages in a queue
+// in the order it sent them there (reordered: by the client's per-queue Sequence, every
+// message, since without a producer record the acknowledged ones are not known; by the bench
+// sequence number, first attempts, for messages without a client producer id). Without a producer record it cannot tell an acknowledged
 // message missing altogether: its summary ends with "gaps=0 duplicated=0 reordered=0
-// corrupted=0 (consume-only: ...)", not lost=. Together with ReadBrokerID it shows that a slave
+// corrupted=0 offsetMovedBack=0 (consume-only: ...)", not lost=. Together with ReadBrokerID it shows that a slave
 // alone holds every message.
 //
 // # Verification
 //
 // Every message carries an Identity property: run id, producer id, sequence number, send
-// attempt, CRC32C of the body and send time. With Verify, producers register every message's
-// CRC and size with the Verifier before sending it and report its outcome (acknowledged with
-// its queue and offset, failed definitely, or unknown: client.ErrUnknownOutcome); consumers
-// report what they receive. The Verifier keeps about 24 bytes plus one byte per subscription
-// per message, never a body. At the end it counts, per subscription:
+// attempt, CRC32C of the body and send time; and every batch the client producer's id and its
+// per-queue sequence (client.MessageExt's ProducerID and Sequence: the producer numbers what
+// it sends to each queue, in the order it sends it there). With Verify, producers register
+// every message's CRC and size with the Verifier before sending it and report its outcome
+// (acknowledged with its queue and offset, failed definitely, or unknown:
+// client.ErrUnknownOutcome); consumers report what they receive. The Verifier keeps about 24
+// bytes plus one byte per subscription per message, and 8 bytes per queue offset (which
+// message each offset was first named for), never a body.
 //
-//	lost                 acknowledged, never consumed
+// Once the run has drained, the final read (finalread.go, Jepsen's final read) reads every
+// queue of the run's topics from its min offset to its max offset, independently of the
+// consumers' committed offsets (client.Admin.Pull), on each group's master and, with
+// ReadBrokerID N > 0, on member N of each group up to the master's max offset (a slave that
+// has not replicated an offset yet is asked again until it has, or nothing progressed for
+// DrainTimeout). It sees what consumption cannot: an acknowledged message consumed, then gone
+// from the log, its offset handed to a newer message. The Verifier counts, per subscription
+// for consumption and per member read for the final read:
+//
+//	lost                 acknowledged, never consumed; or not found by the final read at its
+//	                     acknowledged queue offset (another message there, or the member's
+//	                     queue ends before it or starts after it)
 //	duplicated           the same send attempt consumed twice
-//	reordered            a queue offset not above the previous one, or a producer's sequence
-//	                     going backwards within a queue
+//	reordered            in a consumer's stream of a queue, an offset not above the previous
+//	                     one; or, within a queue, a producer's acknowledged messages not in
+//	                     the order it sent them to that queue (their Sequence not increasing),
+//	                     as consumed or as the final read finds them. A batch the client
+//	                     retried on another broker group after sending newer messages to that
+//	                     group's queue comes after them, rightly. Messages with an unknown
+//	                     outcome are not order-checked; messages without a producer id (NATS)
+//	                     are ordered by their bench sequence number, first attempts only
 //	corrupted            body CRC or size mismatch, an identity this run never sent, consumed
 //	                     at another queue position than acknowledged, or a batch the consumer
-//	                     rejected (a message without a bench identity, in a batch that passed
-//	                     its CRC check, is foreign: not the bench's, ignored)
-//	phantom              consumed although its send failed definitely
+//	                     or the final read rejected (a message without a bench identity, in a
+//	                     batch that passed its CRC check, is foreign: not the bench's, ignored)
+//	phantom              consumed, or found by the final read, although its send failed
+//	                     definitely
+//	inconsistent         a queue offset named for two different messages: by two
+//	                     acknowledgements, an acknowledgement and a consumption, two
+//	                     consumptions, or any of them and a member's final read (two members
+//	                     disagreeing included); each offset counts once
+//	offsetMovedBack      a consumer's position moved backwards by an OFFSET_MOVED answer
+//	                     (client.ConsumerStats): the broker gave up offsets it had served
 //	unknownDelivered     consumed after an unknown outcome (fine)
 //	duplicatedAfterRetry consumed once per attempt after a resend (RetryUnknown; fine)
+//	offsetMoved          OFFSET_MOVED answers followed, any direction (retention; informational)
 //
-// Result.OK is false when any of the first five is non-zero; petrel-bench then exits 1.
-// Sends that fail (definitely or with an unknown outcome) are counted and the run goes on, so a
-// run survives a broker restart.
+// Result.OK is false when any of the first seven is non-zero, or when the final read could not
+// check every acknowledged message (a member that did not answer, a slave that did not catch
+// up: the summary says which queues); petrel-bench then exits 1. A backwards offset move fails
+// a run without Verify too. Sends that fail (definitely or with an unknown outcome) are
+// counted and the run goes on, so a run survives a broker restart. The NATS driver has no
+// final read (a stream cannot be read on one replica alone): its summary says so.
 //
 // # Failover timeline
 //
@@ -109,7 +142,10 @@
 //
 // A progress line per interval (publish and consume rates, backlog, publish latency p50/p99/max,
 // end-to-end p50/p99), a human-readable summary whose last line is
-// "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean verified run, and
+// "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0" on
+// a clean verified run, after the final read's line ("final read: master queues=16
+// messages=16000; slave 1 queues=16 messages=16000": per member read, the queues read
+// completely and the messages read, with incomplete= and unchecked= when some were not), and
 // optionally the Result as JSON: OMB's TestResult fields (latencies in ms, publish delay in µs)
 // followed by Petrel's counts. Package bench/chart (petrel-bench chart) draws such results, and
 // OMB's own, as charts.

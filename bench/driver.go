@@ -37,6 +37,9 @@ type cluster interface {
 	newConsumer(group, topic string) (consumer, error)
 	// corruptBatches returns the batches consumers rejected for a bad CRC or structure.
 	corruptBatches() int64
+	// offsetMoves sums, over every consumer made, the OFFSET_MOVED answers followed and those
+	// that moved a consumer's position backwards (client.ConsumerStats).
+	offsetMoves() (moved, back int64)
 	// servedBy sums, over every consumer made, what each member of the broker groups served
 	// (by brokerId: 0 the master, > 0 a slave); nil when the cluster cannot tell.
 	servedBy() map[int64]client.ServedCount
@@ -197,6 +200,41 @@ func (c *petrelCluster) corruptBatches() int64 {
 		n += co.Stats().CorruptBatches
 	}
 	return n
+}
+
+func (c *petrelCluster) offsetMoves() (moved, back int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, co := range c.consumers {
+		st := co.Stats()
+		moved += st.OffsetMoved
+		back += st.OffsetMovedBack
+	}
+	return moved, back
+}
+
+func (c *petrelCluster) memberAddr(ctx context.Context, topic, group string, brokerID int64) (string, error) {
+	route, err := c.admin.TopicRoute(ctx, topic)
+	if err != nil {
+		return "", fmt.Errorf("cannot get the route of %s: %w", topic, err)
+	}
+	for i := range route.BrokerDatas {
+		bd := &route.BrokerDatas[i]
+		if bd.BrokerName != group {
+			continue
+		}
+		for _, a := range bd.Addrs {
+			if a.BrokerID == brokerID {
+				return a.Addr, nil
+			}
+		}
+		return "", fmt.Errorf("the route of %s lists no member with brokerId %d in broker group %s (live: %v)", topic, brokerID, group, bd.Addrs)
+	}
+	return "", fmt.Errorf("the route of %s lists no broker group %s", topic, group)
+}
+
+func (c *petrelCluster) pull(ctx context.Context, addr string, q QueueRef, offset int64, max int32) (*client.PullAnswer, error) {
+	return c.admin.Pull(ctx, addr, client.MessageQueue{Topic: q.Topic, BrokerName: q.Broker, QueueID: q.QueueID}, offset, max)
 }
 
 func (c *petrelCluster) servedBy() map[int64]client.ServedCount {

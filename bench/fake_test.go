@@ -64,6 +64,28 @@ type fakeCluster struct {
 	failoverAt    int
 	failoverPause time.Duration
 	resumeAt      time.Time
+	// producers numbers the producers made (each stamps its id, from 1, on what it stores) and
+	// seqs is each producer's next Sequence per queue, as the client's.
+	producers int64
+	seqs      map[fakeSeqKey]int32
+	// moved and movedBack are what offsetMoves reports.
+	moved, movedBack int64
+	// beforeFinalRead, when set, runs once (under mu) at the final read's first request: the
+	// test changes what the queues hold after everything was consumed.
+	beforeFinalRead func(c *fakeCluster)
+	finalReads      int // pulls the final read made
+	// slaveQueues, when set, is what slave brokerId 1 holds instead of the master's queues;
+	// slaveBehind is how many of its next final-read pulls slave 1 answers "not here" (it has
+	// not replicated the offset yet), -1 for every one.
+	slaveQueues map[string][][]client.MessageExt
+	slaveBehind int
+}
+
+// fakeSeqKey is one producer's queue.
+type fakeSeqKey struct {
+	producer int64
+	topic    string
+	queue    int
 }
 
 // fakeAddr is the address of the fake's broker before a failover; fakeAddrAfter after it.
@@ -73,7 +95,7 @@ const (
 )
 
 func newFakeCluster(f func(n int, attempt uint8) fault) *fakeCluster {
-	return &fakeCluster{queues: map[string][][]client.MessageExt{}, changed: make(chan struct{}), fault: f, rr: map[string]int{}}
+	return &fakeCluster{queues: map[string][][]client.MessageExt{}, changed: make(chan struct{}), fault: f, rr: map[string]int{}, seqs: map[fakeSeqKey]int32{}}
 }
 
 func (c *fakeCluster) createTopic(_ context.Context, topic string, queues int) error {
@@ -86,7 +108,11 @@ func (c *fakeCluster) createTopic(_ context.Context, topic string, queues int) e
 }
 
 func (c *fakeCluster) newProducer() (producer, error) {
-	p := &fakeProducer{c: c, cbs: make(chan func(), 1<<16), done: make(chan struct{})}
+	c.mu.Lock()
+	c.producers++
+	id := c.producers
+	c.mu.Unlock()
+	p := &fakeProducer{c: c, id: id, cbs: make(chan func(), 1<<16), done: make(chan struct{})}
 	go p.run()
 	return p, nil
 }
@@ -97,6 +123,82 @@ func (c *fakeCluster) newConsumer(group, topic string) (consumer, error) {
 
 func (c *fakeCluster) corruptBatches() int64 { return 0 }
 func (c *fakeCluster) close() error          { return nil }
+
+func (c *fakeCluster) offsetMoves() (moved, back int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.moved, c.movedBack
+}
+
+// memberAddr knows the master, fake:0 (or haMaster), and slaves fake:1..fake:<slaves>.
+func (c *fakeCluster) memberAddr(_ context.Context, topic, group string, brokerID int64) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.finalReadStartsLocked()
+	switch {
+	case group != "fake":
+		return "", fmt.Errorf("no broker group %s", group)
+	case brokerID == 0 && c.haMaster != "":
+		return c.haMaster, nil
+	case brokerID < 0 || brokerID > int64(c.slaves):
+		return "", fmt.Errorf("broker group fake has no member %d", brokerID)
+	}
+	return fmt.Sprintf("fake:%d", brokerID), nil
+}
+
+func (c *fakeCluster) finalReadStartsLocked() {
+	if f := c.beforeFinalRead; f != nil {
+		c.beforeFinalRead = nil
+		f(c)
+	}
+}
+
+// pull answers as a broker holding the fake's queues: every member holds the same, but slave
+// 1 holds slaveQueues when set.
+func (c *fakeCluster) pull(_ context.Context, addr string, q QueueRef, offset int64, n int32) (*client.PullAnswer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.finalReadStartsLocked()
+	c.finalReads++
+	queues := c.queues
+	if addr == "fake:1" && c.slaveBehind != 0 {
+		if c.slaveBehind > 0 {
+			c.slaveBehind--
+		}
+		return &client.PullAnswer{Result: protocol.PullNotHere, NextOffset: offset}, nil
+	}
+	if addr == "fake:1" && c.slaveQueues != nil {
+		queues = c.slaveQueues
+	}
+	qs, ok := queues[q.Topic]
+	if !ok || q.Broker != "fake" || int(q.QueueID) >= len(qs) {
+		return nil, client.ErrTopicNotExist
+	}
+	msgs := qs[q.QueueID]
+	ans := &client.PullAnswer{}
+	if len(msgs) > 0 {
+		ans.MinOffset, ans.MaxOffset = msgs[0].QueueOffset, msgs[len(msgs)-1].QueueOffset+1
+	}
+	ans.NextOffset = offset
+	switch {
+	case offset < ans.MinOffset || offset > ans.MaxOffset:
+		ans.Result = protocol.PullOffsetMoved
+		ans.NextOffset = min(ans.MaxOffset, max(ans.MinOffset, offset))
+	case offset == ans.MaxOffset:
+		ans.Result = protocol.PullNoNewMessage
+	default:
+		ans.Result = protocol.PullFound
+		for _, m := range msgs[offset-ans.MinOffset:] {
+			if len(ans.Messages) == int(n) {
+				break
+			}
+			m.BrokerAddr, m.BrokerID = addr, -1
+			ans.Messages = append(ans.Messages, m)
+		}
+		ans.NextOffset = ans.Messages[len(ans.Messages)-1].QueueOffset + 1
+	}
+	return ans, nil
+}
 
 func (c *fakeCluster) servedBy() map[int64]client.ServedCount {
 	c.mu.Lock()
@@ -154,7 +256,7 @@ func (c *fakeCluster) queueBounds(_ context.Context, topic string) ([]queueBound
 
 // store decides a send's fate and stores it. It returns the result for the callback, and
 // refused when SendAsync must fail.
-func (c *fakeCluster) store(m *client.Message) (res client.SendResult, err error, refused bool) {
+func (c *fakeCluster) store(producer int64, m *client.Message) (res client.SendResult, err error, refused bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	addr := fakeAddr
@@ -196,7 +298,10 @@ func (c *fakeCluster) store(m *client.Message) (res client.SendResult, err error
 		qid = c.rr[m.Topic] % len(qs)
 		c.rr[m.Topic]++
 	}
-	ext := client.MessageExt{Topic: m.Topic, BrokerName: "fake", QueueID: int32(qid), Properties: props, Body: bytes.Clone(m.Body), BrokerAddr: addr}
+	sk := fakeSeqKey{producer, m.Topic, qid}
+	ext := client.MessageExt{Topic: m.Topic, BrokerName: "fake", QueueID: int32(qid), Properties: props, Body: bytes.Clone(m.Body), BrokerAddr: addr,
+		ProducerID: producer, Sequence: c.seqs[sk]}
+	c.seqs[sk]++
 	q := &qs[qid]
 	add := func(e client.MessageExt) int64 {
 		e.QueueOffset = int64(len(*q))
@@ -232,6 +337,7 @@ func (c *fakeCluster) store(m *client.Message) (res client.SendResult, err error
 
 type fakeProducer struct {
 	c    *fakeCluster
+	id   int64 // the client producer id it stamps
 	cbs  chan func()
 	done chan struct{}
 	// pending counts the callbacks not run yet; an atomic, so the callbacks never wait for a
@@ -258,7 +364,7 @@ func (p *fakeProducer) SendAsync(ctx context.Context, m *client.Message, cb func
 	if p.closed {
 		return client.ErrProducerClosed
 	}
-	res, err, refused := p.c.store(m)
+	res, err, refused := p.c.store(p.id, m)
 	if refused {
 		return err
 	}
@@ -277,7 +383,7 @@ func (p *fakeProducer) SendSync(ctx context.Context, m *client.Message) (client.
 	if closed {
 		return client.SendResult{}, client.ErrProducerClosed
 	}
-	res, err, refused := p.c.store(m)
+	res, err, refused := p.c.store(p.id, m)
 	if refused && err == nil {
 		err = errors.New("refused")
 	}

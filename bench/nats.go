@@ -168,6 +168,9 @@ func (c *natsCluster) newConsumer(group, topic string) (consumer, error) {
 
 func (c *natsCluster) corruptBatches() int64 { return 0 }
 
+// offsetMoves returns none: a durable consumer's position is the server's.
+func (c *natsCluster) offsetMoves() (moved, back int64) { return 0, 0 }
+
 func (c *natsCluster) servedBy() map[int64]client.ServedCount {
 	return map[int64]client.ServedCount{0: {Pulls: c.pulls.Load(), Messages: c.delivered.Load()}}
 }

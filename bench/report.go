@@ -100,9 +100,10 @@ type Result struct {
 	// known (timeout, connection lost after the write).
 	Failed  int64 `json:"failed"`
 	Unknown int64 `json:"unknown"`
-	// The verification counts are (message, subscription) pairs; zero unless Verified. A
-	// consume-only run has no producer record: it counts Gaps instead of Lost, and Phantom,
-	// UnknownDelivered and the like stay 0.
+	// The verification counts are (message, subscription) pairs, plus (message, member) pairs
+	// for what the final read found (see VerifyCounts); zero unless Verified. A consume-only run
+	// has no producer record: it counts Gaps instead of Lost, and Phantom, UnknownDelivered and
+	// the like stay 0.
 	Lost                 int64 `json:"lost"`
 	Gaps                 int64 `json:"gaps"`
 	Duplicated           int64 `json:"duplicated"`
@@ -113,9 +114,23 @@ type Result struct {
 	UnknownDelivered     int64 `json:"unknownDelivered"`
 	Resent               int64 `json:"resent"`
 	Foreign              int64 `json:"foreign"`
+	// Inconsistent counts the queue offsets named for two different messages (see
+	// VerifyCounts).
+	Inconsistent int64 `json:"inconsistent"`
+	// OffsetMoved counts the OFFSET_MOVED answers the consumers followed, OffsetMovedBack those
+	// that moved a consumer's position backwards (the broker gave up offsets it had served):
+	// any fails the run, verified or not.
+	OffsetMoved     int64 `json:"offsetMoved"`
+	OffsetMovedBack int64 `json:"offsetMovedBack"`
+	// FinalRead is the final read's account of each member read (the master, then the slave
+	// reads were pinned to): queues and messages read and the problems found; empty without
+	// --verify. FinalReadNote says why a verified run had no final read (the NATS driver).
+	FinalRead     []FinalReadMember `json:"finalRead"`
+	FinalReadNote string            `json:"finalReadNote,omitempty"`
 	// Verified says the run checked every message (--verify); Passed that the verification
-	// found no error and had something to check: a run in which no message was acknowledged
-	// fails (Passed is always true without --verify).
+	// found no error and had something to check: a run in which no message was acknowledged,
+	// or whose final read could not check every acknowledged message, fails. Without --verify
+	// Passed is true unless a consumer's offset moved backwards.
 	Verified bool     `json:"verified"`
 	Passed   bool     `json:"passed"`
 	Problems []string `json:"problems,omitempty"`
@@ -207,6 +222,7 @@ func newResult() *Result {
 		AggregatedEndToEndLatencyQuantiles: Quantiles{},
 		TopicNames:                         []string{}, ConsumerGroups: []string{},
 		ServedBy: []ServedBy{}, Replication: []SlaveReplication{}, ReadBrokerID: -1, Failovers: []FailoverEvent{},
+		FinalRead: []FinalReadMember{},
 	}
 }
 
@@ -324,14 +340,25 @@ func (r *Result) setVerification(c VerifyCounts, problems []string) {
 	r.Resent = c.Resent
 	r.Failed = c.Failed
 	r.Unknown = c.Unknown
+	r.Inconsistent = c.Inconsistent
+	r.OffsetMoved = c.OffsetMoved
+	r.OffsetMovedBack = c.OffsetMovedBack
 	r.Problems = problems
-	r.Passed = c.OK()
+	r.Passed = c.OK() && c.FinalReadUnchecked == 0
+	if c.OffsetMovedBack > 0 {
+		r.Problems = append(r.Problems, offsetMovedBackProblem(c.OffsetMovedBack))
+	}
 	if c.Acked == 0 {
 		// Nothing lost out of nothing stored is no pass: the run verified nothing.
 		r.Passed = false
 		r.Problems = append([]string{fmt.Sprintf("no message was acknowledged (%d sent: %d failed, %d unknown): nothing could be verified",
 			c.Sent-c.Abandoned, c.Failed, c.Unknown)}, r.Problems...)
 	}
+}
+
+// offsetMovedBackProblem describes consumers' positions moved backwards n times.
+func offsetMovedBackProblem(n int64) string {
+	return fmt.Sprintf("offset moved back: %d OFFSET_MOVED answer(s) set a consumer's position below offsets it had consumed (the broker gave them up; see the consumers' \"offset moved\" warnings)", n)
 }
 
 // WriteJSON writes the result to path, indented.
@@ -391,9 +418,10 @@ type summary struct {
 }
 
 // writeSummary prints the final human-readable summary. Its last line holds the verification
-// counts, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" on a clean run; for a
-// consume-only run, which has no producer record, "gaps=0 duplicated=0 reordered=0 corrupted=0"
-// followed by what it could not check (consumeOnlyVerdictNote).
+// counts, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0
+// offsetMovedBack=0" on a clean run, after the final read's line (finalReadLine); for a
+// consume-only run, which has no producer record, "gaps=0 duplicated=0 reordered=0 corrupted=0
+// offsetMovedBack=0" followed by what it could not check (consumeOnlyVerdictNote).
 func (r *Result) writeSummary(w io.Writer, s summary) {
 	consumeOnly := r.Mode == "consume-only"
 	fmt.Fprintf(w, "\n==== petrel-bench summary ====\n")
@@ -448,6 +476,9 @@ func (r *Result) writeSummary(w io.Writer, s summary) {
 	r.writeFailovers(w)
 	if !r.Verified {
 		fmt.Fprintf(w, "  verification      off (use --verify)\n")
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "  problem           %s\n", p)
+		}
 		return
 	}
 	switch {
@@ -462,12 +493,39 @@ func (r *Result) writeSummary(w io.Writer, s summary) {
 	if consumeOnly {
 		fmt.Fprintf(w, "  verification      %s: %d of %d expected consumed; %d outside the start's ranges (not checked for contiguity); %d foreign (no bench identity, not checked)\n",
 			cond(r.Passed, "PASS", "FAIL"), r.ExpectedMessages-r.Gaps, r.ExpectedMessages, r.ConsumedOutside, r.Foreign)
-		fmt.Fprintf(w, "gaps=%d duplicated=%d reordered=%d corrupted=%d %s\n", r.Gaps, r.Duplicated, r.Reordered, r.Corrupted, consumeOnlyVerdictNote)
+		fmt.Fprintf(w, "gaps=%d duplicated=%d reordered=%d corrupted=%d offsetMovedBack=%d %s\n", r.Gaps, r.Duplicated, r.Reordered, r.Corrupted, r.OffsetMovedBack, consumeOnlyVerdictNote)
 		return
 	}
-	fmt.Fprintf(w, "  verification      %s: unknownDelivered=%d duplicatedAfterRetry=%d resent=%d foreign=%d\n",
-		cond(r.Passed, "PASS", "FAIL"), r.UnknownDelivered, r.DuplicatedAfterRetry, r.Resent, r.Foreign)
-	fmt.Fprintf(w, "lost=%d duplicated=%d reordered=%d corrupted=%d phantom=%d\n", r.Lost, r.Duplicated, r.Reordered, r.Corrupted, r.Phantom)
+	fmt.Fprintf(w, "  verification      %s: unknownDelivered=%d duplicatedAfterRetry=%d resent=%d foreign=%d offsetMoved=%d\n",
+		cond(r.Passed, "PASS", "FAIL"), r.UnknownDelivered, r.DuplicatedAfterRetry, r.Resent, r.Foreign, r.OffsetMoved)
+	fmt.Fprintln(w, r.finalReadLine())
+	fmt.Fprintf(w, "lost=%d duplicated=%d reordered=%d corrupted=%d phantom=%d inconsistent=%d offsetMovedBack=%d\n",
+		r.Lost, r.Duplicated, r.Reordered, r.Corrupted, r.Phantom, r.Inconsistent, r.OffsetMovedBack)
+}
+
+// finalReadLine is the summary's line before the last: per member read, the queues read
+// completely and the messages read ("final read: master queues=16 messages=16000; slave 1
+// queues=16 messages=16000"), with the queues whose read was incomplete and the acknowledged
+// messages left unchecked when there are any; or why there was no final read.
+func (r *Result) finalReadLine() string {
+	if r.FinalReadNote != "" {
+		return "final read: " + r.FinalReadNote
+	}
+	if len(r.FinalRead) == 0 {
+		return "final read: no queue read"
+	}
+	var b strings.Builder
+	b.WriteString("final read:")
+	for i, m := range r.FinalRead {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " %s queues=%d messages=%d", memberName(m.BrokerID), m.Queues, m.Messages)
+		if m.Incomplete > 0 || m.Unchecked > 0 {
+			fmt.Fprintf(&b, " incomplete=%d unchecked=%d", m.Incomplete, m.Unchecked)
+		}
+	}
+	return b.String()
 }
 
 // consumeOnlyVerdictNote ends the last line of a consume-only summary: what such a run cannot

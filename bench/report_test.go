@@ -203,8 +203,11 @@ func TestSummaryLastLine(t *testing.T) {
 	var b bytes.Buffer
 	res.writeSummary(&b, summary{})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if last := lines[len(lines)-1]; last != "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0" {
+	if last := lines[len(lines)-1]; last != "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0" {
 		t.Fatalf("last line %q", last)
+	}
+	if before := lines[len(lines)-2]; before != "final read: no queue read" {
+		t.Fatalf("line before the last %q", before)
 	}
 	if !strings.Contains(b.String(), "PASS") {
 		t.Fatalf("no PASS in\n%s", b.String())
@@ -212,8 +215,18 @@ func TestSummaryLastLine(t *testing.T) {
 	res.setVerification(VerifyCounts{Reordered: 2}, []string{"reordered: here"})
 	b.Reset()
 	res.writeSummary(&b, summary{})
-	if !strings.Contains(b.String(), "FAIL") || !strings.Contains(b.String(), "reordered: here") || !strings.HasSuffix(b.String(), "reordered=2 corrupted=0 phantom=0\n") {
+	if !strings.Contains(b.String(), "FAIL") || !strings.Contains(b.String(), "reordered: here") || !strings.HasSuffix(b.String(), "reordered=2 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0\n") {
 		t.Fatalf("failing summary:\n%s", b.String())
+	}
+	res.setVerification(VerifyCounts{Sent: 3, Acked: 3, Inconsistent: 1, OffsetMoved: 2, OffsetMovedBack: 1}, nil)
+	res.FinalRead = []FinalReadMember{{BrokerID: 0, Queues: 4, Messages: 30}, {BrokerID: 1, Queues: 3, Incomplete: 1, Messages: 20, Unchecked: 2}}
+	b.Reset()
+	res.writeSummary(&b, summary{})
+	lines = strings.Split(strings.TrimSpace(b.String()), "\n")
+	if res.OK() || !strings.Contains(b.String(), "offsetMoved=2\n") || !strings.Contains(b.String(), "offset moved back: 1 OFFSET_MOVED answer(s)") ||
+		lines[len(lines)-2] != "final read: master queues=4 messages=30; slave 1 queues=3 messages=20 incomplete=1 unchecked=2" ||
+		lines[len(lines)-1] != "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=1 offsetMovedBack=1" {
+		t.Fatalf("inconsistent, moved back, final read of two members:\n%s", b.String())
 	}
 }
 

@@ -110,8 +110,13 @@ type runner struct {
 	consumed      atomic.Int64 // deliveries of this run's messages
 	consumedBytes atomic.Int64
 	foreign       atomic.Int64 // messages of other runs or not written by the bench (ignored)
-	// queues is each topic's queue count as the cluster reports it (topicQueues).
-	queues []int
+	// queues is each topic's queue count as the cluster reports it (topicQueues); startMax
+	// each queue's max offset then, below which the run's messages are not (the final read
+	// starts there).
+	queues   []int
+	startMax map[QueueRef]int64
+	// finalReadNote says why the run had no final read ("" when it had one).
+	finalReadNote string
 
 	pubLat, pubDelay, e2e *Recorder
 
@@ -349,14 +354,19 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 	r.measure(ctx)
 	stopConsumers()
 	consWG.Wait()
+	if r.v != nil {
+		r.finalReadNote = r.finalRead()
+	}
 	return r.finish(clusterDesc)
 }
 
 // topicQueues returns the queue count of each of the run's topics as the cluster reports it
 // (its read queues over every broker group): an existing topic (NoCreateTopic) may have any
 // count. A topic whose count the cluster cannot tell counts the workload's partitionsPerTopic.
+// It records every queue's max offset in startMax.
 func (r *runner) topicQueues(ctx context.Context) []int {
 	out := make([]int, len(r.topics))
+	r.startMax = map[QueueRef]int64{}
 	for i, topic := range r.topics {
 		bs, err := r.cl.queueBounds(ctx, topic)
 		if err != nil || len(bs) == 0 {
@@ -365,6 +375,9 @@ func (r *runner) topicQueues(ctx context.Context) []int {
 			continue
 		}
 		out[i] = len(bs)
+		for _, b := range bs {
+			r.startMax[b.q] = b.max
+		}
 	}
 	return out
 }
@@ -948,11 +961,13 @@ func (r *runner) handler(sub int) client.Handler {
 			bytes += int64(len(m.Body))
 			if ds != nil {
 				*ds = append(*ds, Delivery{
-					Queue:    QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
-					Offset:   m.QueueOffset,
-					ID:       id,
-					BodyCRC:  bodyCRC(m.Body),
-					BodySize: len(m.Body),
+					Queue:      QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
+					Offset:     m.QueueOffset,
+					ID:         id,
+					BodyCRC:    bodyCRC(m.Body),
+					BodySize:   len(m.Body),
+					ProducerID: m.ProducerID,
+					Sequence:   m.Sequence,
 				})
 			}
 		}
@@ -1015,14 +1030,21 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	res.Passed = true
 	r.setReplication()
 	res.Failovers, res.FailoversOmitted = failoverEvents(r.sendTL, r.consTL, r.sendStop, time.Now())
+	res.OffsetMoved, res.OffsetMovedBack = r.cl.offsetMoves()
 	if r.v != nil {
 		c, problems := r.v.Finish()
 		if cb := r.cl.corruptBatches(); cb > 0 {
 			c.Corrupted += cb
 			problems = append(problems, fmt.Sprintf("corrupted: consumers rejected %d batch(es) failing their CRC or structure check", cb))
 		}
+		c.OffsetMoved, c.OffsetMovedBack = res.OffsetMoved, res.OffsetMovedBack
 		res.setVerification(c, problems)
 		res.MessagesSent = c.Sent - c.Abandoned
+		res.FinalRead = r.v.FinalRead()
+		res.FinalReadNote = r.finalReadNote
+	} else if res.OffsetMovedBack > 0 {
+		res.Passed = false
+		res.Problems = append(res.Problems, offsetMovedBackProblem(res.OffsetMovedBack))
 	}
 	var jsonErr error
 	if r.cfg.JSONFile != "" {

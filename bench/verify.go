@@ -25,11 +25,17 @@ type Delivery struct {
 	// BodyCRC and BodySize describe the body as received.
 	BodyCRC  uint32
 	BodySize int
+	// ProducerID and Sequence are the client producer's id and the message's number among
+	// that producer's messages sent to this queue (client.MessageExt). ProducerID is 0 when the
+	// driver has none (NATS): such messages are order-checked by their bench sequence number.
+	ProducerID int64
+	Sequence   int32
 }
 
 // VerifyCounts is the verifier's account of a run. Message counts count messages; the problem
-// counts (Lost, Duplicated, ...) count (message, subscription) pairs, since every subscription
-// must receive every message.
+// counts (Lost, Duplicated, ...) count (message, subscription) pairs for what consumption
+// found, since every subscription must receive every message, and (message, member) pairs for
+// what the final read of each member found; Inconsistent counts queue offsets.
 type VerifyCounts struct {
 	// Sent is the number of distinct messages handed to the client (resends not counted);
 	// Resent the number of resends after an unknown outcome.
@@ -47,31 +53,57 @@ type VerifyCounts struct {
 	Delivered int64 `json:"delivered"`
 	Foreign   int64 `json:"foreign"`
 
-	// Lost: acknowledged but never consumed.
+	// Lost: acknowledged but never consumed, counted per subscription; and acknowledged but
+	// not found at its acknowledged queue offset by the final read, counted per member read.
 	Lost int64 `json:"lost"`
 	// Duplicated: the same send attempt consumed more than once.
 	Duplicated int64 `json:"duplicated"`
 	// DuplicatedAfterRetry: a message resent after an unknown outcome consumed once per
 	// attempt; expected, not an error.
 	DuplicatedAfterRetry int64 `json:"duplicatedAfterRetry"`
-	// Reordered: within a queue, an offset not above the previous one, or a producer's
-	// sequence going backwards.
+	// Reordered: in a consumer's stream of a queue, an offset not above the previous one; or,
+	// within a queue, a producer's acknowledged messages out of the order in which they were
+	// sent to that queue (their Sequence not increasing), as consumed or as the final read
+	// found them.
 	Reordered int64 `json:"reordered"`
 	// Corrupted: a body whose CRC or size differs from what was sent, a message with an
 	// identity of this run that this run never sent, or one found at another queue position
 	// than its acknowledgement named. A message without a bench identity is foreign, not
 	// corrupted: its batch passed the CRC check, so it is stored as its producer wrote it.
 	Corrupted int64 `json:"corrupted"`
-	// Phantom: consumed although its send failed definitely.
+	// Phantom: consumed although its send failed definitely (per subscription), or found by
+	// the final read although its send failed definitely (per member read).
 	Phantom int64 `json:"phantom"`
 	// UnknownDelivered: consumed after a send with an unknown outcome; fine.
 	UnknownDelivered int64 `json:"unknownDelivered"`
+	// Inconsistent counts the queue offsets named for two different messages: by two
+	// acknowledgements, by an acknowledgement and a consumption, by two consumptions, or by
+	// any of those and the final read of a member (or by the final reads of two members).
+	// Each offset counts once, however many claims disagree.
+	Inconsistent int64 `json:"inconsistent"`
+	// OffsetMoved counts the OFFSET_MOVED answers the consumers followed (informational:
+	// retention moves them forward); OffsetMovedBack those that moved a consumer's position
+	// backwards, to offsets it had consumed past: the broker gave those offsets up. The
+	// Verifier does not see them; the run fills them in from the consumers' statistics.
+	OffsetMoved     int64 `json:"offsetMoved"`
+	OffsetMovedBack int64 `json:"offsetMovedBack"`
+	// FinalReadMembers is the number of members the final read read (each group's master, and
+	// member ReadBrokerID when reads were pinned to a slave); FinalReadQueues and
+	// FinalReadMessages sum the queues read completely and the messages read over them, and
+	// FinalReadUnchecked the acknowledged messages the final read could not check (their queue
+	// was not read, or its read stopped early): neither found nor counted lost. See
+	// Verifier.FinalRead for the numbers per member.
+	FinalReadMembers   int   `json:"finalReadMembers"`
+	FinalReadQueues    int64 `json:"finalReadQueues"`
+	FinalReadMessages  int64 `json:"finalReadMessages"`
+	FinalReadUnchecked int64 `json:"finalReadUnchecked"`
 }
 
-// OK reports whether the counts show no error: nothing lost, duplicated, reordered, corrupted
-// or phantom.
+// OK reports whether the counts show no error: nothing lost, duplicated, reordered, corrupted,
+// phantom or inconsistent, and no consumer's offset moved backwards.
 func (c *VerifyCounts) OK() bool {
-	return c.Lost == 0 && c.Duplicated == 0 && c.Reordered == 0 && c.Corrupted == 0 && c.Phantom == 0
+	return c.Lost == 0 && c.Duplicated == 0 && c.Reordered == 0 && c.Corrupted == 0 && c.Phantom == 0 &&
+		c.Inconsistent == 0 && c.OffsetMovedBack == 0
 }
 
 type sendState uint8
@@ -100,12 +132,15 @@ type msgRecord struct {
 	state        sendState
 	attempts     uint8 // attempts handed to the client
 	ackedAttempt uint8 // or, while seen, the attempt consumed
-	flags        uint8 // recUnknown, recSeen
+	flags        uint8 // recUnknown, recSeen, recFinal << member
 }
 
 const (
 	recUnknown uint8 = 1 << iota // some attempt had an unknown outcome
 	recSeen                      // queue and offset are a consumed position, not an acknowledged one
+	// recFinal << m: the final read of member m settled the message: found at its
+	// acknowledged position, counted lost there, or (a failed send) counted phantom.
+	recFinal
 )
 
 type producerLog struct {
@@ -116,19 +151,77 @@ type producerLog struct {
 }
 
 // queueOrder is a subscription's view of one queue: the last offset consumed and each
-// producer's last sequence (first attempts only; a resend is out of order by nature).
+// producer's last acknowledged message.
 type queueOrder struct {
 	lastOffset int64
-	lastSeq    map[uint32]uint64
+	producers  producerOrder
+}
+
+// producerOrder is each producer's last acknowledged message in one queue, in the order a
+// consumer or the final read met them. Messages with a client producer id are ordered by their
+// Sequence: the producer numbers what it sends to each queue, so a batch it retried on
+// another broker group after sending newer messages there comes after them, rightly. Messages
+// without one (NATS) are ordered by their bench sequence number, first attempts only: that
+// driver never moves a send to another queue, so within a queue those numbers are the send
+// order. A Sequence wraps after 2^31 messages of one producer to one queue (not handled).
+type producerOrder struct {
+	bySeq   map[int64]seqPos
+	byBench map[uint32]uint64
+}
+
+// seqPos is a producer's last message in a queue: its Sequence and its bench number.
+type seqPos struct {
+	seq int32
+	msg uint64
+}
+
+// check records d and returns its producer's previous message in the queue when d
+// does not come after it.
+func (o *producerOrder) check(d *Delivery) (prev uint64, prevSeq int32, back bool) {
+	if d.ProducerID != 0 {
+		if o.bySeq == nil {
+			o.bySeq = map[int64]seqPos{}
+		}
+		if last, ok := o.bySeq[d.ProducerID]; ok && d.Sequence <= last.seq {
+			return last.msg, last.seq, true
+		}
+		o.bySeq[d.ProducerID] = seqPos{d.Sequence, d.ID.Seq}
+		return 0, 0, false
+	}
+	if d.ID.Attempt != 0 {
+		return 0, 0, false // a resend is sent after newer messages by nature
+	}
+	if o.byBench == nil {
+		o.byBench = map[uint32]uint64{}
+	}
+	if last, ok := o.byBench[d.ID.Producer]; ok && d.ID.Seq < last {
+		return last, 0, true
+	}
+	o.byBench[d.ID.Producer] = d.ID.Seq
+	return 0, 0, false
+}
+
+// describeBack describes a message d coming before prev, its producer's previous message.
+func describeBack(d *Delivery, prev uint64, prevSeq int32) string {
+	if d.ProducerID != 0 {
+		return fmt.Sprintf("producer %d message %d (sequence %d in the queue) after message %d (sequence %d)", d.ID.Producer, d.ID.Seq, d.Sequence, prev, prevSeq)
+	}
+	return fmt.Sprintf("producer %d message %d after message %d", d.ID.Producer, d.ID.Seq, prev)
 }
 
 // maxProblems bounds the problem descriptions kept for the report.
 const maxProblems = 20
 
 // Verifier checks that every acknowledged message is consumed exactly once per subscription,
-// intact and in queue order, without keeping bodies: producers register each message (CRC and
-// size) before sending it and report its outcome; consumers report what they receive, carrying
-// the identity the producer embedded (see Identity).
+// intact and in queue order, and that the final read finds it where it was acknowledged,
+// without keeping bodies: producers register each message (CRC and size) before sending it and
+// report its outcome; consumers report what they receive, carrying the identity the producer
+// embedded (see Identity); at the end the final read (StartFinalRead) reports what each
+// member's queues hold.
+//
+// Besides a record per message it keeps, per queue, which message each offset was first named
+// for (offsetTable, 8 bytes per offset), so that two messages at one offset are seen wherever
+// the two claims come from: acknowledgements, consumptions, final reads.
 //
 // Producers number their messages 0, 1, 2, ... (Sent must be called in that order per
 // producer). Subscriptions are numbered 0..subs-1 within a topic; every producer's topic has
@@ -144,11 +237,17 @@ type Verifier struct {
 	producers   []*producerLog
 	queues      []QueueRef
 	queueIndex  map[QueueRef]int32
+	tables      []offsetTable           // by queue index
 	order       []map[int32]*queueOrder // per subscription, by queue index
 	outstanding int64                   // (acked message, subscription) pairs not consumed yet
-	c           VerifyCounts
-	problems    []string
-	dropped     int // problems not kept
+	// final holds the final read's members, by member slot (the order first read).
+	final []*finalMember
+	// untracked says some claim could not be kept in the offset tables (see runSlot and
+	// maxOffsetChunks): the inconsistency check missed it.
+	untracked bool
+	c         VerifyCounts
+	problems  []string
+	dropped   int // problems not kept
 }
 
 // NewVerifier returns a verifier for run (the Identity.Run of this run's messages) with subs
@@ -238,6 +337,11 @@ func (v *Verifier) Acked(producer uint32, seq uint64, attempt uint8, q QueueRef,
 	r.ackedAttempt = attempt
 	r.queue = qi
 	r.offset = offset
+	if id, ok := runSlot(producer, seq, attempt); ok {
+		v.claimLocked(qi, offset, withSource(id, slotAcked, 0), -1)
+	} else {
+		v.untracked = true
+	}
 	p := v.producers[producer]
 	for s := range p.consumed {
 		if *p.consumed[s].at(int(seq)) == 0 {
@@ -287,8 +391,59 @@ func (v *Verifier) queueLocked(q QueueRef) int32 {
 	}
 	i := int32(len(v.queues))
 	v.queues = append(v.queues, q)
+	v.tables = append(v.tables, offsetTable{})
 	v.queueIndex[q] = i
 	return i
+}
+
+// claimLocked names the message of slot s (identity bits with their source) as the one stored
+// at offset of queue qi; sub is the consuming subscription of a consumption's claim. The first
+// claim of an offset is kept; a later one naming another message is a conflict: the offset
+// counts as inconsistent (once) and its first conflict is described. It returns the slot's
+// first claim and whether it conflicts.
+func (v *Verifier) claimLocked(qi int32, offset int64, s uint64, sub int) (first uint64, conflict bool) {
+	ref := v.tables[qi].ref(offset)
+	if ref == nil {
+		v.untracked = true
+		return 0, false
+	}
+	if *ref == 0 {
+		*ref = s
+		return s, false
+	}
+	first = *ref
+	if first&slotIdentity == s&slotIdentity {
+		return first, false
+	}
+	if first&slotConflict == 0 {
+		*ref |= slotConflict
+		v.c.Inconsistent++
+		v.problemLocked("inconsistent: %s offset %d %s, %s", v.queues[qi], offset, v.claimText(s, sub), v.claimText(first, -1))
+	}
+	return first, true
+}
+
+// compareLocked is claimLocked for a claim that is not kept when the offset has none yet: a
+// consumed foreign message (other runs' messages before this run's would fill the tables).
+func (v *Verifier) compareLocked(qi int32, offset int64, s uint64, sub int) {
+	if first := v.tables[qi].get(offset); first != 0 {
+		v.claimLocked(qi, offset, s, sub)
+	}
+}
+
+// claimText describes a claim (of subscription sub when it is a consumption and sub >= 0).
+func (v *Verifier) claimText(s uint64, sub int) string {
+	switch slotSource(s) {
+	case slotAcked:
+		return "acknowledged as " + describeSlot(s)
+	case slotConsumed:
+		if sub >= 0 {
+			return fmt.Sprintf("consumed by subscription %d as %s", sub, describeSlot(s))
+		}
+		return "consumed as " + describeSlot(s)
+	default:
+		return fmt.Sprintf("found by the final read on %s as %s", onMember(v.final[slotMember(s)].brokerID), describeSlot(s))
+	}
 }
 
 func (v *Verifier) problemLocked(format string, args ...any) {
@@ -315,6 +470,9 @@ func (v *Verifier) consumedLocked(sub int, d *Delivery) {
 	id := &d.ID
 	if d.IDErr != nil || id.Run != v.run {
 		v.c.Foreign++ // not written by the bench, or by another run
+		if qi, ok := v.queueIndex[d.Queue]; ok {
+			v.compareLocked(qi, d.Offset, withSource(foreignSlot(d), slotConsumed, 0), sub)
+		}
 		return
 	}
 	v.c.Delivered++
@@ -344,6 +502,13 @@ func (v *Verifier) consumedLocked(sub int, d *Delivery) {
 		v.outstanding--
 	}
 	*mask |= bit
+	if s, ok := runSlot(id.Producer, id.Seq, id.Attempt); ok {
+		if first := v.tables[qi].get(d.Offset); first == 0 || first&slotIdentity != s {
+			v.claimLocked(qi, d.Offset, withSource(s, slotConsumed, 0), sub)
+		}
+	} else {
+		v.untracked = true
+	}
 
 	switch {
 	case d.BodyCRC != r.crc || d.BodySize != int(r.size) || id.CRC != r.crc:
@@ -360,21 +525,22 @@ func (v *Verifier) consumedLocked(sub int, d *Delivery) {
 
 	qo := v.order[sub][qi]
 	if qo == nil {
-		qo = &queueOrder{lastOffset: -1, lastSeq: map[uint32]uint64{}}
+		qo = &queueOrder{lastOffset: -1}
 		v.order[sub][qi] = qo
 	}
 	if d.Offset <= qo.lastOffset {
+		// The stream went back; the producers' order cannot be told from it.
 		v.c.Reordered++
 		v.problemLocked("reordered: subscription %d %s offset %d after offset %d", sub, d.Queue, d.Offset, qo.lastOffset)
-	} else {
-		qo.lastOffset = d.Offset
+		return
 	}
-	if id.Attempt == 0 {
-		if last, ok := qo.lastSeq[id.Producer]; ok && id.Seq < last {
+	qo.lastOffset = d.Offset
+	// The producers' order holds for acknowledged messages, each at its acknowledged position;
+	// those acknowledged after their consumption are left to the final read.
+	if r.state == sendAcked && r.ackedAttempt == id.Attempt && r.queue == qi && r.offset == d.Offset {
+		if prev, prevSeq, back := qo.producers.check(d); back {
 			v.c.Reordered++
-			v.problemLocked("reordered: subscription %d %s producer %d message %d after message %d", sub, d.Queue, id.Producer, id.Seq, last)
-		} else {
-			qo.lastSeq[id.Producer] = id.Seq
+			v.problemLocked("reordered: subscription %d %s offset %d: %s", sub, d.Queue, d.Offset, describeBack(d, prev, prevSeq))
 		}
 	}
 }
@@ -413,9 +579,24 @@ func (v *Verifier) Outstanding() int64 {
 }
 
 // Finish returns the final counts: the outcome split of Sent, the problems seen while
-// consuming, and those only the end can tell (lost, phantom, unknown-but-delivered). Call it once consumers have stopped; it may be called more than once.
-// problems describes up to maxProblems problems, then how many more there were.
+// consuming and in the final read, and those only the end can tell (lost, phantom,
+// unknown-but-delivered). Call it once consumers have stopped and the final read is done; it
+// may be called more than once. problems describes up to maxProblems problems, then how many
+// more there were; a line per member whose final read left acknowledged messages unchecked
+// comes on top.
 func (v *Verifier) Finish() (c VerifyCounts, problems []string) {
+	c, _, problems = v.finish()
+	return c, problems
+}
+
+// FinalRead returns the final read's account of each member read, in the order first read
+// (the master first); empty when there was no final read. Call it as Finish.
+func (v *Verifier) FinalRead() []FinalReadMember {
+	_, members, _ := v.finish()
+	return members
+}
+
+func (v *Verifier) finish() (c VerifyCounts, members []FinalReadMember, problems []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	c = v.c
@@ -427,6 +608,12 @@ func (v *Verifier) Finish() (c VerifyCounts, problems []string) {
 			return
 		}
 		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	members = make([]FinalReadMember, len(v.final))
+	unchecked := make([]map[int32]int64, len(v.final)) // per member slot, by queue index
+	for slot, m := range v.final {
+		members[slot] = m.counts
+		unchecked[slot] = map[int32]int64{}
 	}
 	for pid, p := range v.producers {
 		for seq := range p.recs.len() {
@@ -454,10 +641,35 @@ func (v *Verifier) Finish() (c VerifyCounts, problems []string) {
 					c.UnknownDelivered++
 				}
 			}
+			if r.state != sendAcked {
+				continue
+			}
+			for slot := range v.final {
+				if r.flags&(recFinal<<slot) != 0 {
+					continue
+				}
+				if desc := v.finalMissingLocked(slot, pid, seq, r, &members[slot], unchecked[slot]); desc != "" {
+					note("%s", desc)
+				}
+			}
 		}
+	}
+	var top []string
+	for slot, m := range members {
+		c.FinalReadMembers++
+		c.FinalReadQueues += m.Queues
+		c.FinalReadMessages += m.Messages
+		c.FinalReadUnchecked += m.Unchecked
+		c.Lost += m.Lost
+		if m.Unchecked > 0 {
+			top = append(top, v.uncheckedText(slot, m.Unchecked, unchecked[slot]))
+		}
+	}
+	if v.untracked {
+		note("note: some queue offsets (over %d producers, sequence numbers of 2^42 and more, or offsets far from the others) were not checked for inconsistency", slotMaxProducers)
 	}
 	if dropped > 0 {
 		problems = append(problems, fmt.Sprintf("... and %d more", dropped))
 	}
-	return c, problems
+	return c, members, append(top, problems...)
 }

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,14 +73,46 @@ func resend(p uint32, seq uint64, wantAttempt uint8, wantOK bool) step {
 	}
 }
 
-// delivery builds the delivery of attempt of (p, seq) at q, off with its true body.
+// delivery builds the delivery of attempt of (p, seq) at q, off with its true body. The client
+// producer id is p+1 and its Sequence the offset: a producer's messages in a queue come in the
+// order they were sent unless a test says otherwise (withSeq).
 func delivery(p uint32, seq uint64, attempt uint8, q QueueRef, off int64) Delivery {
 	b := bodyOf(p, seq)
 	return Delivery{
 		Queue: q, Offset: off,
 		ID:      Identity{Run: testRun, Producer: p, Seq: seq, Attempt: attempt, CRC: bodyCRC(b), SentMicros: 1},
 		BodyCRC: bodyCRC(b), BodySize: len(b),
+		ProducerID: int64(p) + 1, Sequence: int32(off),
 	}
+}
+
+// withSeq sets the client producer's Sequence of a delivery.
+func withSeq(d Delivery, seq int32) Delivery {
+	d.Sequence = seq
+	return d
+}
+
+// withoutProducerID makes a delivery as the NATS driver's, whose messages carry no client
+// producer id.
+func withoutProducerID(d Delivery) Delivery {
+	d.ProducerID, d.Sequence = 0, 0
+	return d
+}
+
+// finalRead reads queue q on member (0: the master) for the final read: its min offset, the
+// offset the read starts at, the messages found, and where it ended (err: why it stopped).
+func finalRead(member int64, q QueueRef, min, from, end int64, err error, ds ...Delivery) step {
+	return func(t *testing.T, v *Verifier) {
+		fr := v.StartFinalRead(member, q)
+		fr.Bounds(min, from)
+		fr.Read(ds)
+		fr.Done(end, err)
+	}
+}
+
+// foreignAt is message n of another run found at q, off.
+func foreignAt(q QueueRef, off int64, n uint64) Delivery {
+	return Delivery{Queue: q, Offset: off, ID: Identity{Run: 99, Seq: n}, BodyCRC: 7, BodySize: 3, ProducerID: 99, Sequence: int32(n)}
 }
 
 func consume(sub int, ds ...Delivery) step {
@@ -161,18 +195,163 @@ func TestVerifier(t *testing.T) {
 		{
 			name:    "reordered: queue offset goes backwards",
 			steps:   []step{sentAcked(0, qA, 0, 0, 1), consume(0, got(0, 1, qA, 1), got(0, 0, qA, 0))},
-			want:    VerifyCounts{Sent: 2, Acked: 2, Delivered: 2, Reordered: 2}, // offset and sequence
+			want:    VerifyCounts{Sent: 2, Acked: 2, Delivered: 2, Reordered: 1}, // the offset: the producer's order is not told from a stream going back
 			problem: "reordered: subscription 0 t0@broker-a#0 offset 0 after offset 1",
 		},
 		{
-			name: "reordered: producer sequence goes backwards within a queue",
+			name: "reordered: a producer's Sequence goes backwards among acknowledged messages in a queue",
+			steps: []step{
+				// The producer sent message 1 to the queue before message 0 (Sequence 0, then
+				// 1), but the broker stored message 0 (Sequence 1) first.
+				sentAcked(0, qA, 0, 0, 1),
+				consume(0, withSeq(got(0, 0, qA, 0), 1), withSeq(got(0, 1, qA, 1), 0)),
+			},
+			want:    VerifyCounts{Sent: 2, Acked: 2, Delivered: 2, Reordered: 1},
+			problem: "reordered: subscription 0 t0@broker-a#0 offset 1: producer 0 message 1 (sequence 0 in the queue) after message 0 (sequence 1)",
+		},
+		{
+			name: "a cross-group retry behind newer messages of its producer is in order",
+			steps: []step{
+				// Message 0 failed on another group and was retried on qA after messages 1 and 2
+				// had gone there: the producer sent it to qA third (Sequence 2).
+				sent(0, 0, 1, 2), ack(0, 1, qA, 0), ack(0, 2, qA, 1), ack(0, 0, qA, 2),
+				consume(0, got(0, 1, qA, 0), got(0, 2, qA, 1), got(0, 0, qA, 2)),
+				finalRead(0, qA, 0, 0, 3, nil, got(0, 1, qA, 0), got(0, 2, qA, 1), got(0, 0, qA, 2)),
+			},
+			want: VerifyCounts{Sent: 3, Acked: 3, Delivered: 3, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 3},
+		},
+		{
+			name: "messages with an unknown outcome are not order-checked",
+			steps: []step{
+				sent(0, 0, 1), unknown(0, 0, 0), ack(0, 1, qA, 0),
+				consume(0, withSeq(got(0, 1, qA, 0), 5), withSeq(got(0, 0, qA, 1), 2)),
+				finalRead(0, qA, 0, 0, 2, nil, withSeq(got(0, 1, qA, 0), 5), withSeq(got(0, 0, qA, 1), 2)),
+			},
+			want: VerifyCounts{Sent: 2, Acked: 1, Unknown: 1, Delivered: 2, UnknownDelivered: 1, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 2},
+		},
+		{
+			name: "reordered: without a producer id (NATS), first attempts by their bench sequence",
 			steps: []step{
 				// The broker stored message 1 before message 0 on the same queue.
 				sent(0, 0, 1), ack(0, 1, qA, 0), ack(0, 0, qA, 1),
-				consume(0, got(0, 1, qA, 0), got(0, 0, qA, 1)),
+				consume(0, withoutProducerID(got(0, 1, qA, 0)), withoutProducerID(got(0, 0, qA, 1))),
 			},
 			want:    VerifyCounts{Sent: 2, Acked: 2, Delivered: 2, Reordered: 1},
 			problem: "producer 0 message 0 after message 1",
+		},
+		{
+			name: "reordered in the final read: acknowledged after their consumption",
+			steps: []step{
+				sent(0, 0, 1), consume(0, withSeq(got(0, 0, qA, 0), 1), withSeq(got(0, 1, qA, 1), 0)),
+				ack(0, 0, qA, 0), ack(0, 1, qA, 1),
+				finalRead(0, qA, 0, 0, 2, nil, withSeq(got(0, 0, qA, 0), 1), withSeq(got(0, 1, qA, 1), 0)),
+			},
+			want:    VerifyCounts{Sent: 2, Acked: 2, Delivered: 2, Reordered: 1, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 2},
+			problem: "reordered (final read on the master): t0@broker-a#0 offset 1: producer 0 message 1 (sequence 0 in the queue) after message 0 (sequence 1)",
+		},
+		{
+			name:    "inconsistent: two acknowledgements name the same queue offset",
+			steps:   []step{sent(0, 0, 1), ack(0, 0, qA, 5), ack(0, 1, qA, 5), consume(0, got(0, 1, qA, 5))},
+			want:    VerifyCounts{Sent: 2, Acked: 2, Delivered: 1, Lost: 1, Inconsistent: 1},
+			problem: "inconsistent: t0@broker-a#0 offset 5 acknowledged as producer 0 message 1, acknowledged as producer 0 message 0",
+		},
+		{
+			name: "inconsistent: two subscriptions consume different messages at one offset; each offset counts once",
+			subs: 2,
+			steps: []step{
+				sent(0, 0, 1), unknown(0, 0, 0), unknown(0, 1, 0),
+				consume(0, got(0, 0, qA, 3)), consume(1, got(0, 1, qA, 3)), consume(1, got(0, 0, qA, 4)), consume(0, got(0, 1, qA, 4)),
+				finalRead(0, qA, 3, 3, 5, nil, got(0, 1, qA, 3), got(0, 1, qA, 4)),
+			},
+			want:    VerifyCounts{Sent: 2, Unknown: 2, Delivered: 4, UnknownDelivered: 4, Inconsistent: 2, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 2},
+			problem: "inconsistent: t0@broker-a#0 offset 3 consumed by subscription 1 as producer 0 message 1, consumed as producer 0 message 0",
+		},
+		{
+			name: "lost in the final read: consumed and acknowledged at offset 100, another message there at the end",
+			steps: []step{
+				sent(0, 0, 1), ack(0, 0, qA, 100), consume(0, got(0, 0, qA, 100)), unknown(0, 1, 0),
+				// The log was truncated and offset 100 given to message 1, whose outcome was
+				// unknown.
+				finalRead(0, qA, 0, 100, 101, nil, got(0, 1, qA, 100)),
+			},
+			want:    VerifyCounts{Sent: 2, Acked: 1, Unknown: 1, Delivered: 1, Lost: 1, Inconsistent: 1, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 1},
+			problem: "lost (final read on the master): producer 0 message 0 acknowledged at t0@broker-a#0 offset 100; offset 100 holds producer 0 message 1",
+		},
+		{
+			name: "lost in the final read: the queue ends before the acknowledged offset",
+			steps: []step{
+				sentAcked(0, qA, 100, 0), consume(0, got(0, 0, qA, 100)),
+				finalRead(0, qA, 0, 90, 90, nil),
+			},
+			want:    VerifyCounts{Sent: 1, Acked: 1, Delivered: 1, Lost: 1, FinalReadMembers: 1, FinalReadQueues: 1},
+			problem: "lost (final read on the master): producer 0 message 0 acknowledged at t0@broker-a#0 offset 100; the member's queue ends at offset 90",
+		},
+		{
+			name: "lost in the final read: below the member's min offset",
+			steps: []step{
+				sentAcked(0, qA, 3, 0, 1), consume(0, got(0, 0, qA, 3), got(0, 1, qA, 4)),
+				finalRead(0, qA, 4, 3, 5, nil, got(0, 1, qA, 4)),
+			},
+			want:    VerifyCounts{Sent: 2, Acked: 2, Delivered: 2, Lost: 1, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 1},
+			problem: "the member's queue starts at offset 4 (deleted or truncated)",
+		},
+		{
+			name: "lost in the final read: the read passed the offset without finding it",
+			steps: []step{
+				sentAcked(0, qA, 0, 0, 1, 2), consume(0, got(0, 0, qA, 0), got(0, 1, qA, 1), got(0, 2, qA, 2)),
+				finalRead(0, qA, 0, 0, 3, nil, got(0, 0, qA, 0), got(0, 2, qA, 2)),
+			},
+			want:    VerifyCounts{Sent: 3, Acked: 3, Delivered: 3, Lost: 1, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 2},
+			problem: "producer 0 message 1 acknowledged at t0@broker-a#0 offset 1; the read found another message or none at offset 1",
+		},
+		{
+			name: "a slave that lacks the master's message: lost on the slave, inconsistent",
+			steps: []step{
+				sentAcked(0, qA, 0, 0, 1), consume(0, got(0, 0, qA, 0), got(0, 1, qA, 1)),
+				finalRead(0, qA, 0, 0, 2, nil, got(0, 0, qA, 0), got(0, 1, qA, 1)),
+				finalRead(1, qA, 0, 0, 2, nil, got(0, 0, qA, 0), foreignAt(qA, 1, 1)),
+			},
+			want: VerifyCounts{Sent: 2, Acked: 2, Delivered: 2, Lost: 1, Inconsistent: 1,
+				FinalReadMembers: 2, FinalReadQueues: 2, FinalReadMessages: 4},
+			problem: "lost (final read on slave 1): producer 0 message 1 acknowledged at t0@broker-a#0 offset 1; offset 1 holds a message of another run or not the bench's",
+		},
+		{
+			name: "two members' final reads disagree on a message nobody else named",
+			steps: []step{
+				sentAcked(0, qA, 0, 0), consume(0, got(0, 0, qA, 0)),
+				finalRead(0, qA, 0, 0, 2, nil, got(0, 0, qA, 0), foreignAt(qA, 1, 1)),
+				finalRead(1, qA, 0, 0, 2, nil, got(0, 0, qA, 0), foreignAt(qA, 1, 2)),
+			},
+			want:    VerifyCounts{Sent: 1, Acked: 1, Delivered: 1, Inconsistent: 1, FinalReadMembers: 2, FinalReadQueues: 2, FinalReadMessages: 4},
+			problem: "found by the final read on slave 1 as a message of another run or not the bench's, found by the final read on the master as a message",
+		},
+		{
+			name: "phantom in the final read: a failed send is stored",
+			steps: []step{
+				sent(0, 0, 1), failed(0, 0, 0), ack(0, 1, qA, 1), consume(0, got(0, 1, qA, 1)),
+				finalRead(0, qA, 0, 0, 2, nil, got(0, 0, qA, 0), got(0, 1, qA, 1)),
+			},
+			want:    VerifyCounts{Sent: 2, Acked: 1, Failed: 1, Delivered: 1, Phantom: 1, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 2},
+			problem: "phantom (final read on the master): producer 0 message 0 failed to send but is stored at t0@broker-a#0 offset 0",
+		},
+		{
+			name: "a final read that stops early leaves the rest unchecked, not lost",
+			steps: []step{
+				sentAcked(0, qA, 0, 0, 1), sentAcked(0, qB, 0, 2), consume(0, got(0, 0, qA, 0), got(0, 1, qA, 1), got(0, 2, qB, 0)),
+				finalRead(0, qA, 0, 0, 1, errors.New("member gone"), got(0, 0, qA, 0)),
+				// qB is never read.
+			},
+			want:    VerifyCounts{Sent: 3, Acked: 3, Delivered: 3, FinalReadMembers: 1, FinalReadMessages: 1, FinalReadUnchecked: 2},
+			problem: "final read on the master: 2 acknowledged message(s) not checked: t0@broker-a#0 (1) read up to offset 1: member gone; t0@broker-a#1 (1) not read",
+		},
+		{
+			name: "corrupted in the final read",
+			steps: []step{
+				sentAcked(0, qA, 0, 0), consume(0, got(0, 0, qA, 0)),
+				finalRead(0, qA, 0, 0, 2, nil, withBody(got(0, 0, qA, 0), "garbage"), got(0, 9, qA, 1)),
+			},
+			want:    VerifyCounts{Sent: 1, Acked: 1, Delivered: 1, Corrupted: 2, FinalReadMembers: 1, FinalReadQueues: 1, FinalReadMessages: 2},
+			problem: "corrupted (final read on the master): t0@broker-a#0 offset 1: producer 0 message 9 was never sent",
 		},
 		{
 			name: "sequence order is per queue: gaps and other queues are fine",
@@ -364,7 +543,7 @@ func TestVerifier(t *testing.T) {
 		{
 			name:  "foreign messages are ignored",
 			steps: []step{sentAcked(0, qA, 0, 0), consume(0, Delivery{Queue: qA, Offset: 0, ID: Identity{Run: 99}}, got(0, 0, qA, 1))},
-			want:  VerifyCounts{Sent: 1, Acked: 1, Delivered: 1, Foreign: 1, Corrupted: 1}, // offset 1 != acked 0
+			want:  VerifyCounts{Sent: 1, Acked: 1, Delivered: 1, Foreign: 1, Corrupted: 1, Inconsistent: 1}, // offset 1 != acked 0, and 0 holds another message
 		},
 		{
 			name: "outstanding counts acknowledged pairs not yet consumed",
@@ -409,7 +588,7 @@ func TestVerifier(t *testing.T) {
 			if tt.problem != "" && !strings.Contains(strings.Join(problems, "\n"), tt.problem) {
 				t.Errorf("problems %q: none contains %q", problems, tt.problem)
 			}
-			if tt.want.OK() && tt.want.Duplicated == 0 && len(problems) != 0 {
+			if tt.want.OK() && tt.want.Duplicated == 0 && tt.problem == "" && len(problems) != 0 {
 				t.Errorf("unexpected problems: %q", problems)
 			}
 			// Finish does not change the state: a second call agrees.
@@ -442,6 +621,20 @@ func TestVerifierMisuse(t *testing.T) {
 		"unknown producer":          func(v *Verifier) { v.Sent(5, 0, 0, 1) },
 		"unregistered message":      func(v *Verifier) { v.Acked(0, 3, 0, qA, 0) },
 		"subscription out of range": func(v *Verifier) { v.Consumed(1, nil) },
+		"a queue read twice on one member": func(v *Verifier) {
+			v.StartFinalRead(1, qA)
+			v.StartFinalRead(1, qA)
+		},
+		"too many members read": func(v *Verifier) {
+			for id := range int64(maxFinalMembers + 1) {
+				v.StartFinalRead(id, qA)
+			}
+		},
+		"final read done twice": func(v *Verifier) {
+			fr := v.StartFinalRead(0, qA)
+			fr.Done(0, nil)
+			fr.Done(0, nil)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			v := NewVerifier(testRun, 1)
@@ -453,6 +646,82 @@ func TestVerifierMisuse(t *testing.T) {
 			}()
 			f(v)
 		})
+	}
+}
+
+// TestVerifierFinalReadMembers: the final read's account per member, the master first.
+func TestVerifierFinalReadMembers(t *testing.T) {
+	v := NewVerifier(testRun, 1)
+	v.AddProducer("t0")
+	for _, s := range []step{
+		sentAcked(0, qA, 0, 0, 1, 2), sentAcked(0, qB, 0, 3), sent(0, 4), failed(0, 4, 0),
+		consume(0, got(0, 0, qA, 0), got(0, 1, qA, 1), got(0, 2, qA, 2), got(0, 3, qB, 0)),
+		finalRead(0, qA, 0, 0, 3, nil, got(0, 0, qA, 0), got(0, 1, qA, 1), got(0, 2, qA, 2)),
+		finalRead(0, qB, 0, 0, 2, nil, got(0, 3, qB, 0), got(0, 4, qB, 1)),
+		// Slave 2 lacks the end of qA and never answered for qB.
+		finalRead(2, qA, 0, 0, 1, nil, got(0, 0, qA, 0)),
+		finalRead(2, qB, 0, 0, 0, errors.New("no answer")),
+	} {
+		s(t, v)
+	}
+	got := v.FinalRead()
+	want := []FinalReadMember{
+		{BrokerID: 0, Queues: 2, Messages: 5, Phantom: 1},
+		{BrokerID: 2, Queues: 1, Incomplete: 1, Messages: 1, Lost: 2, Unchecked: 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("final read:\n got %+v\nwant %+v", got, want)
+	}
+	c, problems := v.Finish()
+	if c.Lost != 2 || c.Phantom != 1 || c.FinalReadMembers != 2 || c.FinalReadQueues != 3 || c.FinalReadMessages != 6 || c.FinalReadUnchecked != 1 {
+		t.Fatalf("counts %+v; problems %q", c, problems)
+	}
+	if lo, ok := v.LowestOffset(qB); !ok || lo != 0 {
+		t.Fatalf("LowestOffset(qB) = %d, %v", lo, ok)
+	}
+	if _, ok := v.LowestOffset(qC); ok {
+		t.Fatal("LowestOffset of a queue nobody named")
+	}
+}
+
+// TestOffsetTable: slots keep their values across chunks, in both directions from the first
+// offset written, and offsets too far away are refused rather than allocated.
+func TestOffsetTable(t *testing.T) {
+	var tb offsetTable
+	base := int64(1_000_000_000)
+	for _, off := range []int64{base, base + 1, base + offsetChunk, base - 1, base - 3*offsetChunk} {
+		ref := tb.ref(off)
+		if ref == nil || *ref != 0 {
+			t.Fatalf("ref(%d) = %v", off, ref)
+		}
+		*ref = uint64(off)
+	}
+	for _, off := range []int64{base, base + 1, base + offsetChunk, base - 1, base - 3*offsetChunk} {
+		if got := tb.get(off); got != uint64(off) {
+			t.Fatalf("get(%d) = %d", off, got)
+		}
+	}
+	if tb.get(base+2) != 0 || tb.get(base-2*offsetChunk) != 0 || tb.get(-1) != 0 || tb.get(1<<60) != 0 {
+		t.Fatal("a slot never written is not empty")
+	}
+	if !tb.written || tb.low != base-3*offsetChunk {
+		t.Fatalf("low %d", tb.low)
+	}
+	var far offsetTable
+	if far.ref(1<<40) == nil || tb.ref(-1) != nil || tb.ref(base+maxOffsetChunks*offsetChunk) != nil || far.ref(0) != nil {
+		t.Fatal("a wild offset was taken")
+	}
+	// Slots name messages: a run's, decoded back, and foreign ones apart from them.
+	s, ok := runSlot(slotMaxProducers-1, slotMaxSeq-1, maxAttempts-1)
+	if p, seq, a, isRun := slotMessage(withSource(s, slotFinalRead, 3)); !ok || !isRun || p != slotMaxProducers-1 || seq != slotMaxSeq-1 || a != maxAttempts-1 {
+		t.Fatalf("slot of the largest identity: %d %d %d %v", p, seq, a, isRun)
+	}
+	if _, ok := runSlot(slotMaxProducers, 0, 0); ok {
+		t.Fatal("a producer beyond the slot's bits")
+	}
+	f := foreignAt(qA, 0, 1)
+	if fs := foreignSlot(&f); fs&slotForeign == 0 || fs&^slotIdentity != 0 || fs == foreignSlot(&Delivery{ID: Identity{Run: 99, Seq: 2}}) {
+		t.Fatalf("foreign slot %x", fs)
 	}
 }
 

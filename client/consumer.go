@@ -108,7 +108,10 @@ type Consumer struct {
 	corrupt    atomic.Int64
 	pullErrors atomic.Int64
 	rebalances atomic.Int64
-	served     servedCounts
+	// offsetMoved counts the OFFSET_MOVED answers followed, offsetMovedBack those that moved
+	// the position to a lower offset.
+	offsetMoved, offsetMovedBack atomic.Int64
+	served                       servedCounts
 }
 
 // failureLogInterval is the least time between two warnings about one broker's failing pulls.
@@ -571,7 +574,12 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			}
 		case protocol.PullOffsetMoved:
 			resp.Release()
-			co.log.Warn("offset moved", "queue", mq.String(), "from", offset, "to", rh.NextQueueOffset, "min", rh.MinOffset, "max", rh.MaxOffset, "broker", addr)
+			co.offsetMoved.Add(1)
+			back := rh.NextQueueOffset < offset
+			if back {
+				co.offsetMovedBack.Add(1)
+			}
+			co.log.Warn("offset moved", "queue", mq.String(), "from", offset, "to", rh.NextQueueOffset, "backwards", back, "min", rh.MinOffset, "max", rh.MaxOffset, "broker", addr)
 			offset = rh.NextQueueOffset
 			qs.offsets.reset(offset)
 		case protocol.PullNotHere:
@@ -604,14 +612,21 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 // the last batch. It stops at the first batch that fails its checks, returning the messages of
 // the batches before it and an error wrapping ErrCorruptBatch.
 func (co *Consumer) decode(msgs []MessageExt, body []byte, mq MessageQueue, offset int64, addr string, brokerID int64) ([]MessageExt, int64, error) {
+	return decodeBatches(msgs, body, mq, offset, addr, brokerID, co.c.cfg.maxFrameSize)
+}
+
+// decodeBatches is decode for a pull of queue mq (its topic included) answered by the broker at
+// addr (brokerID), whose messages may be up to maxMessageSize bytes. The messages' byte fields
+// are views of body.
+func decodeBatches(msgs []MessageExt, body []byte, mq MessageQueue, offset int64, addr string, brokerID int64, maxMessageSize int) ([]MessageExt, int64, error) {
 	next := offset
-	lim := protocol.BatchLimits{MaxMessageSize: co.c.cfg.maxFrameSize}
+	lim := protocol.BatchLimits{MaxMessageSize: maxMessageSize}
 	for len(body) > 0 {
 		h, _, err := protocol.ValidateBatch(body, lim)
 		if err != nil {
 			return msgs, next, fmt.Errorf("%w: %w", ErrCorruptBatch, err)
 		}
-		if string(h.Topic) != co.topic || h.QueueID != mq.QueueID {
+		if string(h.Topic) != mq.Topic || h.QueueID != mq.QueueID {
 			return msgs, next, fmt.Errorf("%w: %w: batch of %s#%d in a pull of %s", ErrCorruptBatch, protocol.ErrBatchMalformed, h.Topic, h.QueueID, mq)
 		}
 		it := protocol.NewMessageIterator(body, h)
@@ -624,7 +639,7 @@ func (co *Consumer) decode(msgs []MessageExt, body []byte, mq MessageQueue, offs
 				continue // pulls return whole batches
 			}
 			msgs = append(msgs, MessageExt{
-				Topic:          co.topic,
+				Topic:          mq.Topic,
 				BrokerName:     mq.BrokerName,
 				QueueID:        mq.QueueID,
 				QueueOffset:    m.QueueOffset,
@@ -916,16 +931,28 @@ type ConsumerStats struct {
 	// ServedBy counts, per brokerId of the member that answered (0: a master, > 0: a slave),
 	// the pulls it served and the messages delivered from them, over every broker group.
 	ServedBy map[int64]ServedCount
+	// OffsetMoved counts the OFFSET_MOVED answers the consumer followed: its position was
+	// outside the queue's offsets on the broker (retention, or a log truncated or replaced), and
+	// it went on at the offset the broker gave (logged as "offset moved").
+	OffsetMoved int64
+	// OffsetMovedBack counts those of OffsetMoved that set the position to a lower offset than
+	// the consumer's: the broker no longer holds offsets the consumer had moved past (its log was
+	// truncated or replaced), so the offsets from the new position up to the old one are read
+	// again, holding other messages or the same ones. A slave's backwards OFFSET_MOVED is taken
+	// as "not here" instead (ServedCount.NotHere) and not counted.
+	OffsetMovedBack int64
 }
 
 // Stats returns the consumer's counters.
 func (co *Consumer) Stats() ConsumerStats {
 	return ConsumerStats{
-		Delivered:      co.delivered.Load(),
-		CorruptBatches: co.corrupt.Load(),
-		PullErrors:     co.pullErrors.Load(),
-		Rebalances:     co.rebalances.Load(),
-		ServedBy:       co.served.snapshot(),
+		Delivered:       co.delivered.Load(),
+		CorruptBatches:  co.corrupt.Load(),
+		PullErrors:      co.pullErrors.Load(),
+		Rebalances:      co.rebalances.Load(),
+		ServedBy:        co.served.snapshot(),
+		OffsetMoved:     co.offsetMoved.Load(),
+		OffsetMovedBack: co.offsetMovedBack.Load(),
 	}
 }
 

@@ -359,6 +359,38 @@ func TestConsumerOffsetMoved(t *testing.T) {
 	if err != nil || off != 8 {
 		t.Fatalf("committed %d, %v", off, err)
 	}
+	// One move, from 100 down to 5: backwards.
+	if st := co.Stats(); st.OffsetMoved != 1 || st.OffsetMovedBack != 1 {
+		t.Fatalf("stats: offset moved %d, backwards %d; want 1 and 1", st.OffsetMoved, st.OffsetMovedBack)
+	}
+}
+
+// TestConsumerOffsetMovedForward: a position below the queue's min offset (retention) moves
+// forward: counted in OffsetMoved, not in OffsetMovedBack.
+func TestConsumerOffsetMovedForward(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	produce(t, p, "T", 0, 5)
+	// The first pull, at 0, is answered as if offsets below 3 had been deleted.
+	var first atomic.Bool
+	a.setPullHook(func(h *protocol.PullRequestHeader) (rpc.Reply, bool) {
+		if h.QueueOffset != 0 || !first.CompareAndSwap(false, true) {
+			return rpc.Reply{}, false
+		}
+		return rpc.Reply{Header: &protocol.PullResponseHeader{Result: protocol.PullOffsetMoved, NextQueueOffset: 3, MinOffset: 3, MaxOffset: 5}}, true
+	})
+	col := newCollector(t)
+	co := newTestConsumer(t, c, "G", "T")
+	stop := runConsumer(t, co, col.handle)
+	eventually(t, "messages 3 and 4 consumed", func() bool { return col.count() >= 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := co.Stats(); st.OffsetMoved != 1 || st.OffsetMovedBack != 0 {
+		t.Fatalf("stats: offset moved %d, backwards %d; want 1 and 0", st.OffsetMoved, st.OffsetMovedBack)
+	}
 }
 
 func TestConsumerFollowsSuggestion(t *testing.T) {

@@ -273,6 +273,10 @@ func TestConsumerIgnoresSlaveOffsetMovedBackwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, col, 0, 15)
+	// Taken as "not here": the position did not move, and no move is counted.
+	if st := co.Stats(); st.OffsetMoved != 0 || st.OffsetMovedBack != 0 || st.ServedBy[1].NotHere == 0 {
+		t.Fatalf("stats: offset moved %d, backwards %d, served by %+v; want no move and NOT_HERE answers of slave 1", st.OffsetMoved, st.OffsetMovedBack, st.ServedBy)
+	}
 }
 
 func TestProducerSkipsGroupWithDeadMaster(t *testing.T) {

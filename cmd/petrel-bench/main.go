@@ -9,8 +9,9 @@
 //	petrel-bench -n 127.0.0.1:9876 --consume-only --topic-id manual --read-broker-id 1
 //
 // Exit status: 0 when the run completed (and, with --verify or --consume-only, found nothing
-// lost, duplicated, reordered, corrupted or phantom), 1 when verification failed, 2 when the run could not be
-// carried out. The first SIGINT or SIGTERM stops producing, drains and still prints the
+// lost, duplicated, reordered, corrupted, phantom or inconsistent, and the final read checked
+// every acknowledged message), 1 when verification failed or a consumer's offset moved
+// backwards, 2 when the run could not be carried out. The first SIGINT or SIGTERM stops producing, drains and still prints the
 // summary; a second one kills the process.
 package main
 
@@ -209,7 +210,7 @@ consume-only run against one slave.`,
 	f.Int64Var(&backlogGB, "backlog-gb", 0, "override the workload's consumerBacklogSizeGB (GiB; 0 = no backlog)")
 	f.IntVar(&cfg.Producers, "producers", 0, "override the workload's producersPerTopic (0: keep the workload's)")
 	f.BoolVar(&cfg.SyncSend, "sync-send", false, "producers send one message at a time and wait for each acknowledgement (synchronous send latency)")
-	f.BoolVar(&cfg.Verify, "verify", false, "check every message: lost, duplicated, reordered, corrupted, phantom; exit 1 if any")
+	f.BoolVar(&cfg.Verify, "verify", false, "check every message, as consumed and in a final read of every queue at the end (on each master, and on member --read-broker-id): lost, duplicated, reordered, corrupted, phantom, inconsistent; exit 1 if any")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", bench.DefaultProgressInterval, "period of progress lines and of the JSON time series")
 	f.StringVar(&cfg.JSONFile, "json", "", "write the result as JSON (OMB TestResult fields plus Petrel's counts) to this file")
 	f.StringVar(&cfg.Driver, "driver", bench.DriverPetrel, "system under test: petrel, or nats (NATS JetStream at --nats-url; see scripts/nats-server.sh)")
@@ -229,7 +230,7 @@ consume-only run against one slave.`,
 	f.IntVar(&slaves, "slaves", bench.DefaultEmbeddedSlaves, fmt.Sprintf("embedded cluster: slaves of the broker group (0..%d; 0: a lone master)", bench.MaxEmbeddedSlaves))
 	f.StringVar(&cfg.EmbeddedHACompression, "ha-compression", "", "embedded cluster: the codec of replication chunks, s2, zstd or none (default s2)")
 	f.StringVar(&cfg.EmbeddedRole, "broker-role", "", "embedded cluster: the master's brokerRole, SYNC_MASTER or ASYNC_MASTER (default SYNC_MASTER with slaves, ASYNC_MASTER without)")
-	f.Int64Var(&readBroker, "read-broker-id", -1, "consumers read from this member of each broker group only (0: the master, N: slave N), ignoring read suggestions (default: follow them)")
+	f.Int64Var(&readBroker, "read-broker-id", -1, "consumers read from this member of each broker group only (0: the master, N: slave N), ignoring read suggestions (default: follow them); with --verify the final read checks member N too")
 	f.BoolVar(&cfg.ConsumeOnly, "consume-only", false, "consume existing topics (--topic or --topic-id) of a running cluster from the earliest offset, no producers, and check every message up to the queues' max offsets at the start; exit 1 on any problem")
 	f.StringSliceVar(&cfg.Topics, "topic", nil, "with --consume-only: the topics to consume (repeat or comma-separate; default <prefix>-<topic-id>-<i>)")
 	f.DurationVar(&haInterval, "ha-sample-interval", bench.DefaultHASampleInterval, "period of the replication-lag samples (each group master's haStatus) during the test and drain; 0: off")

@@ -132,7 +132,7 @@ func TestReplay(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	if !strings.HasSuffix(stdout, "lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0\n") {
+	if !strings.HasSuffix(stdout, "final read: master queues=8 messages=500\nlost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0\n") {
 		t.Fatalf("stdout:\n%s", stdout)
 	}
 	var res struct {
@@ -238,7 +238,7 @@ func TestConsumeOnlyAgainstSlave(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "co.json")
 	code, stdout, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "petrel-bench-co-0", "--read-broker-id", "1", "--json", jsonPath)
 	if code != exitOK || !strings.Contains(stdout, "master pulls=0 msgs=0 notHere=0 | slave 1 pulls=") ||
-		!strings.Contains(stdout, "PASS: 2000 of 2000 expected consumed") || !strings.HasSuffix(stdout, "gaps=0 duplicated=0 reordered=0 corrupted=0 (consume-only: no producer record, acknowledged-but-missing messages are not detectable)\n") {
+		!strings.Contains(stdout, "PASS: 2000 of 2000 expected consumed") || !strings.HasSuffix(stdout, "gaps=0 duplicated=0 reordered=0 corrupted=0 offsetMovedBack=0 (consume-only: no producer record, acknowledged-but-missing messages are not detectable)\n") {
 		t.Fatalf("consume-only: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	var res struct {
@@ -256,6 +256,12 @@ func TestConsumeOnlyAgainstSlave(t *testing.T) {
 	if err := json.Unmarshal(data, &res); err != nil || res.Mode != "consume-only" || res.ExpectedMessages != 2000 || res.MessagesConsumed != 2000 ||
 		res.ReadBrokerID != 1 || !res.Passed || len(res.ServedBy) != 2 || res.ServedBy[1].Messages != 2000 {
 		t.Fatalf("JSON %+v, %v", res, err)
+	}
+	// A producing run pinned to slave 1: its final read checks the master and slave 1.
+	code, stdout, stderr = run(t.Context(), "-n", ns.Addr(), "--payload-dir", dir, "--verify", "--topic-id", "pinned", "--read-broker-id", "1")
+	if code != exitOK || !strings.HasSuffix(stdout, "final read: master queues=8 messages=2000; slave 1 queues=8 messages=2000\n"+
+		"lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0\n") {
+		t.Fatalf("producing run pinned to slave 1: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	code, _, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "nosuch")
 	if code != exitCantRun || !strings.Contains(stderr, "nosuch") {
