@@ -155,6 +155,15 @@ func (c *Conn) LastReceive() time.Time {
 	return monoEpoch.Add(time.Duration(d))
 }
 
+// Waiting returns how many calls are waiting for their response (Forget and the end of the
+// connection remove calls). With LastReceive it lets a caller tell a connection that owes
+// answers and receives nothing, a hung server, from an idle one.
+func (c *Conn) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
 // Err returns why the connection closed, or nil while it is open.
 func (c *Conn) Err() error {
 	c.mu.Lock()

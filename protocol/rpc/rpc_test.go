@@ -181,11 +181,7 @@ func (s *service) handle(req *Request) Reply {
 	return Errorf(protocol.StatusSystemError, "unexpected code %s", req.Code)
 }
 
-func pendingCount(c *Conn) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pending)
-}
+func pendingCount(c *Conn) int { return c.Waiting() }
 
 // waitPending waits until c has n calls waiting.
 func waitPending(t *testing.T, c *Conn, n int) {
@@ -1047,6 +1043,9 @@ func TestLastReceiveAndAbort(t *testing.T) {
 	}
 	if err := <-errc; !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "judged dead") {
 		t.Fatalf("waiting call: %v", err)
+	}
+	if n := c.Waiting(); n != 0 {
+		t.Fatalf("%d calls waiting after Abort", n)
 	}
 	if err := c.Err(); err != cause {
 		t.Fatalf("Err = %v, want the cause", err)
