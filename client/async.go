@@ -176,7 +176,7 @@ func (p *Producer) queueForMessage(route *topicRoute, m *Message) *asyncQueue {
 	p.qMu.Lock()
 	st, ok := p.sticky[m.Topic]
 	p.qMu.Unlock()
-	if ok && st.route == route && st.q.gen.Load() == st.gen && (p.fault.empty() || p.fault.available(st.q.mq.BrokerName, time.Now())) {
+	if ok && st.route == route && st.q.gen.Load() == st.gen && (p.fault.empty() || p.fault.available(st.q.mq.BrokerName, route.masterAddr(st.q.mq.BrokerName), time.Now())) {
 		return st.q
 	}
 	mq, _, _ := p.pickQueue(route, "", "")

@@ -155,11 +155,14 @@ func (c *Client) removeUser(u clientUser) {
 // memberUsable reports whether reads and commits may go to the broker at addr: no pull or
 // commit to it failed recently.
 func (c *Client) memberUsable(addr string) bool {
-	return c.members.empty() || c.members.available(addr, c.now())
+	return c.members.empty() || c.members.available(addr, "", c.now())
 }
 
 // memberFailed records that a pull or commit to addr failed.
-func (c *Client) memberFailed(addr string) { c.members.failed(addr, c.now()) }
+func (c *Client) memberFailed(addr string) {
+	now := c.now()
+	c.members.failed(addr, "", now, now)
+}
 
 // memberOK records that addr answered a pull or commit.
 func (c *Client) memberOK(addr string) { c.members.succeeded(addr) }

@@ -197,31 +197,89 @@ func TestMembersInOrder(t *testing.T) {
 func TestFaultTracker(t *testing.T) {
 	ft := newFaultTracker(time.Second, 5*time.Second)
 	now := time.Unix(1000, 0)
-	if !ft.empty() || !ft.available("a", now) {
+	if !ft.empty() || !ft.available("a", "a0", now) {
 		t.Fatal("fresh tracker")
 	}
-	f := func(wantBackoff time.Duration) {
+	// event records a failure event at now, of a request sent then, and checks the backoff.
+	event := func(wantBackoff time.Duration) {
 		t.Helper()
-		if d := ft.failed("a", now); d != wantBackoff {
+		if d := ft.failed("a", "a0", now, now); d != wantBackoff {
 			t.Fatalf("backoff %v, want %v", d, wantBackoff)
 		}
-		if ft.available("a", now.Add(wantBackoff-time.Millisecond)) || !ft.available("a", now.Add(wantBackoff)) {
+		if ft.available("a", "a0", now.Add(wantBackoff-time.Millisecond)) || !ft.available("a", "a0", now.Add(wantBackoff)) {
 			t.Fatalf("availability around %v", wantBackoff)
 		}
 	}
-	f(time.Second)
-	f(2 * time.Second)
-	f(4 * time.Second)
-	f(5 * time.Second) // capped
-	f(5 * time.Second)
-	if !ft.available("b", now) {
+	event(time.Second)
+	event(2 * time.Second)
+	event(4 * time.Second)
+	event(5 * time.Second) // capped
+	event(5 * time.Second)
+	if !ft.available("b", "b0", now) {
 		t.Fatal("other groups are not affected")
 	}
 	ft.succeeded("a")
-	if !ft.empty() || !ft.available("a", now) {
+	if !ft.empty() || !ft.available("a", "a0", now) {
 		t.Fatal("success resets")
 	}
-	f(time.Second)
+	event(time.Second)
+}
+
+// TestFaultTrackerOneEvent: the failures of requests sent before a group's backoff began (the
+// requests in flight when its master failed) are one event: they do not lengthen the backoff.
+// A request sent since, failing, starts the next event.
+func TestFaultTrackerOneEvent(t *testing.T) {
+	ft := newFaultTracker(time.Second, 30*time.Second)
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	// 50 requests sent during the 100 ms before the first failure, failing over 3 s.
+	if d := ft.failed("a", "a0", ms(0), ms(100)); d != time.Second {
+		t.Fatalf("first failure: backoff %v", d)
+	}
+	for i := 1; i < 50; i++ {
+		if d := ft.failed("a", "a0", ms(2*i), ms(100+60*i)); d != max(ms(1100).Sub(ms(100+60*i)), 0) {
+			t.Fatalf("failure %d of the same event: backoff %v", i, d)
+		}
+	}
+	if ft.available("a", "a0", ms(1099)) || !ft.available("a", "a0", ms(1100)) {
+		t.Fatal("one event: the group is back after the base backoff")
+	}
+	// A request sent after the event began (a retry, once the backoff ended) fails: a new event.
+	if d := ft.failed("a", "a0", ms(1200), ms(1300)); d != 2*time.Second {
+		t.Fatalf("second event: backoff %v", d)
+	}
+}
+
+// TestFaultTrackerNewMaster: a group in backoff is available again as soon as its master is
+// another than the one that failed, and a failure of the new master starts from the base.
+func TestFaultTrackerNewMaster(t *testing.T) {
+	ft := newFaultTracker(time.Second, 30*time.Second)
+	now := time.Unix(1000, 0)
+	for i := range 3 {
+		ft.failed("a", "a0", now.Add(time.Duration(i)*time.Minute), now.Add(time.Duration(i)*time.Minute))
+	}
+	now = now.Add(2 * time.Minute)
+	if ft.available("a", "a0", now) {
+		t.Fatal("in backoff")
+	}
+	if !ft.available("a", "a1", now) {
+		t.Fatal("the route names a new master: available at once")
+	}
+	if d := ft.failed("a", "a1", now, now); d != time.Second {
+		t.Fatalf("the new master's first failure: backoff %v", d)
+	}
+	if ft.available("a", "a1", now) {
+		t.Fatal("the new master failed")
+	}
+	// A NOT_MASTER answer names yet another master.
+	ft.masterMoved("a", "a1")
+	if ft.available("a", "a1", now) {
+		t.Fatal("moved to the master that failed: still in backoff")
+	}
+	ft.masterMoved("a", "a2")
+	if !ft.empty() || !ft.available("a", "a1", now) {
+		t.Fatal("moved to a new master: the backoff ends")
+	}
 }
 
 func TestOffsetTracker(t *testing.T) {

@@ -34,10 +34,12 @@ const (
 	// DefaultRetries is how many times a failed send is retried (RocketMQ's
 	// retryTimesWhenSendFailed).
 	DefaultRetries = 2
-	// DefaultFaultBackoff is how long a broker group is avoided after a failed send; it doubles
-	// with each further failure up to DefaultMaxFaultBackoff, and a success resets it.
+	// DefaultFaultBackoff is how long a broker group is avoided after a failure event (the
+	// failures of the requests in flight when it failed count as one); it doubles with each
+	// further event up to DefaultMaxFaultBackoff, and a success or a new master of the group
+	// ends it.
 	DefaultFaultBackoff    = time.Second
-	DefaultMaxFaultBackoff = 30 * time.Second
+	DefaultMaxFaultBackoff = 10 * time.Second
 
 	// DefaultPollTimeout is how long the broker holds a pull that finds nothing (RocketMQ's
 	// brokerSuspendMaxTimeMillis).
@@ -269,9 +271,13 @@ func WithSendTimeout(d time.Duration) ProducerOption {
 	}
 }
 
-// WithFaultBackoff sets how long a broker group is avoided after a failed send (default 1 s),
-// doubling per further failure up to max (default 30 s); a success resets it. It is RocketMQ's
-// sendLatencyFaultEnable, driven by failures.
+// WithFaultBackoff sets how long a broker group is avoided after a failure event (default 1 s),
+// doubling per further event up to max (default 10 s). An event is a failed send, or a send
+// without an answer, together with the failures of every request sent to the group before it:
+// a failover that fails all the requests in flight counts once, and only an attempt sent later
+// that fails too starts the next event. A success resets the backoff; so does a new master of
+// the group (the route, or a NOT_MASTER answer, names another master than the one that failed),
+// which is used at once. It is RocketMQ's sendLatencyFaultEnable, driven by failures.
 func WithFaultBackoff(initial, max time.Duration) ProducerOption {
 	return func(c *producerConfig) {
 		if initial >= 0 {

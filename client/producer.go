@@ -231,13 +231,14 @@ func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
 			return err
 		}
 		addr := route.masterAddr(mq.BrokerName)
+		begun := time.Now()
 		conn, err := p.c.pool.get(ctx, addr)
 		if err != nil {
 			lastErr = err
 			if errors.Is(err, ErrClientClosed) || ctx.Err() != nil {
 				return err
 			}
-			p.fault.failed(mq.BrokerName, time.Now())
+			p.fault.failed(mq.BrokerName, addr, begun, time.Now())
 			if m.ShardingKey == "" {
 				avoid = mq.BrokerName
 			}
@@ -342,7 +343,7 @@ func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQu
 	var avail func(string) bool
 	if !p.fault.empty() {
 		now := time.Now()
-		avail = func(b string) bool { return p.fault.available(b, now) }
+		avail = func(b string) bool { return p.fault.available(b, route.masterAddr(b), now) }
 	}
 	mq, _ = selectQueue(qs, start, avoid, avail)
 	return mq, false, nil
@@ -439,7 +440,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 			protocol.FinishBatch(job.batch, 0)
 		}
 
-		res, state, err := p.attempt(ctx, deadline, addr, mq, job)
+		res, state, sentAt, err := p.attempt(ctx, deadline, addr, mq, job)
 		switch state {
 		case callOK:
 			p.fault.succeeded(mq.BrokerName)
@@ -448,7 +449,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 			// No answer: the master may hang or be gone, and the group may have a new one
 			// already. Refresh the route (rate-limited) so that the next sends follow it rather
 			// than time out on this broker again.
-			p.fault.failed(mq.BrokerName, time.Now())
+			p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 			rctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.requestTimeout)
 			_ = p.c.refreshedRoute(rctx, job.topic, route)
 			cancel()
@@ -459,7 +460,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 				return SendResult{}, lastErr
 			}
 			if !errors.Is(err, errNoSlot) && !errors.Is(err, rpc.ErrTooManyInFlight) { // local limits, not broker faults
-				p.fault.failed(mq.BrokerName, time.Now())
+				p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 				// The broker may have moved (restarted elsewhere, or left the route).
 				route = p.c.refreshedRoute(ctx, job.topic, route)
 			}
@@ -475,18 +476,21 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 				// Same group, new master: refresh the route and follow the broker's pointer
 				// when the route has not caught up yet.
 				route = p.c.refreshedRoute(ctx, job.topic, route)
+				// A new master ends a backoff recorded for the old one at once.
 				if m := route.masterAddr(mq.BrokerName); m != "" && m != addr {
 					override = m
+					p.fault.masterMoved(mq.BrokerName, m)
 				} else if pe.MasterAddr != "" && pe.MasterAddr != addr {
 					override = pe.MasterAddr
+					p.fault.masterMoved(mq.BrokerName, pe.MasterAddr)
 				} else {
-					p.fault.failed(mq.BrokerName, time.Now())
+					p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 					avoid = mq.BrokerName
 				}
 			case !pe.Status.Retriable():
 				return SendResult{}, lastErr
 			default:
-				p.fault.failed(mq.BrokerName, time.Now())
+				p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 				avoid = mq.BrokerName
 				if pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusServiceNotAvailable || pe.Status == protocol.StatusShuttingDown {
 					route = p.c.refreshedRoute(ctx, job.topic, route)
@@ -501,28 +505,31 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 // deadline; it does not count as a fault of the broker.
 var errNoSlot = errors.New("client: no in-flight slot free for the broker group")
 
-// attempt sends the batch once to addr and decodes the answer.
-func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string, mq MessageQueue, job *sendJob) (SendResult, callState, error) {
+// attempt sends the batch once to addr and decodes the answer. sentAt is when the request was
+// sent, or when the attempt to send it began: the fault tracker tells by it whether a failure
+// belongs to an event it already knows.
+func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string, mq MessageQueue, job *sendJob) (res SendResult, state callState, sentAt time.Time, err error) {
 	if job.async {
 		release, err := p.acquireSlot(ctx, deadline, mq.BrokerName)
 		if err != nil {
-			return SendResult{}, callNotSent, err
+			return SendResult{}, callNotSent, time.Now(), err
 		}
 		defer release()
 	}
+	sentAt = time.Now()
 	conn, err := p.c.pool.get(ctx, addr)
 	if err != nil {
-		return SendResult{}, callNotSent, err
+		return SendResult{}, callNotSent, sentAt, err
 	}
-	resp, state, err := p.c.pool.startCall(conn, protocol.CodeSendMessage, nil, job.batch).wait(ctx, deadline)
+	resp, state, err := p.c.pool.startCallAt(conn, protocol.CodeSendMessage, nil, job.batch, sentAt).wait(ctx, deadline)
 	if state != callOK {
-		return SendResult{}, state, err
+		return SendResult{}, state, sentAt, err
 	}
 	defer resp.Release()
 	var h protocol.SendResponseHeader
 	if err := h.ReadFrom(resp.Header); err != nil {
 		// The broker answered success: the batch is stored, but we cannot say where.
-		return SendResult{}, callUnknown, fmt.Errorf("cannot decode the send response: %w", err)
+		return SendResult{}, callUnknown, sentAt, fmt.Errorf("cannot decode the send response: %w", err)
 	}
 	return SendResult{
 		BrokerName:     mq.BrokerName,
@@ -532,7 +539,7 @@ func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string,
 		Count:          h.Count,
 		PhysicalOffset: h.PhysicalOffset,
 		StoreTimestamp: h.StoreTimestamp,
-	}, callOK, nil
+	}, callOK, sentAt, nil
 }
 
 // acquireSlot takes one of the broker group's in-flight slots.

@@ -877,3 +877,145 @@ func TestBrokerMovesAddress(t *testing.T) {
 	eventually(t, "consumed from the moved broker", func() bool { return col.count() >= 2 })
 	_ = stop()
 }
+
+// connTo returns the client's open connection to addr, or nil.
+func connTo(c *Client, addr string) *rpc.Conn {
+	c.pool.mu.RLock()
+	pc := c.pool.conns[addr]
+	c.pool.mu.RUnlock()
+	if pc == nil {
+		return nil
+	}
+	if conn := pc.conn.Load(); isOpen(conn) {
+		return conn
+	}
+	return nil
+}
+
+// TestBackoffIsOneEventPerFailure: when every request in flight to a group fails together (its
+// master failing over answers them all), the group's backoff is that of one failure event, not
+// doubled per request: the group is used again after the base backoff.
+func TestBackoffIsOneEventPerFailure(t *testing.T) {
+	fc, a, _ := twoGroups(t, 1)
+	release := make(chan struct{})
+	var failing atomic.Bool
+	failing.Store(true)
+	a.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		<-release
+		if failing.Load() {
+			return rpc.Errorf(protocol.StatusSystemBusy, "failing over"), true
+		}
+		return rpc.Reply{}, false
+	})
+	c := newTestClient(t, fc.addr)
+	// Twenty failures doubling a 100 ms backoff would reach the minute.
+	p := newTestProducer(t, c, WithFaultBackoff(100*time.Millisecond, time.Minute))
+	ctx := testCtx(t, 20*time.Second)
+	const n = 40 // the round-robin sends half of them to a
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+			if err != nil || res.BrokerName != "b" {
+				t.Errorf("send: %+v %v (want a retry on b)", res, err)
+			}
+		})
+	}
+	eventually(t, "20 sends in flight to a", func() bool {
+		conn := connTo(c, a.addr)
+		return conn != nil && conn.Waiting() == n/2
+	})
+	close(release)
+	wg.Wait()
+	if a.sends.Load() != n/2 {
+		t.Fatalf("a received %d sends, want %d (retries go to b)", a.sends.Load(), n/2)
+	}
+	failing.Store(false)
+	eventually(t, "a send stored on a again", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.BrokerName == "a"
+	})
+}
+
+// failOnce makes one unkeyed send fail on b (answered SYSTEM_BUSY, retried on the other group)
+// so that b's group is in fault backoff.
+func failOnce(t *testing.T, p *Producer, b *fakeBroker) {
+	t.Helper()
+	ctx := testCtx(t, 10*time.Second)
+	b.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Errorf(protocol.StatusSystemBusy, "failing"), true
+	})
+	for b.sends.Load() == 0 {
+		if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.setSendHook(nil)
+}
+
+// TestNewMasterInRouteEndsBackoff: a group avoided after its master failed is used again as soon
+// as the route names another master, not when the backoff ends.
+func TestNewMasterInRouteEndsBackoff(t *testing.T) {
+	fc, a, _ := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(20*time.Millisecond))
+	p := newTestProducer(t, c, WithFaultBackoff(time.Hour, time.Hour))
+	failOnce(t, p, a)
+	// The group's new master shares its store; the old one leaves the route.
+	newer := startFakeBroker(t, "DefaultCluster", "a", 0, a.store)
+	fc.mu.Lock()
+	fc.brokers = append(fc.brokers, newer)
+	fc.mu.Unlock()
+	fc.setHidden(a, true)
+	ctx := testCtx(t, 20*time.Second)
+	eventually(t, "a send stored by a's new master", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.BrokerAddr == newer.addr
+	})
+}
+
+// TestNotMasterPointerEndsBackoff: a NOT_MASTER answer naming a new master ends the group's
+// backoff at once, before the route names it and before a send to it succeeded.
+func TestNotMasterPointerEndsBackoff(t *testing.T) {
+	fc, a, _ := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithFaultBackoff(time.Hour, time.Hour))
+	failOnce(t, p, a)
+	// The new master (not in the route yet) holds the first send it gets.
+	newer := startFakeBroker(t, "DefaultCluster", "a", 0, a.store)
+	release := make(chan struct{})
+	newer.setSendHook(func(*rpc.Request) (rpc.Reply, bool) { <-release; return rpc.Reply{}, false })
+	a.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "demoted", MasterAddr: newer.addr}, true
+	})
+	ctx := testCtx(t, 20*time.Second)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "k" + strconv.Itoa(i); shardIndex(k, 2) == 0 { // queue a#0
+			key = k
+		}
+	}
+	wg.Go(func() {
+		if res, err := p.SendSync(ctx, &Message{Topic: "T", ShardingKey: key, Body: []byte("x")}); err != nil || res.BrokerAddr != newer.addr {
+			t.Errorf("keyed send: %+v %v", res, err)
+		}
+	})
+	eventually(t, "the keyed send at the new master", func() bool { return newer.sends.Load() == 1 })
+	before := a.sends.Load()
+	for range 2 { // the round-robin gives one of two sends to a, unless a is avoided
+		wg.Go(func() {
+			if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("y")}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	eventually(t, "an unkeyed send to group a", func() bool { return a.sends.Load() > before })
+}
