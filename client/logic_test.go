@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"testing"
@@ -59,30 +60,35 @@ func TestTopicRouteQueues(t *testing.T) {
 }
 
 func TestSelectQueue(t *testing.T) {
-	qs := testRoute().writeQueues
+	qs := testRoute().writeQueues // a#0 a#1 b#0 b#1
 	all := func(string) bool { return true }
-	f := func(start uint32, avoid string, avail func(string) bool, want string) {
-		t.Helper()
-		q, ok := selectQueue(qs, start, avoid, avail)
-		if !ok || q.String() != want {
-			t.Fatalf("selectQueue(%d, %q) = %v, want %s", start, avoid, q, want)
+	notA := func(b string) bool { return b != "a" }
+	none := func(string) bool { return false }
+	for _, tc := range []struct {
+		name  string
+		start uint32
+		avoid string
+		avail func(string) bool
+		want  string
+	}{
+		{"round-robin", 0, "", all, "T@a#0"},
+		{"round-robin", 1, "", all, "T@a#1"},
+		{"round-robin, no tracker", 2, "", nil, "T@b#0"},
+		{"round-robin wraps", 5, "", all, "T@a#1"},
+		{"avoid the group that failed", 0, "a", all, "T@b#0"},
+		{"avoid the group that failed", 1, "a", all, "T@b#1"},
+		{"avoid the group that failed", 3, "b", all, "T@a#1"},
+		{"skip a group in backoff", 0, "", notA, "T@b#0"},
+		{"skip a group in backoff", 3, "", notA, "T@b#1"},
+		{"all in backoff: another group than the failed one", 0, "a", none, "T@b#0"},
+		{"all in backoff: another group than the failed one", 1, "a", none, "T@b#1"},
+		{"all in backoff, none failed: any", 0, "", none, "T@a#0"},
+	} {
+		q, ok := selectQueue(qs, tc.start, tc.avoid, tc.avail)
+		if !ok || q.String() != tc.want {
+			t.Errorf("%s: selectQueue(%d, %q) = %v, want %s", tc.name, tc.start, tc.avoid, q, tc.want)
 		}
 	}
-	// Round-robin.
-	f(0, "", all, "T@a#0")
-	f(1, "", all, "T@a#1")
-	f(2, "", nil, "T@b#0")
-	f(5, "", all, "T@a#1") // wraps
-	// Avoid the group that just failed.
-	f(0, "a", all, "T@b#0")
-	f(3, "b", all, "T@a#0")
-	// Skip groups in fault backoff.
-	notA := func(b string) bool { return b != "a" }
-	f(0, "", notA, "T@b#0")
-	// Everything unavailable: still another group than the failed one, then anything.
-	none := func(string) bool { return false }
-	f(0, "a", none, "T@b#0")
-	f(0, "", none, "T@a#0")
 	onlyA := []MessageQueue{{Topic: "T", BrokerName: "a"}}
 	if q, ok := selectQueue(onlyA, 7, "a", none); !ok || q.BrokerName != "a" {
 		t.Fatal("single group must still be chosen")
@@ -90,6 +96,57 @@ func TestSelectQueue(t *testing.T) {
 	if _, ok := selectQueue(nil, 0, "", all); ok {
 		t.Fatal("no queues")
 	}
+}
+
+// TestSelectQueueSpreadsRetries: batches moved away from a failed group (or one in backoff)
+// spread evenly over the other groups' queues, whatever the round-robin counter's value; a scan
+// from the counter would give the first queue of the next group every start that falls in the
+// failed group's range.
+func TestSelectQueueSpreadsRetries(t *testing.T) {
+	var qs []MessageQueue
+	for _, g := range []string{"a", "b", "c"} {
+		for id := range int32(4) {
+			qs = append(qs, MessageQueue{Topic: "T", BrokerName: g, QueueID: id})
+		}
+	}
+	notB := func(b string) bool { return b != "b" }
+	for _, tc := range []struct {
+		name  string
+		avoid string
+		avail func(string) bool
+		want  map[string]int // picks per queue over 240 consecutive starts
+	}{
+		{"retries from a", "a", nil, spread(qs, "b", "c")},
+		{"retries from a, b in backoff", "a", notB, spread(qs, "c")},
+		{"b in backoff", "", notB, spread(qs, "a", "c")},
+		{"nothing avoided", "", nil, spread(qs, "a", "b", "c")},
+	} {
+		got := map[string]int{}
+		for start := uint32(1000); start < 1240; start++ {
+			q, _ := selectQueue(qs, start, tc.avoid, tc.avail)
+			got[q.String()]++
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("%s: picks %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// spread returns the even spread of 240 picks over the queues of groups.
+func spread(qs []MessageQueue, groups ...string) map[string]int {
+	var n int
+	for _, q := range qs {
+		if slices.Contains(groups, q.BrokerName) {
+			n++
+		}
+	}
+	out := map[string]int{}
+	for _, q := range qs {
+		if slices.Contains(groups, q.BrokerName) {
+			out[q.String()] = 240 / n
+		}
+	}
+	return out
 }
 
 func TestShardIndex(t *testing.T) {
