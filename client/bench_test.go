@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"strconv"
 	"testing"
 	"time"
@@ -18,19 +17,23 @@ func benchMessage(size int) *Message {
 }
 
 // encodeForSend is exactly what SendSync does to a message before handing it to the connection:
-// encode it as a batch of one, stamp queue and sequence, compute the CRC.
+// encode it as a batch of one, then, under the queue's sequence lock (startSend), stamp queue
+// and sequence and compute the CRC.
 func encodeForSend(p *Producer, dst []byte, m *Message, mq MessageQueue) []byte {
 	dst, err := p.encodeOne(dst[:0], m, mq, 1700000000000)
 	if err != nil {
 		panic(err)
 	}
-	binary.BigEndian.PutUint32(dst[batchOffBaseSequence:], uint32(p.nextSeq(mq, 1)))
-	protocol.FinishBatch(dst, 0)
+	s := p.queueSeq(mq)
+	s.mu.Lock()
+	stampBatch(dst, mq.QueueID, s.next)
+	s.next++
+	s.mu.Unlock()
 	return dst
 }
 
 func newBenchProducer() *Producer {
-	return &Producer{id: 1, cfg: defaultProducerConfig(), seqs: map[MessageQueue]int32{}}
+	return &Producer{id: 1, cfg: defaultProducerConfig(), seqs: map[MessageQueue]*queueSeq{}}
 }
 
 // TestSendPathAllocs guards the send path's encoding: no allocation once buffers are warm.

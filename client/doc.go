@@ -42,8 +42,11 @@
 // Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
 // AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled
 // pendingCall (rpc.Conn.CallAsync plus a reusable timer), so the path allocates almost nothing
-// of its own. A retry on another queue rewrites the batch's queue id and producer sequence and
-// recomputes the CRC. SendAsync appends into a per-queue accumulator (asyncQueue); a goroutine
+// of its own. Each attempt stamps the batch with its queue id and the queue's next producer
+// sequence, computes the CRC and queues the frame on the connection as one step under the
+// queue's queueSeq.mu (startSend), so that on one connection frames of a queue are written, and
+// stored, in sequence order (the order promise of the Producer doc); a frame the connection
+// refuses gives its sequences back. SendAsync appends into a per-queue accumulator (asyncQueue); a goroutine
 // per non-empty queue seals batches by size or linger, sends one batch at a time (per-queue
 // order) under a per-broker-group in-flight limit, then runs the callbacks in order. A byte
 // budget bounds what is buffered.
@@ -75,6 +78,9 @@
 //
 //	Producer.mu (read) -> Producer.qMu
 //	Producer.mu (read) -> asyncQueue.mu -> pendingCounter.mu
+//	queueSeq.mu -> rpc Conn.mu (the frame is queued on the connection under the queue's
+//	               sequence lock; nothing else is taken under it, and it is never held across
+//	               a dial or a wait for an answer)
 //	routeSlot.mu -> connPool.mu, poolConn.mu (a route fetch holds routeSlot.mu across the
 //	                NameServer request; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,

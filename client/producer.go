@@ -44,6 +44,24 @@ var propsPool bytebufferpool.Pool
 // another group when there is one (keyed messages stay on their queue). A NOT_MASTER answer makes
 // the producer refresh the route and send to the master it names. A request written but not
 // answered is an unknown outcome (ErrUnknownOutcome) and is never retried.
+//
+// Order: a producer's messages keep, within a queue, the order in which they were sent to that
+// queue. Every batch carries the producer's id (ID) and a base sequence counted per producer
+// and queue; a batch takes its sequence in one step with queuing its frame on the broker's
+// connection, and a connection writes its frames, and the broker stores them, in that order.
+// So the acknowledged batches of a producer appear in a queue in increasing sequence order:
+//   - SendAsync messages of one queue are batched and stored in the order of the SendAsync calls
+//     (one batch in flight per queue);
+//   - concurrent SendSync callers sending to the same queue, and batches retried onto it from
+//     another group, are ordered by the sequence the client assigned as it wrote them: the
+//     order in which they reached the connection, not the order in which the calls began;
+//   - each attempt takes a new sequence, so a batch retried on its queue after a definite
+//     failure comes after the batches written meanwhile.
+//
+// Not promised: the order of sends whose outcome is unknown (written on a connection that then
+// failed, such a batch may be stored after batches written later on a new connection, or not
+// at all); an order across queues, or for messages that changed queue (a retry moved to
+// another group, keyed messages after the topic's queue count changed).
 type Producer struct {
 	c     *Client
 	cfg   producerConfig
@@ -53,8 +71,8 @@ type Producer struct {
 	rrMu sync.RWMutex // guards rr
 	rr   map[string]*atomic.Uint32
 
-	seqMu sync.Mutex // guards seqs
-	seqs  map[MessageQueue]int32
+	seqMu sync.RWMutex // guards seqs
+	seqs  map[MessageQueue]*queueSeq
 
 	// Asynchronous sends.
 	budget   *byteBudget
@@ -74,6 +92,18 @@ type Producer struct {
 	wg        sync.WaitGroup // the queue goroutines
 	closeOnce sync.Once
 	closeErr  error
+
+	// testHookSequenced, set by tests before the first send, runs when a batch has taken its
+	// sequence on a queue and its frame is about to be queued on the connection.
+	testHookSequenced func(mq MessageQueue, seq int32)
+}
+
+// queueSeq is the producer's sequence counter of one queue. Taking a batch's sequence and
+// queuing its frame on the connection is one step under mu, so the frames of one queue are
+// queued, and on one connection written and stored, in the order of their sequences.
+type queueSeq struct {
+	mu   sync.Mutex // guards next; held from stamping a batch to queuing its frame
+	next int32
 }
 
 // stickyChoice is the queue SendAsync appends unkeyed messages of a topic to, until the batch
@@ -104,7 +134,7 @@ func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
 		id:     int64(rand.Uint64() &^ (1 << 63)),
 		fault:  newFaultTracker(cfg.faultBackoff, cfg.maxFaultBackoff),
 		rr:     make(map[string]*atomic.Uint32),
-		seqs:   make(map[MessageQueue]int32),
+		seqs:   make(map[MessageQueue]*queueSeq),
 		budget: newByteBudget(cfg.bufferBytes),
 		queues: make(map[MessageQueue]*asyncQueue),
 		sticky: make(map[string]stickyChoice),
@@ -244,12 +274,18 @@ func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
 			}
 			continue
 		}
-		buf.B = protocol.AppendBatchHeader(buf.B[:0], m.Topic, mq.QueueID, p.id, p.nextSeq(mq, 1))
+		buf.B = protocol.AppendBatchHeader(buf.B[:0], m.Topic, mq.QueueID, p.id, 0)
 		if buf.B, err = p.appendMessage(buf.B, m, time.Now().UnixMilli()); err != nil {
 			return err
 		}
-		protocol.FinishBatch(buf.B, 0)
-		return conn.Oneway(protocol.CodeSendMessage, nil, buf.B)
+		s := p.queueSeq(mq)
+		s.mu.Lock()
+		stampBatch(buf.B, mq.QueueID, s.next)
+		if err = conn.Oneway(protocol.CodeSendMessage, nil, buf.B); err == nil {
+			s.next++
+		}
+		s.mu.Unlock()
+		return err
 	}
 	return lastErr
 }
@@ -366,19 +402,52 @@ func (p *Producer) counter(topic string) *atomic.Uint32 {
 	return c
 }
 
-// nextSeq reserves n producer sequence numbers on mq and returns the first.
-func (p *Producer) nextSeq(mq MessageQueue, n int32) int32 {
-	p.seqMu.Lock()
+// queueSeq returns the producer's sequence counter of mq.
+func (p *Producer) queueSeq(mq MessageQueue) *queueSeq {
+	p.seqMu.RLock()
 	s := p.seqs[mq]
-	p.seqs[mq] = s + n
-	p.seqMu.Unlock()
+	p.seqMu.RUnlock()
+	if s != nil {
+		return s
+	}
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	if s = p.seqs[mq]; s == nil {
+		s = new(queueSeq)
+		p.seqs[mq] = s
+	}
 	return s
+}
+
+// stampBatch writes queue id and base sequence into the header of batch and computes its CRC.
+func stampBatch(batch []byte, queueID, seq int32) {
+	binary.BigEndian.PutUint32(batch[batchOffQueueID:], uint32(queueID))
+	binary.BigEndian.PutUint32(batch[batchOffBaseSequence:], uint32(seq))
+	protocol.FinishBatch(batch, 0)
+}
+
+// startSend gives job.batch the next sequence of mq and queues it on conn, as one step for the
+// queue (see queueSeq); now stands for the time it is sent. A batch the connection refuses
+// (closed, too many requests in flight) gives its sequences back.
+func (p *Producer) startSend(conn *rpc.Conn, mq MessageQueue, job *sendJob, now time.Time) *pendingCall {
+	s := p.queueSeq(mq)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stampBatch(job.batch, mq.QueueID, s.next)
+	if p.testHookSequenced != nil {
+		p.testHookSequenced(mq, s.next)
+	}
+	call := p.c.pool.startCallAt(conn, protocol.CodeSendMessage, nil, job.batch, now)
+	if call.id != 0 {
+		s.next += job.count
+	}
+	return call
 }
 
 // sendJob is one batch being sent, with what retries need.
 type sendJob struct {
 	topic  string
-	batch  []byte // built for some queue; send rewrites its queue id and sequence
+	batch  []byte // built for some queue; each attempt rewrites its queue id and sequence
 	count  int32
 	mq     MessageQueue // the queue to try first
 	pinned bool         // a sharding key: stay on mq
@@ -391,7 +460,6 @@ type sendJob struct {
 func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (SendResult, error) {
 	route := job.route
 	mq := job.mq
-	seqQueue, seq := MessageQueue{}, int32(0)
 	avoid, override := "", ""
 	var lastErr error
 	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
@@ -433,13 +501,6 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 			avoid = mq.BrokerName
 			continue
 		}
-		if mq != seqQueue {
-			seqQueue, seq = mq, p.nextSeq(mq, job.count)
-			binary.BigEndian.PutUint32(job.batch[batchOffQueueID:], uint32(mq.QueueID))
-			binary.BigEndian.PutUint32(job.batch[batchOffBaseSequence:], uint32(seq))
-			protocol.FinishBatch(job.batch, 0)
-		}
-
 		res, state, sentAt, err := p.attempt(ctx, deadline, addr, mq, job)
 		switch state {
 		case callOK:
@@ -521,7 +582,7 @@ func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string,
 	if err != nil {
 		return SendResult{}, callNotSent, sentAt, err
 	}
-	resp, state, err := p.c.pool.startCallAt(conn, protocol.CodeSendMessage, nil, job.batch, sentAt).wait(ctx, deadline)
+	resp, state, err := p.startSend(conn, mq, job, sentAt).wait(ctx, deadline)
 	if state != callOK {
 		return SendResult{}, state, sentAt, err
 	}

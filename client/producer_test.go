@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -1018,4 +1019,115 @@ func TestNotMasterPointerEndsBackoff(t *testing.T) {
 		})
 	}
 	eventually(t, "an unkeyed send to group a", func() bool { return a.sends.Load() > before })
+}
+
+// storedSequences returns the base sequences of the batches stored in a queue, in stored order,
+// checking that each carries the producer's id.
+func storedSequences(t *testing.T, b *fakeBroker, topic string, queueID int32, producer int64) []int32 {
+	t.Helper()
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	var seqs []int32
+	q := b.store.queues[queueKey{topic, queueID}]
+	if q == nil {
+		return nil
+	}
+	for _, raw := range q.batches {
+		h, _, err := protocol.ValidateBatch(raw, protocol.BatchLimits{})
+		if err != nil || h.ProducerID != producer {
+			t.Fatalf("stored batch %+v: %v", h, err)
+		}
+		seqs = append(seqs, h.BaseSequence)
+	}
+	return seqs
+}
+
+// TestSequenceOrderIsWriteOrder: two sends to one queue cannot take their sequences in one
+// order and write their frames in the other. The first send pauses once it has its sequence,
+// until the second send has started and either waits for it (taking a sequence and queuing the
+// frame are one step) or, were they two, has written its frame with the next sequence; the
+// broker then stores them in sequence order.
+func TestSequenceOrderIsWriteOrder(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	entered, secondStarted := make(chan struct{}), make(chan struct{})
+	p.testHookSequenced = func(_ MessageQueue, seq int32) {
+		if seq != 1 {
+			return
+		}
+		close(entered)
+		<-secondStarted
+		// The second send's frame cannot be awaited when it rightly waits for this one: give
+		// it a moment to get ahead, were it able to.
+		for start := time.Now(); a.sends.Load() < 3 && time.Since(start) < 200*time.Millisecond; {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var wg sync.WaitGroup
+	results := make([]SendResult, 2)
+	wg.Go(func() {
+		var err error
+		if results[0], err = p.SendSync(ctx, &Message{Topic: "T", Body: []byte("1")}); err != nil {
+			t.Error(err)
+		}
+	})
+	<-entered
+	wg.Go(func() {
+		close(secondStarted)
+		var err error
+		if results[1], err = p.SendSync(ctx, &Message{Topic: "T", Body: []byte("2")}); err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Wait()
+	if got := storedSequences(t, a, "T", 0, p.ID()); !slices.Equal(got, []int32{0, 1, 2}) {
+		t.Fatalf("stored sequences %v, want [0 1 2]", got)
+	}
+	if results[0].QueueOffset != 1 || results[1].QueueOffset != 2 {
+		t.Fatalf("results %+v", results)
+	}
+}
+
+// TestSequenceOrderUnderConcurrency: many SendSync callers and the asynchronous sender on the
+// same queues; every queue stores the producer's batches in increasing sequence order.
+func TestSequenceOrderUnderConcurrency(t *testing.T) {
+	fc, a, b := twoGroups(t, 2)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithLinger(0))
+	ctx := testCtx(t, 30*time.Second)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				m := &Message{Topic: "T", Body: []byte(strconv.Itoa(g*1000 + i))}
+				if g%2 == 0 {
+					if _, err := p.SendSync(ctx, m); err != nil {
+						t.Error(err)
+						return
+					}
+				} else if err := p.SendAsync(ctx, m, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, br := range []*fakeBroker{a, b} {
+		for q := range int32(2) {
+			seqs := storedSequences(t, br, "T", q, p.ID())
+			if !slices.IsSorted(seqs) || len(slices.Compact(slices.Clone(seqs))) != len(seqs) {
+				t.Fatalf("%s queue %d: sequences %v not increasing", br.name, q, seqs)
+			}
+		}
+	}
 }
