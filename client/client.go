@@ -34,8 +34,10 @@ const minForcedRefreshGap = 100 * time.Millisecond
 // Routes are fetched on first use, refreshed every RouteRefreshInterval and, at most every
 // 100 ms per topic, after a send or pull error. A connection that breaks is dialled again on
 // next use, with a backoff after a failed dial, so the client survives a broker restart; a
-// connection on which a request timed out with nothing received since is closed and replaced;
-// a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so it can drain and stop.
+// connection on which requests wait and nothing arrives, not even the answer to a liveness
+// probe, is closed and replaced (WithLivenessProbe), as is one on which a request timed out with
+// nothing received since; a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so
+// it can drain and stop.
 type Client struct {
 	cfg  clientConfig
 	log  *slog.Logger
@@ -97,7 +99,7 @@ func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 			DialTimeout:  cfg.dialTimeout,
 			MaxFrameSize: cfg.maxFrameSize,
 			MaxInFlight:  cfg.maxInFlight,
-		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff, cfg.logger),
+		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff, livenessConfig{silence: cfg.livenessInterval, probeTimeout: cfg.probeTimeout}, cfg.logger),
 		now:     time.Now,
 		members: newFaultTracker(memberAvoidBase, memberAvoidMax),
 		routes:  make(map[string]*routeSlot),

@@ -22,6 +22,11 @@ const (
 	// doubles on each further failure up to DefaultMaxReconnectBackoff.
 	DefaultReconnectBackoff    = 100 * time.Millisecond
 	DefaultMaxReconnectBackoff = 3 * time.Second
+	// DefaultLivenessInterval is how long a connection on which requests wait may receive
+	// nothing before the client probes it; DefaultProbeTimeout how long after the probe it may
+	// still receive nothing before it is closed as dead (see WithLivenessProbe).
+	DefaultLivenessInterval = 500 * time.Millisecond
+	DefaultProbeTimeout     = 500 * time.Millisecond
 
 	// DefaultLinger is how long an asynchronous batch waits for more messages.
 	DefaultLinger = 5 * time.Millisecond
@@ -78,6 +83,8 @@ type clientConfig struct {
 	maxReconnectBackoff time.Duration
 	maxFrameSize        int
 	maxInFlight         int
+	livenessInterval    time.Duration
+	probeTimeout        time.Duration
 	logger              *slog.Logger
 }
 
@@ -90,6 +97,8 @@ func defaultClientConfig() clientConfig {
 		maxReconnectBackoff: DefaultMaxReconnectBackoff,
 		maxFrameSize:        protocol.DefaultMaxFrameSize,
 		maxInFlight:         4096,
+		livenessInterval:    DefaultLivenessInterval,
+		probeTimeout:        DefaultProbeTimeout,
 		logger:              slog.Default(),
 	}
 }
@@ -157,6 +166,28 @@ func WithReconnectBackoff(initial, max time.Duration) ClientOption {
 		}
 		if max >= c.reconnectBackoff {
 			c.maxReconnectBackoff = max
+		}
+	}
+}
+
+// WithLivenessProbe tunes how the client tells a hung broker (a stopped process, a network
+// partition that drops packets without a reset) from a slow one, well before the request
+// timeout: when requests are waiting on a connection and nothing at all has been received on it
+// for interval (default 500 ms), the client sends a probe, a request every broker answers at
+// once on its event loop; when nothing arrives within timeout (default 500 ms) after the probe
+// either, the connection is closed as dead. Its waiting requests end as unknown outcomes (they
+// were written: a send returns ErrUnknownOutcome, and its producer avoids the group and
+// refreshes the route), and the address is dialled again after the reconnect backoff (see
+// WithReconnectBackoff), requests to it failing at once meanwhile. A request the broker holds
+// legitimately, a long-polling pull or a send a SYNC_MASTER acknowledges only once its slaves
+// have it, keeps a live connection: the probe's answer arrives. An interval of 0 or less turns
+// the probes off (then only a request that times out with nothing received since it was sent
+// closes its connection); a timeout of 0 or less keeps the default.
+func WithLivenessProbe(interval, timeout time.Duration) ClientOption {
+	return func(c *clientConfig) {
+		c.livenessInterval = max(interval, 0)
+		if timeout > 0 {
+			c.probeTimeout = timeout
 		}
 	}
 }

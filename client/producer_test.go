@@ -769,7 +769,7 @@ func TestRouteRefresh(t *testing.T) {
 }
 
 func TestConnPoolBackoff(t *testing.T) {
-	pool := newConnPool(rpc.Options{DialTimeout: time.Second}, 50*time.Millisecond, 200*time.Millisecond, testLogger(t))
+	pool := newConnPool(rpc.Options{DialTimeout: time.Second}, 50*time.Millisecond, 200*time.Millisecond, livenessConfig{silence: time.Second, probeTimeout: time.Second}, testLogger(t))
 	defer pool.close()
 	// A closed port.
 	fc := newFakeCluster(t)
@@ -984,7 +984,8 @@ func TestNewMasterInRouteEndsBackoff(t *testing.T) {
 // backoff at once, before the route names it and before a send to it succeeded.
 func TestNotMasterPointerEndsBackoff(t *testing.T) {
 	fc, a, _ := twoGroups(t, 1)
-	c := newTestClient(t, fc.addr)
+	// The fake serves a connection's requests one at a time: holding one, it answers no probe.
+	c := newTestClient(t, fc.addr, WithLivenessProbe(0, 0))
 	p := newTestProducer(t, c, WithFaultBackoff(time.Hour, time.Hour))
 	failOnce(t, p, a)
 	// The new master (not in the route yet) holds the first send it gets.
