@@ -53,6 +53,8 @@ type Client struct {
 
 	routesMu sync.RWMutex // guards routes
 	routes   map[string]*routeSlot
+	// refreshKick (capacity 1) wakes refreshLoop to refresh the routes marked soon.
+	refreshKick chan struct{}
 
 	ctx    context.Context // ends at Close; background goroutines run under it
 	cancel context.CancelFunc
@@ -71,6 +73,10 @@ type clientUser interface {
 // routeSlot caches one topic's route.
 type routeSlot struct {
 	route atomic.Pointer[topicRoute]
+	// soon asks refreshLoop to refresh the route at once; kicked is when it was last set (Unix
+	// ns of Client.now), so that it is set at most every minForcedRefreshGap.
+	soon   atomic.Bool
+	kicked atomic.Int64
 
 	mu          sync.Mutex // serialises fetches of the topic; guards lastAttempt
 	lastAttempt time.Time
@@ -100,12 +106,13 @@ func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 			MaxFrameSize: cfg.maxFrameSize,
 			MaxInFlight:  cfg.maxInFlight,
 		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff, livenessConfig{silence: cfg.livenessInterval, probeTimeout: cfg.probeTimeout}, cfg.logger),
-		now:     time.Now,
-		members: newFaultTracker(memberAvoidBase, memberAvoidMax),
-		routes:  make(map[string]*routeSlot),
-		ctx:     rctx,
-		cancel:  cancel,
-		users:   make(map[clientUser]struct{}),
+		now:         time.Now,
+		members:     newFaultTracker(memberAvoidBase, memberAvoidMax),
+		routes:      make(map[string]*routeSlot),
+		refreshKick: make(chan struct{}, 1),
+		ctx:         rctx,
+		cancel:      cancel,
+		users:       make(map[clientUser]struct{}),
 	}
 	c.wg.Add(1)
 	go c.refreshLoop()
@@ -249,23 +256,50 @@ func (c *Client) storeRoute(topic string, data protocol.TopicRouteData) {
 	slot.mu.Unlock()
 }
 
-// refreshLoop refreshes every cached route each RouteRefreshInterval until Close.
+// refreshSoon asks for the topic's route to be refreshed in the background, at most every
+// minForcedRefreshGap: a producer avoiding a group in fault backoff learns of its new master
+// from the route, and should not wait for the periodic refresh. It does not block.
+func (c *Client) refreshSoon(topic string) {
+	c.routesMu.RLock()
+	slot := c.routes[topic]
+	c.routesMu.RUnlock()
+	if slot == nil {
+		return
+	}
+	now := c.now().UnixNano()
+	if k := slot.kicked.Load(); now-k < int64(minForcedRefreshGap) || !slot.kicked.CompareAndSwap(k, now) {
+		return
+	}
+	slot.soon.Store(true)
+	select {
+	case c.refreshKick <- struct{}{}:
+	default:
+	}
+}
+
+// refreshLoop refreshes every cached route each RouteRefreshInterval, and the routes marked by
+// refreshSoon when kicked, until Close.
 func (c *Client) refreshLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.routeRefresh)
 	defer t.Stop()
 	for {
+		all := false
 		select {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
+			all = true
+		case <-c.refreshKick:
 		}
 		c.routesMu.RLock()
 		topics := make([]string, 0, len(c.routes))
 		slots := make([]*routeSlot, 0, len(c.routes))
 		for topic, s := range c.routes {
-			topics = append(topics, topic)
-			slots = append(slots, s)
+			if s.soon.Swap(false) || all {
+				topics = append(topics, topic)
+				slots = append(slots, s)
+			}
 		}
 		c.routesMu.RUnlock()
 		for i, topic := range topics {

@@ -84,16 +84,16 @@ func TestSelectQueue(t *testing.T) {
 		{"all in backoff: another group than the failed one", 1, "a", none, "T@b#1"},
 		{"all in backoff, none failed: any", 0, "", none, "T@a#0"},
 	} {
-		q, ok := selectQueue(qs, tc.start, tc.avoid, tc.avail)
+		q, ok := selectQueue(qs, tc.start, tc.avoid, tc.avail, nil)
 		if !ok || q.String() != tc.want {
 			t.Errorf("%s: selectQueue(%d, %q) = %v, want %s", tc.name, tc.start, tc.avoid, q, tc.want)
 		}
 	}
 	onlyA := []MessageQueue{{Topic: "T", BrokerName: "a"}}
-	if q, ok := selectQueue(onlyA, 7, "a", none); !ok || q.BrokerName != "a" {
+	if q, ok := selectQueue(onlyA, 7, "a", none, nil); !ok || q.BrokerName != "a" {
 		t.Fatal("single group must still be chosen")
 	}
-	if _, ok := selectQueue(nil, 0, "", all); ok {
+	if _, ok := selectQueue(nil, 0, "", all, nil); ok {
 		t.Fatal("no queues")
 	}
 }
@@ -123,7 +123,7 @@ func TestSelectQueueSpreadsRetries(t *testing.T) {
 	} {
 		got := map[string]int{}
 		for start := uint32(1000); start < 1240; start++ {
-			q, _ := selectQueue(qs, start, tc.avoid, tc.avail)
+			q, _ := selectQueue(qs, start, tc.avoid, tc.avail, nil)
 			got[q.String()]++
 		}
 		if !maps.Equal(got, tc.want) {

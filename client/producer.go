@@ -353,8 +353,6 @@ func encodedSize(m *Message) int {
 	return protocol.MessageOverhead + len(m.Keys) + len(m.Tags) + len(m.Body)
 }
 
-// pickQueue selects the queue for a message: by sharding key, or round-robin avoiding the group
-// avoid and groups in fault backoff.
 // route returns the topic's route for a send. A cached route without a writable queue (every
 // master of the topic was down when it was fetched) is refreshed first, at most every
 // minForcedRefreshGap: a new master registers within moments of a failover, and waiting for the
@@ -367,6 +365,8 @@ func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error)
 	return p.c.refreshedRoute(ctx, topic, r), nil
 }
 
+// pickQueue selects the queue for a message: by sharding key, or as pickUnkeyed avoiding the
+// group avoid.
 func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQueue, pinned bool, err error) {
 	qs := route.writeQueues
 	if len(qs) == 0 {
@@ -375,14 +375,35 @@ func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQu
 	if key != "" {
 		return qs[shardIndex(key, len(qs))], true, nil
 	}
+	return p.pickUnkeyed(route, avoid, nil), false, nil
+}
+
+// pickUnkeyed picks the queue of an unkeyed batch among the route's write queues (at least one):
+// round-robin, preferring queues of groups other than avoid that are not in fault backoff and,
+// when roomy is not nil, queues roomy accepts (see selectQueue). While a group is in backoff it
+// asks the client to refresh the route soon: a new master of the group ends the backoff, and
+// the route says when there is one.
+func (p *Producer) pickUnkeyed(route *topicRoute, avoid string, roomy func(MessageQueue) bool) MessageQueue {
 	start := p.counter(route.topic).Add(1)
 	var avail func(string) bool
 	if !p.fault.empty() {
 		now := time.Now()
-		avail = func(b string) bool { return p.fault.available(b, route.masterAddr(b), now) }
+		avail = func(b string) bool {
+			if p.fault.available(b, route.masterAddr(b), now) {
+				return true
+			}
+			p.c.refreshSoon(route.topic)
+			return false
+		}
 	}
-	mq, _ = selectQueue(qs, start, avoid, avail)
-	return mq, false, nil
+	mq, _ := selectQueue(route.writeQueues, start, avoid, avail, roomy)
+	return mq
+}
+
+// groupAvailable reports whether a batch may go to the group: it is not in fault backoff, or
+// has another master than the one that failed.
+func (p *Producer) groupAvailable(route *topicRoute, brokerName string) bool {
+	return p.fault.empty() || p.fault.available(brokerName, route.masterAddr(brokerName), time.Now())
 }
 
 func (p *Producer) counter(topic string) *atomic.Uint32 {
@@ -463,6 +484,14 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 	avoid, override := "", ""
 	var lastErr error
 	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+		if attempt == 0 && !job.pinned && !p.groupAvailable(route, mq.BrokerName) {
+			// The queue's group went into backoff after the batch was queued for it (an
+			// asynchronous batch waiting behind one that failed): send it elsewhere rather
+			// than wait on the failing master again.
+			if next := p.pickUnkeyed(route, mq.BrokerName, nil); next.BrokerName != mq.BrokerName && p.groupAvailable(route, next.BrokerName) {
+				mq = next
+			}
+		}
 		if attempt > 0 {
 			if err := ctx.Err(); err != nil {
 				return SendResult{}, fmt.Errorf("%w (last error: %w)", err, lastErr)

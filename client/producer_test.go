@@ -958,10 +958,11 @@ func failOnce(t *testing.T, p *Producer, b *fakeBroker) {
 }
 
 // TestNewMasterInRouteEndsBackoff: a group avoided after its master failed is used again as soon
-// as the route names another master, not when the backoff ends.
+// as the route names another master, not when the backoff ends; while the group is avoided the
+// route is refreshed without waiting for the periodic refresh (30 s here).
 func TestNewMasterInRouteEndsBackoff(t *testing.T) {
 	fc, a, _ := twoGroups(t, 1)
-	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(20*time.Millisecond))
+	c := newTestClient(t, fc.addr)
 	p := newTestProducer(t, c, WithFaultBackoff(time.Hour, time.Hour))
 	failOnce(t, p, a)
 	// The group's new master shares its store; the old one leaves the route.
