@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,4 +184,27 @@ func itoaBench(n int) string {
 		return strconv.Itoa(n>>10) + "KiB"
 	}
 	return strconv.Itoa(n) + "B"
+}
+
+// TestPickQueueAllocs guards the queue choice of unkeyed sends, a group in fault backoff
+// included: no allocation.
+func TestPickQueueAllocs(t *testing.T) {
+	p := newBenchProducer()
+	p.c = &Client{routes: map[string]*routeSlot{}, refreshKick: make(chan struct{}, 1), now: time.Now}
+	p.fault = newFaultTracker(time.Hour, time.Hour)
+	p.rr = map[string]*atomic.Uint32{}
+	route := testRoute()
+	now := time.Now()
+	p.fault.failed("a", route.masterAddr("a"), now, now)
+	roomy := func(MessageQueue) bool { return true }
+	if n := testing.AllocsPerRun(100, func() {
+		if mq, _, err := p.pickQueue(route, "", ""); err != nil || mq.BrokerName != "b" {
+			panic(fmt.Sprint(mq, err))
+		}
+		if mq := p.pickUnkeyed(route, "b", roomy); mq.BrokerName != "a" {
+			panic(mq)
+		}
+	}); n != 0 {
+		t.Fatalf("picking a queue allocates %.1f times", n)
+	}
 }
