@@ -31,13 +31,28 @@
 //
 // Client: routes are cached per topic as immutable snapshots (topicRoute: the route plus its
 // write queues and read queues sorted by broker name and queue id) swapped atomically; the
-// refresh goroutine renews them every RouteRefreshInterval and send/pull errors renew one at
-// most every 100 ms. NameServers are tried in turn starting with the last that answered. The
-// connection pool (connPool) holds one rpc.Conn per address, dialled on first use and again
-// after it closes; a failed dial starts a backoff during which requests fail at once, and so
-// does a SHUTTING_DOWN answer (the stopping broker waits for its clients to go quiet). A request
-// that times out with nothing received on its connection since it was sent closes the
-// connection (rpc.Conn.LastReceive), so a hung connection is replaced rather than reused.
+// refresh goroutine renews them every RouteRefreshInterval, and at once (at most every 100 ms
+// per topic) when a producer avoids a group in fault backoff (refreshSoon), and send/pull
+// errors renew one at most every 100 ms. NameServers are tried in turn starting with the last
+// that answered. The connection pool (connPool) holds one rpc.Conn per address, dialled on
+// first use and again after it closes; a failed dial starts a backoff during which requests
+// fail at once, and so does a SHUTTING_DOWN answer (the stopping broker waits for its clients
+// to go quiet).
+//
+// Liveness: a hung broker (a stopped process, a partition that drops packets) keeps its
+// connections open and answers nothing; waiting for the request timeout would hold every
+// request sent to it for seconds. The pool's watch goroutine (one per Client, stopped by Close)
+// looks at each connection a few times per liveness interval: when requests are waiting
+// (rpc.Conn.Waiting) and nothing has been received (rpc.Conn.LastReceive) for the interval, it
+// sends a probe, GET_CONSUMER_LIST_BY_GROUP for a group nobody uses, which brokers answer on
+// their event loop from memory; when nothing at all arrives within the probe timeout after it,
+// it closes the connection (declareDead): the waiting requests end with rpc.ErrClosed, unknown
+// outcomes, and the address gets the reconnect backoff. Requests a live broker holds on purpose
+// (long polls, sends a SYNC_MASTER acknowledges after its slaves) keep their connection, since
+// the probe is answered. After a stall of the watcher itself (the client process stopped or
+// starved) silences are counted afresh, so the client does not blame brokers for its own pause.
+// A request that times out with nothing received on its connection since it was sent also
+// closes the connection (closeIfSilent), which covers connections with the probes turned off.
 //
 // Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
 // AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled
@@ -46,10 +61,24 @@
 // sequence, computes the CRC and queues the frame on the connection as one step under the
 // queue's queueSeq.mu (startSend), so that on one connection frames of a queue are written, and
 // stored, in sequence order (the order promise of the Producer doc); a frame the connection
-// refuses gives its sequences back. SendAsync appends into a per-queue accumulator (asyncQueue); a goroutine
-// per non-empty queue seals batches by size or linger, sends one batch at a time (per-queue
-// order) under a per-broker-group in-flight limit, then runs the callbacks in order. A byte
-// budget bounds what is buffered.
+// refuses gives its sequences back. SendAsync appends into a per-queue accumulator
+// (asyncQueue); a goroutine per non-empty queue seals batches by size or linger, sends one batch
+// at a time (per-queue order) under a per-broker-group in-flight limit, then runs the callbacks
+// in order. A byte budget bounds what is buffered; an unkeyed message goes to a queue holding
+// less than its share of the budget (budget over the topic's write queues) when there is one,
+// so the queues of a hung group, which stop draining, hold at most their share and SendAsync
+// keeps feeding the other groups.
+//
+// Queue choice and faults (faultTracker, RocketMQ's MQFaultStrategy driven by failures): an
+// unkeyed send goes round-robin over the eligible queues (selectQueue: the round-robin counter
+// indexes the eligible set, so a retry away from a failed group spreads over the other groups'
+// queues): not of the group that just failed, not of a group in fault backoff, and for
+// SendAsync not over its share. A group's backoff starts at a failure event and doubles with
+// each further event; failures of requests sent before the current event began (every request
+// in flight when a master hangs or fails over) belong to it and change nothing. The backoff
+// ends with a success, or at once when the group's master changes (the route names another
+// master than the one that failed, or a NOT_MASTER answer points to one). A batch whose queue's
+// group went into backoff after it was queued goes to another group at its first attempt.
 //
 // Consumer: a puller goroutine per assigned queue pulls with long polling, checks each batch
 // (protocol.ValidateBatch), skips messages below the requested offset, calls the handler with
@@ -76,7 +105,8 @@
 //
 // Lock order (A -> B: B may be taken while A is held):
 //
-//	Producer.mu (read) -> Producer.qMu
+//	Producer.mu (read) -> Producer.qMu, Producer.rrMu, faultTracker.mu, Client.routesMu
+//	                      (SendAsync picks the queue under it: queueForMessage)
 //	Producer.mu (read) -> asyncQueue.mu -> pendingCounter.mu
 //	queueSeq.mu -> rpc Conn.mu (the frame is queued on the connection under the queue's
 //	               sequence lock; nothing else is taken under it, and it is never held across
@@ -86,6 +116,10 @@
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
 //	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu,
 //	servedCounts.mu: leaves
+//
+// poolConn.live is owned by the pool's watch goroutine and needs no lock; the watcher takes
+// connPool.mu (read) to list the slots, releases it, then takes rpc Conn.mu (Waiting, the
+// probe's CallAsync) and poolConn.mu (declareDead) one at a time.
 //
 // No callback of the user runs under a lock of the client.
 package client

@@ -34,16 +34,22 @@ var propsPool bytebufferpool.Pool
 // concurrent use.
 //
 // Queue selection: an unkeyed message goes round-robin over the topic's write queues (every
-// broker group with a master and write permission), skipping groups whose sends failed recently
-// (fault backoff); SendAsync keeps appending to one queue until its batch is sealed, then moves
-// on (a sticky round-robin, so batches fill). A message with a ShardingKey goes to the queue its
-// key hashes to.
+// broker group with a master and write permission), skipping groups in fault backoff (see
+// WithFaultBackoff: one failure event, however many requests it failed, avoids a group until
+// the backoff ends, a send to it succeeds, or it has a new master); SendAsync keeps appending to
+// one queue until its batch is sealed, then moves on (a sticky round-robin, so batches fill),
+// and skips queues holding more than their share of the buffer (WithBufferBytes over the
+// topic's write queues), so that the queues of a group whose master hangs cannot take the whole
+// buffer. A message with a ShardingKey goes to the queue its key hashes to, in backoff or not.
 //
 // Retries: a send that failed definitely and retriably (a network failure before the request
 // was written, or a status whose Retriable() is true) is retried up to WithRetries times, on
-// another group when there is one (keyed messages stay on their queue). A NOT_MASTER answer makes
-// the producer refresh the route and send to the master it names. A request written but not
-// answered is an unknown outcome (ErrUnknownOutcome) and is never retried.
+// another group when there is one (keyed messages stay on their queue), spread over that group's
+// queues. An asynchronous batch whose group went into backoff while it waited goes to another
+// group at its first attempt. A NOT_MASTER answer makes the producer refresh the route and send
+// to the master it names. A request written but not answered is an unknown outcome
+// (ErrUnknownOutcome) and is never retried; a master that stops answering is found out by the
+// client's liveness probe (WithLivenessProbe) well before the send timeout.
 //
 // Order: a producer's messages keep, within a queue, the order in which they were sent to that
 // queue. Every batch carries the producer's id (ID) and a base sequence counted per producer
