@@ -41,8 +41,9 @@ type connPool struct {
 	conns  map[string]*poolConn
 	closed bool
 
-	stop chan struct{} // closed by close: the watch goroutine returns
-	wg   sync.WaitGroup
+	stop       chan struct{} // closed by close: the watch goroutine returns
+	wg         sync.WaitGroup
+	probesSent atomic.Int64 // liveness probes sent, over all connections
 }
 
 // livenessConfig tunes the pool's liveness check; silence <= 0 turns it off.
@@ -183,7 +184,9 @@ func (p *connPool) check(pc *poolConn, now, heldUp time.Time) {
 	// maximum of requests in flight): the next round tries again.
 	if c.CallAsync(protocol.CodeGetConsumerListByGroup, probeHeader, nil, dropProbeAnswer) == 0 {
 		w.probeSent = time.Time{}
+		return
 	}
+	p.probesSent.Add(1)
 }
 
 // declareDead closes c, the connection of pc on which requests waited and nothing, the
