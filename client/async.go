@@ -176,18 +176,19 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult
 //
 // An unkeyed message goes to the topic's sticky queue while its open batch is not sealed, its
 // group is not in fault backoff, and it holds less than its share of the producer's buffer
-// (WithBufferBytes over the topic's write queues); else to a queue picked round-robin among
-// those that qualify, when some do. The share keeps a queue that stops draining (its master
-// hangs: its batch in flight gets no answer, the messages behind it pile up) from taking the
-// whole buffer before any request has failed, which would block SendAsync for every group.
+// (WithBufferBytes over the queues the producer sends to, of every topic); else to a queue
+// picked round-robin among those that qualify, when some do. The share keeps queues that stop
+// draining (their master hangs: the batch in flight gets no answer, the messages behind it pile
+// up) from taking more than their part of the buffer before any request has failed, which
+// would block SendAsync for every group.
 func (p *Producer) queueForMessage(route *topicRoute, m *Message) *asyncQueue {
 	if m.ShardingKey != "" {
 		qs := route.writeQueues
 		return p.asyncQueue(qs[shardIndex(m.ShardingKey, len(qs))])
 	}
-	share := max(int64(p.cfg.bufferBytes/len(route.writeQueues)), 1)
 	p.qMu.Lock()
 	st, ok := p.sticky[m.Topic]
+	share := max(int64(p.cfg.bufferBytes/max(len(p.queues), len(route.writeQueues))), 1)
 	p.qMu.Unlock()
 	if ok && st.route == route && st.q.gen.Load() == st.gen && st.q.held.Load() < share && p.groupAvailable(route, st.q.mq.BrokerName) {
 		return st.q

@@ -65,7 +65,7 @@
 // (asyncQueue); a goroutine per non-empty queue seals batches by size or linger, sends one batch
 // at a time (per-queue order) under a per-broker-group in-flight limit, then runs the callbacks
 // in order. A byte budget bounds what is buffered; an unkeyed message goes to a queue holding
-// less than its share of the budget (budget over the topic's write queues) when there is one,
+// less than its share of the budget (budget over the producer's queues) when there is one,
 // so the queues of a hung group, which stop draining, hold at most their share and SendAsync
 // keeps feeding the other groups.
 //

@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// fixedRate sends to topic T at a fixed rate until stop is closed: every tick one asynchronous
-// message, and every tenth tick one synchronous send on a goroutine of its own (so that sends
-// held by a hung broker do not slow the others down). It counts the messages acknowledged by
-// group "a", the unknown outcomes and the other failures.
+// fixedRate sends at a fixed rate until stop is closed: every tick one asynchronous message,
+// to the topics in turn, and every tenth tick one synchronous send to the first topic, on a
+// goroutine of its own (so that sends held by a hung broker do not slow the others down). It
+// counts the messages acknowledged by group "a", the unknown outcomes and the other failures.
 type fixedRate struct {
+	topics                             []string
 	asyncOnA, syncOnA, unknown, failed atomic.Int64
 }
 
@@ -39,13 +40,13 @@ func (f *fixedRate) run(t *testing.T, p *Producer, stop chan struct{}, wg *sync.
 				return
 			case <-tick.C:
 			}
-			if err := p.SendAsync(ctx, &Message{Topic: "T", Body: body}, f.count); err != nil {
+			if err := p.SendAsync(ctx, &Message{Topic: f.topics[i%len(f.topics)], Body: body}, f.count); err != nil {
 				t.Error(err)
 				return
 			}
 			if i%10 == 0 {
 				wg.Go(func() {
-					r, err := p.SendSync(ctx, &Message{Topic: "T", Body: body})
+					r, err := p.SendSync(ctx, &Message{Topic: f.topics[0], Body: body})
 					if err == nil && r.BrokerName == "a" {
 						f.syncOnA.Add(1)
 						return
@@ -63,15 +64,17 @@ func (f *fixedRate) run(t *testing.T, p *Producer, stop chan struct{}, wg *sync.
 // answers nothing (and no probe or timeout has ended its requests yet), a producer sending at a
 // fixed rate keeps sending to group a: b's queues hold a bounded share of the producer's buffer,
 // so SendAsync never blocks on buffer space held by b, and synchronous sends to a are not held
-// up by those waiting on b.
+// up by those waiting on b. The producer sends to two topics, whose queues share the buffer.
 func TestHungGroupKeepsHealthyGroupsRate(t *testing.T) {
-	fc, _, b := twoGroups(t, 4)
+	fc, a, b := twoGroups(t, 4)
+	a.createTopic("U", 4)
+	b.createTopic("U", 4)
 	release := b.hang()
 	// No probes, long timeouts: b's requests stay unanswered for the whole test.
 	c := newTestClient(t, fc.addr, WithLivenessProbe(0, 0))
 	const buffer = 32 << 10
 	p := newTestProducer(t, c, WithBufferBytes(buffer), WithLinger(time.Millisecond), WithSendTimeout(time.Minute))
-	var f fixedRate
+	f := fixedRate{topics: []string{"T", "U"}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -107,7 +110,7 @@ func TestHungGroupsBacklogMovesAfterLiveness(t *testing.T) {
 	release := b.hang()
 	c := newTestClient(t, fc.addr, WithLivenessProbe(20*time.Millisecond, 50*time.Millisecond))
 	p := newTestProducer(t, c, WithLinger(time.Millisecond), WithSendTimeout(time.Minute), WithFaultBackoff(time.Hour, time.Hour))
-	var f fixedRate
+	f := fixedRate{topics: []string{"T"}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -39,7 +39,7 @@ var propsPool bytebufferpool.Pool
 // the backoff ends, a send to it succeeds, or it has a new master); SendAsync keeps appending to
 // one queue until its batch is sealed, then moves on (a sticky round-robin, so batches fill),
 // and skips queues holding more than their share of the buffer (WithBufferBytes over the
-// topic's write queues), so that the queues of a group whose master hangs cannot take the whole
+// queues it sends to), so that the queues of a group whose master hangs cannot take the whole
 // buffer. A message with a ShardingKey goes to the queue its key hashes to, in backoff or not.
 //
 // Retries: a send that failed definitely and retriably (a network failure before the request
