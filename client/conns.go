@@ -33,7 +33,7 @@ type connPool struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	live       livenessConfig
-	// skew, added to the time for backoffs, lets tests move their clock (Unix ns).
+	// skew (ns), added to the time backoffs are measured in, lets tests move that clock.
 	skew atomic.Int64
 	log  *slog.Logger
 
@@ -46,7 +46,8 @@ type connPool struct {
 	probesSent atomic.Int64 // liveness probes sent, over all connections
 }
 
-// livenessConfig tunes the pool's liveness check; silence <= 0 turns it off.
+// livenessConfig tunes the pool's liveness check; silence <= 0 turns it off, and a probe
+// timeout <= 0 is taken to be silence.
 type livenessConfig struct {
 	silence      time.Duration // requests waiting and nothing received for this long: probe
 	probeTimeout time.Duration // nothing received this long after the probe: dead
@@ -79,6 +80,9 @@ type liveState struct {
 }
 
 func newConnPool(opts rpc.Options, backoff, maxBackoff time.Duration, live livenessConfig, log *slog.Logger) *connPool {
+	if live.probeTimeout <= 0 {
+		live.probeTimeout = live.silence
+	}
 	p := &connPool{
 		opts:       opts,
 		backoff:    backoff,
