@@ -27,6 +27,26 @@
 //     batch without confirming its flush or replication in time. The message may be stored;
 //     it is never retried automatically.
 //
+// # Order
+//
+// A producer's messages keep, within a queue, the order in which they were sent to that queue.
+// Each batch carries the producer's id and a base sequence counted per (producer, queue); the
+// client assigns it in one step with queuing the batch's frame on the connection, and a
+// connection's frames are written and stored in that order. So a producer's acknowledged
+// messages appear in a queue in increasing sequence order, which a consumer can check with
+// MessageExt's ProducerID and Sequence:
+//   - asynchronous messages of one queue are stored in the order of their SendAsync calls;
+//   - concurrent SendSync callers (and retries) sending to the same queue are ordered by the
+//     sequence the client assigned as it wrote them, that is by the order in which they reached
+//     the connection, not the order in which the calls began;
+//   - every attempt takes a new sequence: a batch retried on its queue after a definite failure
+//     is stored after the batches written meanwhile, with a higher sequence.
+//
+// Not promised: sends whose outcome is unknown are not ordered (a batch written on a connection
+// that then failed may be stored after later batches written on a new connection, or never);
+// nor is any order across queues, or for messages whose queue changed (retried on another
+// group, keyed messages after the topic's queue count changed).
+//
 // # Design
 //
 // Client: routes are cached per topic as immutable snapshots (topicRoute: the route plus its
