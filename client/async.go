@@ -20,6 +20,10 @@ type asyncQueue struct {
 	mq   MessageQueue
 	kick chan struct{} // capacity 1: wakes runQueue when a batch is sealed or a flush starts
 	gen  atomic.Uint64 // incremented when the open batch is sealed
+	// held is the producer buffer (bytes) the queue's messages hold until they are answered.
+	// Unkeyed messages go to queues holding less than their share (queueForMessage), so a
+	// queue that does not drain, its master hung, cannot take the buffer of the others.
+	held atomic.Int64
 
 	mu      sync.Mutex // guards cur, ready, running
 	cur     *asyncBatch
@@ -144,6 +148,7 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult
 	b.count++
 	b.cbs = append(b.cbs, cb)
 	b.bytes += held
+	q.held.Add(int64(held))
 	if m.ShardingKey != "" && !b.pinned {
 		b.pinned, b.key = true, m.ShardingKey
 	}
@@ -168,6 +173,14 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult
 }
 
 // queueForMessage returns the accumulator of the queue m goes to. p.mu is held for reading.
+//
+// An unkeyed message goes to the topic's sticky queue while its open batch is not sealed, its
+// group is not in fault backoff, and it holds less than its share of the producer's buffer
+// (WithBufferBytes over the queues the producer sends to, of every topic); else to a queue
+// picked round-robin among those that qualify, when some do. The share keeps queues that stop
+// draining (their master hangs: the batch in flight gets no answer, the messages behind it pile
+// up) from taking more than their part of the buffer before any request has failed, which
+// would block SendAsync for every group.
 func (p *Producer) queueForMessage(route *topicRoute, m *Message) *asyncQueue {
 	if m.ShardingKey != "" {
 		qs := route.writeQueues
@@ -175,12 +188,17 @@ func (p *Producer) queueForMessage(route *topicRoute, m *Message) *asyncQueue {
 	}
 	p.qMu.Lock()
 	st, ok := p.sticky[m.Topic]
+	share := max(int64(p.cfg.bufferBytes/max(len(p.queues), len(route.writeQueues))), 1)
 	p.qMu.Unlock()
-	if ok && st.route == route && st.q.gen.Load() == st.gen && (p.fault.empty() || p.fault.available(st.q.mq.BrokerName, time.Now())) {
+	if ok && st.route == route && st.q.gen.Load() == st.gen && st.q.held.Load() < share && p.groupAvailable(route, st.q.mq.BrokerName) {
 		return st.q
 	}
-	mq, _, _ := p.pickQueue(route, "", "")
-	q := p.asyncQueue(mq)
+	q := p.asyncQueue(p.pickUnkeyed(route, "", func(mq MessageQueue) bool {
+		p.qMu.Lock()
+		q := p.queues[mq]
+		p.qMu.Unlock()
+		return q == nil || q.held.Load() < share
+	}))
 	p.qMu.Lock()
 	p.sticky[m.Topic] = stickyChoice{q: q, gen: q.gen.Load(), route: route}
 	p.qMu.Unlock()
@@ -236,6 +254,7 @@ func (p *Producer) runQueue(q *asyncQueue) {
 			}
 			cb(r, err)
 		}
+		q.held.Add(-int64(b.bytes))
 		p.budget.release(b.bytes)
 		p.pending.done(len(b.cbs))
 		b.recycle()

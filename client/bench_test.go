@@ -2,8 +2,9 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,19 +19,23 @@ func benchMessage(size int) *Message {
 }
 
 // encodeForSend is exactly what SendSync does to a message before handing it to the connection:
-// encode it as a batch of one, stamp queue and sequence, compute the CRC.
+// encode it as a batch of one, then, under the queue's sequence lock (startSend), stamp queue
+// and sequence and compute the CRC.
 func encodeForSend(p *Producer, dst []byte, m *Message, mq MessageQueue) []byte {
 	dst, err := p.encodeOne(dst[:0], m, mq, 1700000000000)
 	if err != nil {
 		panic(err)
 	}
-	binary.BigEndian.PutUint32(dst[batchOffBaseSequence:], uint32(p.nextSeq(mq, 1)))
-	protocol.FinishBatch(dst, 0)
+	s := p.queueSeq(mq)
+	s.mu.Lock()
+	stampBatch(dst, mq.QueueID, s.next)
+	s.next++
+	s.mu.Unlock()
 	return dst
 }
 
 func newBenchProducer() *Producer {
-	return &Producer{id: 1, cfg: defaultProducerConfig(), seqs: map[MessageQueue]int32{}}
+	return &Producer{id: 1, cfg: defaultProducerConfig(), seqs: map[MessageQueue]*queueSeq{}}
 }
 
 // TestSendPathAllocs guards the send path's encoding: no allocation once buffers are warm.
@@ -179,4 +184,27 @@ func itoaBench(n int) string {
 		return strconv.Itoa(n>>10) + "KiB"
 	}
 	return strconv.Itoa(n) + "B"
+}
+
+// TestPickQueueAllocs guards the queue choice of unkeyed sends, a group in fault backoff
+// included: no allocation.
+func TestPickQueueAllocs(t *testing.T) {
+	p := newBenchProducer()
+	p.c = &Client{routes: map[string]*routeSlot{}, refreshKick: make(chan struct{}, 1), now: time.Now}
+	p.fault = newFaultTracker(time.Hour, time.Hour)
+	p.rr = map[string]*atomic.Uint32{}
+	route := testRoute()
+	now := time.Now()
+	p.fault.failed("a", route.masterAddr("a"), now, now)
+	roomy := func(MessageQueue) bool { return true }
+	if n := testing.AllocsPerRun(100, func() {
+		if mq, _, err := p.pickQueue(route, "", ""); err != nil || mq.BrokerName != "b" {
+			panic(fmt.Sprint(mq, err))
+		}
+		if mq := p.pickUnkeyed(route, "b", roomy); mq.BrokerName != "a" {
+			panic(mq)
+		}
+	}); n != 0 {
+		t.Fatalf("picking a queue allocates %.1f times", n)
+	}
 }

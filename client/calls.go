@@ -60,9 +60,15 @@ func (p *pendingCall) complete(resp *rpc.Response, err error) {
 // startCall sends a request on conn, a connection of the pool. The result is awaited with wait,
 // which also recycles the pendingCall.
 func (cp *connPool) startCall(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte) *pendingCall {
+	return cp.startCallAt(conn, code, h, body, time.Now())
+}
+
+// startCallAt is startCall for a caller that has just read the clock: now stands for the time
+// the request is sent.
+func (cp *connPool) startCallAt(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte, now time.Time) *pendingCall {
 	p := pendingPool.Get().(*pendingCall)
 	p.pool, p.conn = cp, conn
-	p.sentAt, p.longPoll = time.Now(), code == protocol.CodePullMessage
+	p.sentAt, p.longPoll = now, code == protocol.CodePullMessage
 	// CallAsync returns 0 when it did not send the request; the callback then already ran.
 	p.id = conn.CallAsync(code, h, body, p.cb)
 	return p

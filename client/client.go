@@ -34,8 +34,10 @@ const minForcedRefreshGap = 100 * time.Millisecond
 // Routes are fetched on first use, refreshed every RouteRefreshInterval and, at most every
 // 100 ms per topic, after a send or pull error. A connection that breaks is dialled again on
 // next use, with a backoff after a failed dial, so the client survives a broker restart; a
-// connection on which a request timed out with nothing received since is closed and replaced;
-// a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so it can drain and stop.
+// connection on which requests wait and nothing arrives, not even the answer to a liveness
+// probe, is closed and replaced (WithLivenessProbe), as is one on which a request timed out with
+// nothing received since; a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so
+// it can drain and stop.
 type Client struct {
 	cfg  clientConfig
 	log  *slog.Logger
@@ -51,6 +53,8 @@ type Client struct {
 
 	routesMu sync.RWMutex // guards routes
 	routes   map[string]*routeSlot
+	// refreshKick (capacity 1) wakes refreshLoop to refresh the routes marked soon.
+	refreshKick chan struct{}
 
 	ctx    context.Context // ends at Close; background goroutines run under it
 	cancel context.CancelFunc
@@ -69,6 +73,10 @@ type clientUser interface {
 // routeSlot caches one topic's route.
 type routeSlot struct {
 	route atomic.Pointer[topicRoute]
+	// soon asks refreshLoop to refresh the route at once; kicked is when it was last set (Unix
+	// ns of Client.now), so that it is set at most every minForcedRefreshGap.
+	soon   atomic.Bool
+	kicked atomic.Int64
 
 	mu          sync.Mutex // serialises fetches of the topic; guards lastAttempt
 	lastAttempt time.Time
@@ -97,13 +105,14 @@ func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 			DialTimeout:  cfg.dialTimeout,
 			MaxFrameSize: cfg.maxFrameSize,
 			MaxInFlight:  cfg.maxInFlight,
-		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff, cfg.logger),
-		now:     time.Now,
-		members: newFaultTracker(memberAvoidBase, memberAvoidMax),
-		routes:  make(map[string]*routeSlot),
-		ctx:     rctx,
-		cancel:  cancel,
-		users:   make(map[clientUser]struct{}),
+		}, cfg.reconnectBackoff, cfg.maxReconnectBackoff, livenessConfig{silence: cfg.livenessInterval, probeTimeout: cfg.probeTimeout}, cfg.logger),
+		now:         time.Now,
+		members:     newFaultTracker(memberAvoidBase, memberAvoidMax),
+		routes:      make(map[string]*routeSlot),
+		refreshKick: make(chan struct{}, 1),
+		ctx:         rctx,
+		cancel:      cancel,
+		users:       make(map[clientUser]struct{}),
 	}
 	c.wg.Add(1)
 	go c.refreshLoop()
@@ -155,11 +164,14 @@ func (c *Client) removeUser(u clientUser) {
 // memberUsable reports whether reads and commits may go to the broker at addr: no pull or
 // commit to it failed recently.
 func (c *Client) memberUsable(addr string) bool {
-	return c.members.empty() || c.members.available(addr, c.now())
+	return c.members.empty() || c.members.available(addr, "", c.now())
 }
 
 // memberFailed records that a pull or commit to addr failed.
-func (c *Client) memberFailed(addr string) { c.members.failed(addr, c.now()) }
+func (c *Client) memberFailed(addr string) {
+	now := c.now()
+	c.members.failed(addr, "", now, now)
+}
 
 // memberOK records that addr answered a pull or commit.
 func (c *Client) memberOK(addr string) { c.members.succeeded(addr) }
@@ -244,23 +256,50 @@ func (c *Client) storeRoute(topic string, data protocol.TopicRouteData) {
 	slot.mu.Unlock()
 }
 
-// refreshLoop refreshes every cached route each RouteRefreshInterval until Close.
+// refreshSoon asks for the topic's route to be refreshed in the background, at most every
+// minForcedRefreshGap: a producer avoiding a group in fault backoff learns of its new master
+// from the route, and should not wait for the periodic refresh. It does not block.
+func (c *Client) refreshSoon(topic string) {
+	c.routesMu.RLock()
+	slot := c.routes[topic]
+	c.routesMu.RUnlock()
+	if slot == nil {
+		return
+	}
+	now := c.now().UnixNano()
+	if k := slot.kicked.Load(); now-k < int64(minForcedRefreshGap) || !slot.kicked.CompareAndSwap(k, now) {
+		return
+	}
+	slot.soon.Store(true)
+	select {
+	case c.refreshKick <- struct{}{}:
+	default:
+	}
+}
+
+// refreshLoop refreshes every cached route each RouteRefreshInterval, and the routes marked by
+// refreshSoon when kicked, until Close.
 func (c *Client) refreshLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.routeRefresh)
 	defer t.Stop()
 	for {
+		all := false
 		select {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
+			all = true
+		case <-c.refreshKick:
 		}
 		c.routesMu.RLock()
 		topics := make([]string, 0, len(c.routes))
 		slots := make([]*routeSlot, 0, len(c.routes))
 		for topic, s := range c.routes {
-			topics = append(topics, topic)
-			slots = append(slots, s)
+			if s.soon.Swap(false) || all {
+				topics = append(topics, topic)
+				slots = append(slots, s)
+			}
 		}
 		c.routesMu.RUnlock()
 		for i, topic := range topics {

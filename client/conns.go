@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
@@ -19,17 +20,37 @@ import (
 // replaced too. An address whose server answered SHUTTING_DOWN gets the same kind of backoff
 // (shuttingDown) while its connection stays open: a stopping broker waits for its clients to go
 // quiet before it closes their connections, and requests sent meanwhile would only be refused.
-// It is safe for concurrent use.
+//
+// Liveness: a goroutine (watch) looks at every connection a few times per liveness interval. A
+// connection on which requests are waiting and nothing has been received for the interval gets
+// a probe, a request the broker answers at once on its event loop; when nothing at all arrives
+// within the probe timeout after it, the connection is closed as dead (declareDead) long before
+// the requests would time out. A request that the broker legitimately holds (a long-polling
+// pull, a send waiting for a SYNC_MASTER's slaves) does not make a live connection look dead:
+// the probe's answer arrives. It is safe for concurrent use.
 type connPool struct {
 	opts       rpc.Options
 	backoff    time.Duration
 	maxBackoff time.Duration
-	now        func() time.Time
-	log        *slog.Logger
+	live       livenessConfig
+	// skew (ns), added to the time backoffs are measured in, lets tests move that clock.
+	skew atomic.Int64
+	log  *slog.Logger
 
 	mu     sync.RWMutex // guards conns, closed
 	conns  map[string]*poolConn
 	closed bool
+
+	stop       chan struct{} // closed by close: the watch goroutine returns
+	wg         sync.WaitGroup
+	probesSent atomic.Int64 // liveness probes sent, over all connections
+}
+
+// livenessConfig tunes the pool's liveness check; silence <= 0 turns it off, and a probe
+// timeout <= 0 is taken to be silence.
+type livenessConfig struct {
+	silence      time.Duration // requests waiting and nothing received for this long: probe
+	probeTimeout time.Duration // nothing received this long after the probe: dead
 }
 
 // poolConn is the slot of one address.
@@ -46,17 +67,164 @@ type poolConn struct {
 	backoff     time.Duration // the wait after the next failed dial
 	lastErr     error         // why the last dial failed
 	downBackoff time.Duration // the wait after the next SHUTTING_DOWN answer
+
+	live liveState // owned by the pool's watch goroutine
 }
 
-func newConnPool(opts rpc.Options, backoff, maxBackoff time.Duration, log *slog.Logger) *connPool {
-	return &connPool{
+// liveState is what the liveness check knows of a slot's connection.
+type liveState struct {
+	conn *rpc.Conn // the connection the state is about
+	// waitingSince is when requests were first seen waiting on conn since it last proved alive
+	// (zero: none waiting); probeSent is when the outstanding probe was sent (zero: none).
+	waitingSince, probeSent time.Time
+}
+
+func newConnPool(opts rpc.Options, backoff, maxBackoff time.Duration, live livenessConfig, log *slog.Logger) *connPool {
+	if live.probeTimeout <= 0 {
+		live.probeTimeout = live.silence
+	}
+	p := &connPool{
 		opts:       opts,
 		backoff:    backoff,
 		maxBackoff: maxBackoff,
-		now:        time.Now,
+		live:       live,
 		log:        log,
 		conns:      make(map[string]*poolConn),
+		stop:       make(chan struct{}),
 	}
+	if live.silence > 0 {
+		p.wg.Add(1)
+		go p.watch()
+	}
+	return p
+}
+
+// now returns the time backoffs are measured in.
+func (p *connPool) now() time.Time { return time.Now().Add(time.Duration(p.skew.Load())) }
+
+// errConnHung is the cause a connection closed by declareDead reports.
+var errConnHung = errors.New("client: requests were waiting and nothing, a liveness probe included, was received on the connection")
+
+// probeHeader is the liveness probe's request: GET_CONSUMER_LIST_BY_GROUP for a group nobody
+// uses. A broker answers it on its event loop from memory (no disk, no wait), so an answer comes
+// at once from a broker that runs, however long it holds the other requests of the connection;
+// a NameServer answers it at once too (with an error status, which is as good an answer).
+var probeHeader = &protocol.GroupHeader{ConsumerGroup: "PETREL_CLIENT_LIVENESS_PROBE"}
+
+// dropProbeAnswer is the probe's callback: the answer only had to arrive.
+func dropProbeAnswer(resp *rpc.Response, _ error) { resp.Release() }
+
+// watch runs the liveness check of every connection a few times per interval until close.
+func (p *connPool) watch() {
+	defer p.wg.Done()
+	tick := max(min(p.live.silence, p.live.probeTimeout)/4, time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var slots []*poolConn
+	last := time.Now()
+	var heldUp time.Time
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if now.Sub(last) > 3*tick {
+			// This goroutine ran late: the process was stopped or starved, and its readers may
+			// not have read what arrived meanwhile. Silences and probes are measured from now.
+			heldUp = now
+		}
+		last = now
+		p.mu.RLock()
+		for _, pc := range p.conns {
+			slots = append(slots, pc)
+		}
+		p.mu.RUnlock()
+		for _, pc := range slots {
+			p.check(pc, now, heldUp)
+		}
+		clear(slots)
+		slots = slots[:0]
+	}
+}
+
+// check runs the liveness check of one slot's connection at now; heldUp is when the watch
+// goroutine last ran late (silences are not counted before it).
+func (p *connPool) check(pc *poolConn, now, heldUp time.Time) {
+	c := pc.conn.Load()
+	if !isOpen(c) {
+		pc.live = liveState{}
+		return
+	}
+	w := &pc.live
+	if w.conn != c {
+		*w = liveState{conn: c}
+	}
+	last := c.LastReceive()
+	if !w.probeSent.IsZero() {
+		switch {
+		case !last.Before(w.probeSent): // something arrived: alive
+			w.probeSent, w.waitingSince = time.Time{}, time.Time{}
+		case now.Sub(latest(w.probeSent, heldUp)) >= p.live.probeTimeout:
+			p.declareDead(pc, c, last)
+			pc.live = liveState{}
+		}
+		return
+	}
+	if c.Waiting() == 0 {
+		w.waitingSince = time.Time{}
+		return
+	}
+	if w.waitingSince.IsZero() {
+		w.waitingSince = now
+		return
+	}
+	if now.Sub(latest(w.waitingSince, last, heldUp)) < p.live.silence {
+		return
+	}
+	w.probeSent = now
+	// CallAsync returns 0 when the probe was not sent (the connection closed, or it has its
+	// maximum of requests in flight): the next round tries again.
+	if c.CallAsync(protocol.CodeGetConsumerListByGroup, probeHeader, nil, dropProbeAnswer) == 0 {
+		w.probeSent = time.Time{}
+		return
+	}
+	p.probesSent.Add(1)
+}
+
+// declareDead closes c, the connection of pc on which requests waited and nothing, the
+// liveness probe included, arrived in time: its waiting requests end (with rpc.ErrClosed: they
+// were written, so their outcome is unknown), and the address gets the reconnect backoff of a
+// failed dial, during which requests to it fail at once rather than wait on a new connection to
+// the same hung server. One Warn line is logged per connection closed.
+func (p *connPool) declareDead(pc *poolConn, c *rpc.Conn, last time.Time) {
+	waiting := c.Waiting()
+	if !c.Abort(errConnHung) {
+		return
+	}
+	pc.mu.Lock()
+	pc.lastErr = errConnHung
+	pc.nextDial = p.now().Add(pc.backoff)
+	pc.backoff = min(pc.backoff*2, p.maxBackoff)
+	pc.mu.Unlock()
+	lastSeen := "never"
+	if !last.IsZero() {
+		lastSeen = time.Since(last).Round(time.Millisecond).String() + " ago"
+	}
+	p.log.Warn("closing a dead connection: requests waited and nothing arrived, not even the answer to a liveness probe; it is dialled again after the reconnect backoff",
+		"addr", c.Addr(), "waiting", waiting, "last_receive", lastSeen, "probe_timeout", p.live.probeTimeout)
+}
+
+// latest returns the latest of ts.
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
 }
 
 // errSilentConn is the cause a connection closed by closeIfSilent reports.
@@ -237,13 +405,19 @@ func (p *connPool) shuttingDown(addr string) {
 	pc.downBackoff = min(2*pc.downBackoff, p.maxBackoff)
 }
 
-// close closes every connection and makes get fail with ErrClientClosed.
+// close stops the liveness check, closes every connection and makes get fail with
+// ErrClientClosed.
 func (p *connPool) close() {
 	p.mu.Lock()
+	first := !p.closed
 	p.closed = true
 	conns := p.conns
 	p.conns = map[string]*poolConn{}
 	p.mu.Unlock()
+	if first {
+		close(p.stop)
+	}
+	p.wg.Wait()
 	for _, pc := range conns {
 		pc.mu.Lock()
 		ch := pc.dialing

@@ -30,6 +30,12 @@ func (b *lockedBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func (b *lockedBuffer) count(sub string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -39,17 +45,40 @@ func (b *lockedBuffer) count(sub string) int {
 // rawBroker is a raw TCP server speaking just enough of the protocol to answer every request
 // with an empty success. A connection accepted while answering is false is never answered nor
 // closed (its requests are read and dropped): a hung server, or a connection left to a listener
-// that is going away. A request whose ConsumerOffsetHeader names queue 1 is never answered
-// either, and its arrival is signalled on held.
+// that is going away. Pulls, and requests whose ConsumerOffsetHeader names queue 1, are held
+// (answered by releaseHeld, if ever) while the connection goes on answering the requests behind
+// them, as a broker holds a long poll or a SYNC_MASTER's send; each arrival is signalled on
+// held. probes counts the liveness probes received.
 type rawBroker struct {
 	ln        net.Listener
 	answering atomic.Bool
 	accepted  atomic.Int32
+	probes    atomic.Int32
 	held      chan struct{}
 
-	mu    sync.Mutex // guards conns
-	conns []net.Conn
-	wg    sync.WaitGroup
+	mu      sync.Mutex // guards conns, holding
+	conns   []net.Conn
+	holding []heldRequest
+	wg      sync.WaitGroup
+}
+
+// rawConn is a connection of a rawBroker; wmu serialises its writes.
+type rawConn struct {
+	nc  net.Conn
+	wmu sync.Mutex
+}
+
+func (rc *rawConn) answer(id uint32) error {
+	out := protocol.AppendFrame(nil, uint16(protocol.StatusSuccess), protocol.FlagResponse, id, nil, nil)
+	rc.wmu.Lock()
+	defer rc.wmu.Unlock()
+	_, err := rc.nc.Write(out)
+	return err
+}
+
+type heldRequest struct {
+	rc *rawConn
+	id uint32
 }
 
 func startRawBroker(t *testing.T) *rawBroker {
@@ -70,7 +99,7 @@ func startRawBroker(t *testing.T) *rawBroker {
 			rb.conns = append(rb.conns, nc)
 			rb.mu.Unlock()
 			answer := rb.answering.Load()
-			rb.wg.Go(func() { rb.serve(nc, answer) })
+			rb.wg.Go(func() { rb.serve(&rawConn{nc: nc}, answer) })
 		}
 	})
 	t.Cleanup(func() {
@@ -87,8 +116,19 @@ func startRawBroker(t *testing.T) *rawBroker {
 
 func (rb *rawBroker) addr() string { return rb.ln.Addr().String() }
 
-func (rb *rawBroker) serve(nc net.Conn, answer bool) {
-	br := bufio.NewReader(nc)
+// releaseHeld answers every request held so far.
+func (rb *rawBroker) releaseHeld() {
+	rb.mu.Lock()
+	held := rb.holding
+	rb.holding = nil
+	rb.mu.Unlock()
+	for _, h := range held {
+		_ = h.rc.answer(h.id)
+	}
+}
+
+func (rb *rawBroker) serve(rc *rawConn, answer bool) {
+	br := bufio.NewReader(rc.nc)
 	var prefix [protocol.FramePrefixSize]byte
 	for {
 		if _, err := io.ReadFull(br, prefix[:]); err != nil {
@@ -102,16 +142,22 @@ func (rb *rawBroker) serve(nc net.Conn, answer bool) {
 		if _, err := io.ReadFull(br, rest); err != nil {
 			return
 		}
+		code := protocol.RequestCode(fh.Code)
+		if code == protocol.CodeGetConsumerListByGroup {
+			rb.probes.Add(1)
+		}
 		if !answer {
 			continue
 		}
 		var h protocol.ConsumerOffsetHeader
-		if protocol.RequestCode(fh.Code) == protocol.CodeUpdateConsumerOffset && h.ReadFrom(rest[:fh.HeaderLength]) == nil && h.QueueID == 1 {
+		if code == protocol.CodePullMessage || code == protocol.CodeUpdateConsumerOffset && h.ReadFrom(rest[:fh.HeaderLength]) == nil && h.QueueID == 1 {
+			rb.mu.Lock()
+			rb.holding = append(rb.holding, heldRequest{rc, fh.RequestID})
+			rb.mu.Unlock()
 			rb.held <- struct{}{}
 			continue
 		}
-		out := protocol.AppendFrame(nil, uint16(protocol.StatusSuccess), protocol.FlagResponse, fh.RequestID, nil, nil)
-		if _, err := nc.Write(out); err != nil {
+		if err := rc.answer(fh.RequestID); err != nil {
 			return
 		}
 	}
@@ -123,11 +169,12 @@ const silentWarning = "closing a connection that received nothing"
 // nothing since it was sent closes that connection (one warning), so the next request dials a
 // new one instead of timing out forever on the dead one. A request whose context is cancelled
 // (not timed out) closes nothing, nor does the end of a long-polling pull's context, and a long
-// context does not lift the request timeout.
+// context does not lift the request timeout. (The liveness probes, which would close the
+// connection sooner, are off.)
 func TestSilentConnectionIsReplaced(t *testing.T) {
 	rb := startRawBroker(t)
 	var logs lockedBuffer
-	c := newTestClient(t, "127.0.0.1:1", WithRequestTimeout(300*time.Millisecond),
+	c := newTestClient(t, "127.0.0.1:1", WithRequestTimeout(300*time.Millisecond), WithLivenessProbe(0, 0),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	admin := NewAdmin(c)
 	ctx := testCtx(t, time.Minute)
@@ -168,7 +215,7 @@ func TestSilentConnectionIsReplaced(t *testing.T) {
 		t.Fatal("the silent connection is still open")
 	}
 	if n := logs.count(silentWarning); n != 1 {
-		t.Fatalf("%d warnings, want 1:\n%s", n, logs.buf.String())
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 
 	// The server now answers new connections (the hung one stays hung).
@@ -182,7 +229,7 @@ func TestSilentConnectionIsReplaced(t *testing.T) {
 		t.Fatalf("%d connections accepted, want 2 (the hung one and its replacement)", n)
 	}
 	if n := logs.count(silentWarning); n != 1 {
-		t.Fatalf("%d warnings, want 1:\n%s", n, logs.buf.String())
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 }
 
@@ -218,7 +265,7 @@ func TestSlowConnectionIsKept(t *testing.T) {
 		t.Fatalf("%d connections accepted, want 1", n)
 	}
 	if n := logs.count(silentWarning); n != 0 {
-		t.Fatalf("unexpected warning:\n%s", logs.buf.String())
+		t.Fatalf("unexpected warning:\n%s", logs.String())
 	}
 }
 
@@ -231,8 +278,7 @@ func TestShuttingDownBrokerIsLeftAlone(t *testing.T) {
 	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
 	// Backoffs of an hour on a clock the test moves: real time never ends one.
 	c := newTestClient(t, fc.addr, WithReconnectBackoff(time.Hour, 4*time.Hour))
-	var skew atomic.Int64
-	c.pool.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	skew := &c.pool.skew
 	p := newTestProducer(t, c, WithRetries(2))
 	ctx := testCtx(t, 10*time.Second)
 	send := func() error {
@@ -271,5 +317,87 @@ func TestShuttingDownBrokerIsLeftAlone(t *testing.T) {
 	skew.Add(int64(time.Hour))
 	if err := send(); err != nil {
 		t.Fatalf("after the broker serves again: %v", err)
+	}
+}
+
+const deadWarning = "closing a dead connection"
+
+// TestLivenessClosesHungConnection: requests waiting on a connection that receives nothing,
+// not even the answer to a probe, end long before their timeout: the connection is closed as
+// dead (one warning) and its requests, a long-polling pull among them, fail with rpc.ErrClosed
+// (an unknown outcome). During the reconnect backoff the address fails at once; then a new
+// connection serves.
+func TestLivenessClosesHungConnection(t *testing.T) {
+	rb := startRawBroker(t)
+	var logs lockedBuffer
+	c := newTestClient(t, "127.0.0.1:1", WithRequestTimeout(time.Minute), WithLivenessProbe(20*time.Millisecond, 50*time.Millisecond),
+		WithReconnectBackoff(time.Hour, time.Hour),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	ctx := testCtx(t, time.Minute)
+	conn, err := c.pool.get(ctx, rb.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := time.Now().Add(time.Minute)
+	commit := c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "G", Topic: "T"}, nil)
+	pull := c.pool.startCall(conn, protocol.CodePullMessage, &protocol.PullRequestHeader{ConsumerGroup: "G", Topic: "T", PollTimeoutMs: 15000}, nil)
+	for name, call := range map[string]*pendingCall{"commit": commit, "pull": pull} {
+		if _, state, err := call.wait(ctx, far); state != callUnknown || !errors.Is(err, rpc.ErrClosed) || !strings.Contains(err.Error(), errConnHung.Error()) {
+			t.Fatalf("%s on the hung connection: state %d, err %v", name, state, err)
+		}
+	}
+	if rb.probes.Load() == 0 {
+		t.Fatal("closed without a probe")
+	}
+	// The warning follows the end of the requests.
+	eventually(t, "the warning", func() bool { return logs.count(deadWarning) > 0 })
+	if n := logs.count(deadWarning); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
+	}
+	admin := NewAdmin(c)
+	if err := admin.UpdateConsumerOffset(ctx, rb.addr(), "G", "T", 0, 1); !errors.Is(err, ErrBrokerUnavailable) {
+		t.Fatalf("during the reconnect backoff: %v", err)
+	}
+	rb.answering.Store(true)
+	c.pool.skew.Store(int64(2 * time.Hour)) // the reconnect backoff ends
+	if err := admin.UpdateConsumerOffset(ctx, rb.addr(), "G", "T", 0, 1); err != nil {
+		t.Fatalf("after the backoff: %v", err)
+	}
+	if n := rb.accepted.Load(); n != 2 {
+		t.Fatalf("%d connections accepted, want 2", n)
+	}
+}
+
+// TestLivenessKeepsHeldRequests: a broker that holds requests (a long-polling pull, a send
+// waiting for a SYNC_MASTER's slaves) but answers the probes keeps its connection, however long
+// it holds them: the held requests get their answers on the same connection.
+func TestLivenessKeepsHeldRequests(t *testing.T) {
+	rb := startRawBroker(t)
+	rb.answering.Store(true)
+	var logs lockedBuffer
+	c := newTestClient(t, "127.0.0.1:1", WithLivenessProbe(20*time.Millisecond, 200*time.Millisecond),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	ctx := testCtx(t, time.Minute)
+	conn, err := c.pool.get(ctx, rb.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "G", Topic: "T", QueueID: 1}, nil)
+	pull := c.pool.startCall(conn, protocol.CodePullMessage, &protocol.PullRequestHeader{ConsumerGroup: "G", Topic: "T", PollTimeoutMs: 15000}, nil)
+	<-rb.held
+	<-rb.held
+	// Many probe rounds pass while the requests are held.
+	eventually(t, "10 probes answered", func() bool { return rb.probes.Load() >= 10 })
+	rb.releaseHeld()
+	far := time.Now().Add(time.Minute)
+	for name, call := range map[string]*pendingCall{"commit": commit, "pull": pull} {
+		resp, state, err := call.wait(ctx, far)
+		if state != callOK {
+			t.Fatalf("held %s: state %d, err %v", name, state, err)
+		}
+		resp.Release()
+	}
+	if !isOpen(conn) || rb.accepted.Load() != 1 || logs.count(deadWarning) != 0 {
+		t.Fatalf("the live connection was closed (open %v, %d accepted):\n%s", isOpen(conn), rb.accepted.Load(), logs.String())
 	}
 }

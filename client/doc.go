@@ -27,26 +27,78 @@
 //     batch without confirming its flush or replication in time. The message may be stored;
 //     it is never retried automatically.
 //
+// # Order
+//
+// A producer's messages keep, within a queue, the order in which they were sent to that queue.
+// Each batch carries the producer's id and a base sequence counted per (producer, queue); the
+// client assigns it in one step with queuing the batch's frame on the connection, and a
+// connection's frames are written and stored in that order. So a producer's acknowledged
+// messages appear in a queue in increasing sequence order, which a consumer can check with
+// MessageExt's ProducerID and Sequence:
+//   - asynchronous messages of one queue are stored in the order of their SendAsync calls;
+//   - concurrent SendSync callers (and retries) sending to the same queue are ordered by the
+//     sequence the client assigned as it wrote them, that is by the order in which they reached
+//     the connection, not the order in which the calls began;
+//   - every attempt takes a new sequence: a batch retried on its queue after a definite failure
+//     is stored after the batches written meanwhile, with a higher sequence.
+//
+// Not promised: sends whose outcome is unknown are not ordered (a batch written on a connection
+// that then failed may be stored after later batches written on a new connection, or never);
+// nor is any order across queues, or for messages whose queue changed (retried on another
+// group, keyed messages after the topic's queue count changed).
+//
 // # Design
 //
 // Client: routes are cached per topic as immutable snapshots (topicRoute: the route plus its
 // write queues and read queues sorted by broker name and queue id) swapped atomically; the
-// refresh goroutine renews them every RouteRefreshInterval and send/pull errors renew one at
-// most every 100 ms. NameServers are tried in turn starting with the last that answered. The
-// connection pool (connPool) holds one rpc.Conn per address, dialled on first use and again
-// after it closes; a failed dial starts a backoff during which requests fail at once, and so
-// does a SHUTTING_DOWN answer (the stopping broker waits for its clients to go quiet). A request
-// that times out with nothing received on its connection since it was sent closes the
-// connection (rpc.Conn.LastReceive), so a hung connection is replaced rather than reused.
+// refresh goroutine renews them every RouteRefreshInterval, and at once (at most every 100 ms
+// per topic) when a producer avoids a group in fault backoff (refreshSoon), and send/pull
+// errors renew one at most every 100 ms. NameServers are tried in turn starting with the last
+// that answered. The connection pool (connPool) holds one rpc.Conn per address, dialled on
+// first use and again after it closes; a failed dial starts a backoff during which requests
+// fail at once, and so does a SHUTTING_DOWN answer (the stopping broker waits for its clients
+// to go quiet).
+//
+// Liveness: a hung broker (a stopped process, a partition that drops packets) keeps its
+// connections open and answers nothing; waiting for the request timeout would hold every
+// request sent to it for seconds. The pool's watch goroutine (one per Client, stopped by Close)
+// looks at each connection a few times per liveness interval: when requests are waiting
+// (rpc.Conn.Waiting) and nothing has been received (rpc.Conn.LastReceive) for the interval, it
+// sends a probe, GET_CONSUMER_LIST_BY_GROUP for a group nobody uses, which brokers answer on
+// their event loop from memory; when nothing at all arrives within the probe timeout after it,
+// it closes the connection (declareDead): the waiting requests end with rpc.ErrClosed, unknown
+// outcomes, and the address gets the reconnect backoff. Requests a live broker holds on purpose
+// (long polls, sends a SYNC_MASTER acknowledges after its slaves) keep their connection, since
+// the probe is answered. After a stall of the watcher itself (the client process stopped or
+// starved) silences are counted afresh, so the client does not blame brokers for its own pause.
+// A request that times out with nothing received on its connection since it was sent also
+// closes the connection (closeIfSilent), which covers connections with the probes turned off.
 //
 // Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
 // AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled
 // pendingCall (rpc.Conn.CallAsync plus a reusable timer), so the path allocates almost nothing
-// of its own. A retry on another queue rewrites the batch's queue id and producer sequence and
-// recomputes the CRC. SendAsync appends into a per-queue accumulator (asyncQueue); a goroutine
-// per non-empty queue seals batches by size or linger, sends one batch at a time (per-queue
-// order) under a per-broker-group in-flight limit, then runs the callbacks in order. A byte
-// budget bounds what is buffered.
+// of its own. Each attempt stamps the batch with its queue id and the queue's next producer
+// sequence, computes the CRC and queues the frame on the connection as one step under the
+// queue's queueSeq.mu (startSend), so that on one connection frames of a queue are written, and
+// stored, in sequence order (the order promise of the Producer doc); a frame the connection
+// refuses gives its sequences back. SendAsync appends into a per-queue accumulator
+// (asyncQueue); a goroutine per non-empty queue seals batches by size or linger, sends one batch
+// at a time (per-queue order) under a per-broker-group in-flight limit, then runs the callbacks
+// in order. A byte budget bounds what is buffered; an unkeyed message goes to a queue holding
+// less than its share of the budget (budget over the producer's queues) when there is one,
+// so the queues of a hung group, which stop draining, hold at most their share and SendAsync
+// keeps feeding the other groups.
+//
+// Queue choice and faults (faultTracker, RocketMQ's MQFaultStrategy driven by failures): an
+// unkeyed send goes round-robin over the eligible queues (selectQueue: the round-robin counter
+// indexes the eligible set, so a retry away from a failed group spreads over the other groups'
+// queues): not of the group that just failed, not of a group in fault backoff, and for
+// SendAsync not over its share. A group's backoff starts at a failure event and doubles with
+// each further event; failures of requests sent before the current event began (every request
+// in flight when a master hangs or fails over) belong to it and change nothing. The backoff
+// ends with a success, or at once when the group's master changes (the route names another
+// master than the one that failed, or a NOT_MASTER answer points to one). A batch whose queue's
+// group went into backoff after it was queued goes to another group at its first attempt.
 //
 // Consumer: a puller goroutine per assigned queue pulls with long polling, checks each batch
 // (protocol.ValidateBatch), skips messages below the requested offset, calls the handler with
@@ -73,13 +125,21 @@
 //
 // Lock order (A -> B: B may be taken while A is held):
 //
-//	Producer.mu (read) -> Producer.qMu
+//	Producer.mu (read) -> Producer.qMu, Producer.rrMu, faultTracker.mu, Client.routesMu
+//	                      (SendAsync picks the queue under it: queueForMessage)
 //	Producer.mu (read) -> asyncQueue.mu -> pendingCounter.mu
+//	queueSeq.mu -> rpc Conn.mu (the frame is queued on the connection under the queue's
+//	               sequence lock; nothing else is taken under it, and it is never held across
+//	               a dial or a wait for an answer)
 //	routeSlot.mu -> connPool.mu, poolConn.mu (a route fetch holds routeSlot.mu across the
 //	                NameServer request; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
 //	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu,
 //	servedCounts.mu: leaves
+//
+// poolConn.live is owned by the pool's watch goroutine and needs no lock; the watcher takes
+// connPool.mu (read) to list the slots, releases it, then takes rpc Conn.mu (Waiting, the
+// probe's CallAsync) and poolConn.mu (declareDead) one at a time.
 //
 // No callback of the user runs under a lock of the client.
 package client

@@ -87,6 +87,13 @@ type fakeBroker struct {
 	electHook func(h *protocol.ElectMasterRequest) rpc.Reply
 	elects    []protocol.ElectMasterRequest
 
+	// hold, when not nil, holds every request until it is closed: rpc.Server serves a
+	// connection's requests one at a time, so the broker reads nothing more of a connection
+	// after its first request, as a hung process (see hang). received counts the requests
+	// that reached the handler.
+	hold     chan struct{} // guarded by hookMu
+	received atomic.Int64
+
 	sends   atomic.Int64
 	pulls   atomic.Int64
 	commits atomic.Int64 // UPDATE_CONSUMER_OFFSET requests and pulls carrying a commit
@@ -133,6 +140,27 @@ func (b *fakeBroker) setSendHook(h func(req *rpc.Request) (rpc.Reply, bool)) {
 	b.hookMu.Lock()
 	b.sendHook = h
 	b.hookMu.Unlock()
+}
+
+// hang makes the broker accept connections and answer nothing, as a stopped process or a
+// partition that drops packets, until release (also called at the end of the test, before the
+// broker stops): then it serves the requests it held.
+func (b *fakeBroker) hang() (release func()) {
+	ch := make(chan struct{})
+	b.hookMu.Lock()
+	b.hold = ch
+	b.hookMu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			b.hookMu.Lock()
+			b.hold = nil
+			b.hookMu.Unlock()
+			close(ch)
+		})
+	}
+	b.t.Cleanup(release)
+	return release
 }
 
 func (b *fakeBroker) setElectHook(h func(h *protocol.ElectMasterRequest) rpc.Reply) {
@@ -212,6 +240,13 @@ func (b *fakeBroker) createTopic(name string, queues int32) {
 
 func (b *fakeBroker) handle(req *rpc.Request) rpc.Reply {
 	s := b.store
+	b.received.Add(1)
+	b.hookMu.Lock()
+	hold := b.hold
+	b.hookMu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	switch req.Code {
 	case protocol.CodeSendMessage:
 		b.sends.Add(1)

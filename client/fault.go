@@ -6,9 +6,22 @@ import (
 )
 
 // faultTracker remembers broker groups whose sends failed recently, as RocketMQ's
-// MQFaultStrategy/LatencyFaultTolerance: a group is avoided for a backoff after a failure; the
-// backoff doubles with consecutive failures up to a maximum and a success forgets the group. It
-// takes the time as an argument and does no I/O. It is safe for concurrent use.
+// MQFaultStrategy/LatencyFaultTolerance: a group is avoided for a backoff after a failure event;
+// the backoff doubles with consecutive events up to a maximum, and a success forgets the group.
+//
+// An event is one failure of the group as seen from here, however many requests it fails: when
+// a master hangs or fails over, every request in flight to it fails at about the same time, and
+// counting each of them would push the backoff to its maximum after a single failover. So a
+// failure of a request sent before the group's current backoff began belongs to the event that
+// started it and changes nothing; only a request sent since (a later attempt that failed too)
+// starts a new event.
+//
+// The tracker also remembers the master address that failed: a group whose master changed (the
+// route names another one, or a NOT_MASTER answer pointed elsewhere) is available again at once,
+// since the new master has not failed yet. Keys that are not groups (a consumer's member
+// addresses) pass an empty master address.
+//
+// It takes the time as an argument and does no I/O. It is safe for concurrent use.
 type faultTracker struct {
 	base, max time.Duration
 
@@ -17,20 +30,23 @@ type faultTracker struct {
 }
 
 type faultItem struct {
-	failures int
-	until    time.Time
+	events int       // consecutive failure events
+	since  time.Time // when the current event began
+	until  time.Time // when its backoff ends
+	addr   string    // the master address that failed
 }
 
 func newFaultTracker(base, max time.Duration) *faultTracker {
 	return &faultTracker{base: base, max: max, items: make(map[string]*faultItem)}
 }
 
-// available reports whether the group may be chosen at now.
-func (f *faultTracker) available(brokerName string, now time.Time) bool {
+// available reports whether the group may be chosen at now, when its master is masterAddr: it
+// is not in a backoff, or its master is no longer the one that failed.
+func (f *faultTracker) available(brokerName, masterAddr string, now time.Time) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	it := f.items[brokerName]
-	return it == nil || !now.Before(it.until)
+	return it == nil || !now.Before(it.until) || it.addr != masterAddr
 }
 
 // empty reports whether no group is being avoided or remembered (the fast path skips the clock).
@@ -40,23 +56,41 @@ func (f *faultTracker) empty() bool {
 	return len(f.items) == 0
 }
 
-// failed records a failed send to the group at now and returns how long it is avoided.
-func (f *faultTracker) failed(brokerName string, now time.Time) time.Duration {
+// failed records at now that a request sent at sentAt to the group's master addr failed, and
+// returns how long the group is avoided from now. A request sent before the current event began
+// leaves it as it is; otherwise a new event starts, its backoff double the previous one's (up to
+// the maximum), or the base backoff when the failing master is not the one that failed before.
+func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	it := f.items[brokerName]
-	if it == nil {
+	switch {
+	case it == nil:
 		it = &faultItem{}
 		f.items[brokerName] = it
+	case it.addr != addr:
+		*it = faultItem{}
+	case sentAt.Before(it.since):
+		return max(it.until.Sub(now), 0)
 	}
-	it.failures++
+	it.events++
 	d := f.base
-	for i := 1; i < it.failures && d < f.max; i++ {
+	for i := 1; i < it.events && d < f.max; i++ {
 		d *= 2
 	}
 	d = min(d, f.max)
-	it.until = now.Add(d)
+	it.since, it.until, it.addr = now, now.Add(d), addr
 	return d
+}
+
+// masterMoved records that the group's master is now addr (a NOT_MASTER answer named it): a
+// backoff recorded for another master ends.
+func (f *faultTracker) masterMoved(brokerName, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if it := f.items[brokerName]; it != nil && it.addr != addr {
+		delete(f.items, brokerName)
+	}
 }
 
 // succeeded forgets the group's failures.

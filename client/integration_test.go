@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -349,5 +350,42 @@ func TestIntegrationManySmallBatches(t *testing.T) {
 	}
 	if st := co.Stats(); st.PullErrors != 0 {
 		t.Fatalf("%d pull errors", st.PullErrors)
+	}
+}
+
+// TestIntegrationLivenessKeepsLongPolls: a real broker holding a consumer's long-polling pulls
+// answers the liveness probes on its event loop, so the connection, on which nothing else
+// arrives, is kept through many probe rounds; a message produced then reaches the consumer over
+// it.
+func TestIntegrationLivenessKeepsLongPolls(t *testing.T) {
+	rc := startRealCluster(t)
+	b := rc.startBroker("broker-a")
+	var logs lockedBuffer
+	c := newTestClient(t, rc.ns.Addr(), WithLivenessProbe(20*time.Millisecond, 500*time.Millisecond),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	admin := NewAdmin(c)
+	ctx := testCtx(t, 60*time.Second)
+	rc.waitRegistered(c, 1)
+	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "LP", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
+		t.Fatal(err)
+	}
+	col := newCollector(t)
+	stop := runConsumer(t, newTestConsumer(t, c, "G", "LP", WithPollTimeout(30*time.Second)), col.handle)
+	defer func() { _ = stop() }()
+	eventually(t, "a pull held by the broker", func() bool {
+		conn := connTo(c, b.Addr())
+		return conn != nil && conn.Waiting() > 0
+	})
+	conn := connTo(c, b.Addr())
+	probes := c.pool.probesSent.Load()
+	eventually(t, "20 probe rounds", func() bool { return c.pool.probesSent.Load() >= probes+20 })
+	if connTo(c, b.Addr()) != conn || logs.count(deadWarning) != 0 {
+		t.Fatalf("the connection holding the long poll was replaced:\n%s", logs.String())
+	}
+	p := newTestProducer(t, c)
+	produceSync(t, p, "LP", 0, 1)
+	eventually(t, "the message consumed", func() bool { return col.count() == 1 })
+	if connTo(c, b.Addr()) != conn {
+		t.Fatal("the connection was replaced")
 	}
 }

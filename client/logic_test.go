@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"testing"
@@ -59,37 +60,93 @@ func TestTopicRouteQueues(t *testing.T) {
 }
 
 func TestSelectQueue(t *testing.T) {
-	qs := testRoute().writeQueues
+	qs := testRoute().writeQueues // a#0 a#1 b#0 b#1
 	all := func(string) bool { return true }
-	f := func(start uint32, avoid string, avail func(string) bool, want string) {
-		t.Helper()
-		q, ok := selectQueue(qs, start, avoid, avail)
-		if !ok || q.String() != want {
-			t.Fatalf("selectQueue(%d, %q) = %v, want %s", start, avoid, q, want)
+	notA := func(b string) bool { return b != "a" }
+	none := func(string) bool { return false }
+	for _, tc := range []struct {
+		name  string
+		start uint32
+		avoid string
+		avail func(string) bool
+		want  string
+	}{
+		{"round-robin", 0, "", all, "T@a#0"},
+		{"round-robin", 1, "", all, "T@a#1"},
+		{"round-robin, no tracker", 2, "", nil, "T@b#0"},
+		{"round-robin wraps", 5, "", all, "T@a#1"},
+		{"avoid the group that failed", 0, "a", all, "T@b#0"},
+		{"avoid the group that failed", 1, "a", all, "T@b#1"},
+		{"avoid the group that failed", 3, "b", all, "T@a#1"},
+		{"skip a group in backoff", 0, "", notA, "T@b#0"},
+		{"skip a group in backoff", 3, "", notA, "T@b#1"},
+		{"all in backoff: another group than the failed one", 0, "a", none, "T@b#0"},
+		{"all in backoff: another group than the failed one", 1, "a", none, "T@b#1"},
+		{"all in backoff, none failed: any", 0, "", none, "T@a#0"},
+	} {
+		q, ok := selectQueue(qs, tc.start, tc.avoid, tc.avail, nil)
+		if !ok || q.String() != tc.want {
+			t.Errorf("%s: selectQueue(%d, %q) = %v, want %s", tc.name, tc.start, tc.avoid, q, tc.want)
 		}
 	}
-	// Round-robin.
-	f(0, "", all, "T@a#0")
-	f(1, "", all, "T@a#1")
-	f(2, "", nil, "T@b#0")
-	f(5, "", all, "T@a#1") // wraps
-	// Avoid the group that just failed.
-	f(0, "a", all, "T@b#0")
-	f(3, "b", all, "T@a#0")
-	// Skip groups in fault backoff.
-	notA := func(b string) bool { return b != "a" }
-	f(0, "", notA, "T@b#0")
-	// Everything unavailable: still another group than the failed one, then anything.
-	none := func(string) bool { return false }
-	f(0, "a", none, "T@b#0")
-	f(0, "", none, "T@a#0")
 	onlyA := []MessageQueue{{Topic: "T", BrokerName: "a"}}
-	if q, ok := selectQueue(onlyA, 7, "a", none); !ok || q.BrokerName != "a" {
+	if q, ok := selectQueue(onlyA, 7, "a", none, nil); !ok || q.BrokerName != "a" {
 		t.Fatal("single group must still be chosen")
 	}
-	if _, ok := selectQueue(nil, 0, "", all); ok {
+	if _, ok := selectQueue(nil, 0, "", all, nil); ok {
 		t.Fatal("no queues")
 	}
+}
+
+// TestSelectQueueSpreadsRetries: batches moved away from a failed group (or one in backoff)
+// spread evenly over the other groups' queues, whatever the round-robin counter's value; a scan
+// from the counter would give the first queue of the next group every start that falls in the
+// failed group's range.
+func TestSelectQueueSpreadsRetries(t *testing.T) {
+	var qs []MessageQueue
+	for _, g := range []string{"a", "b", "c"} {
+		for id := range int32(4) {
+			qs = append(qs, MessageQueue{Topic: "T", BrokerName: g, QueueID: id})
+		}
+	}
+	notB := func(b string) bool { return b != "b" }
+	for _, tc := range []struct {
+		name  string
+		avoid string
+		avail func(string) bool
+		want  map[string]int // picks per queue over 240 consecutive starts
+	}{
+		{"retries from a", "a", nil, spread(qs, "b", "c")},
+		{"retries from a, b in backoff", "a", notB, spread(qs, "c")},
+		{"b in backoff", "", notB, spread(qs, "a", "c")},
+		{"nothing avoided", "", nil, spread(qs, "a", "b", "c")},
+	} {
+		got := map[string]int{}
+		for start := uint32(1000); start < 1240; start++ {
+			q, _ := selectQueue(qs, start, tc.avoid, tc.avail, nil)
+			got[q.String()]++
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("%s: picks %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// spread returns the even spread of 240 picks over the queues of groups.
+func spread(qs []MessageQueue, groups ...string) map[string]int {
+	var n int
+	for _, q := range qs {
+		if slices.Contains(groups, q.BrokerName) {
+			n++
+		}
+	}
+	out := map[string]int{}
+	for _, q := range qs {
+		if slices.Contains(groups, q.BrokerName) {
+			out[q.String()] = 240 / n
+		}
+	}
+	return out
 }
 
 func TestShardIndex(t *testing.T) {
@@ -197,31 +254,89 @@ func TestMembersInOrder(t *testing.T) {
 func TestFaultTracker(t *testing.T) {
 	ft := newFaultTracker(time.Second, 5*time.Second)
 	now := time.Unix(1000, 0)
-	if !ft.empty() || !ft.available("a", now) {
+	if !ft.empty() || !ft.available("a", "a0", now) {
 		t.Fatal("fresh tracker")
 	}
-	f := func(wantBackoff time.Duration) {
+	// event records a failure event at now, of a request sent then, and checks the backoff.
+	event := func(wantBackoff time.Duration) {
 		t.Helper()
-		if d := ft.failed("a", now); d != wantBackoff {
+		if d := ft.failed("a", "a0", now, now); d != wantBackoff {
 			t.Fatalf("backoff %v, want %v", d, wantBackoff)
 		}
-		if ft.available("a", now.Add(wantBackoff-time.Millisecond)) || !ft.available("a", now.Add(wantBackoff)) {
+		if ft.available("a", "a0", now.Add(wantBackoff-time.Millisecond)) || !ft.available("a", "a0", now.Add(wantBackoff)) {
 			t.Fatalf("availability around %v", wantBackoff)
 		}
 	}
-	f(time.Second)
-	f(2 * time.Second)
-	f(4 * time.Second)
-	f(5 * time.Second) // capped
-	f(5 * time.Second)
-	if !ft.available("b", now) {
+	event(time.Second)
+	event(2 * time.Second)
+	event(4 * time.Second)
+	event(5 * time.Second) // capped
+	event(5 * time.Second)
+	if !ft.available("b", "b0", now) {
 		t.Fatal("other groups are not affected")
 	}
 	ft.succeeded("a")
-	if !ft.empty() || !ft.available("a", now) {
+	if !ft.empty() || !ft.available("a", "a0", now) {
 		t.Fatal("success resets")
 	}
-	f(time.Second)
+	event(time.Second)
+}
+
+// TestFaultTrackerOneEvent: the failures of requests sent before a group's backoff began (the
+// requests in flight when its master failed) are one event: they do not lengthen the backoff.
+// A request sent since, failing, starts the next event.
+func TestFaultTrackerOneEvent(t *testing.T) {
+	ft := newFaultTracker(time.Second, 30*time.Second)
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	// 50 requests sent during the 100 ms before the first failure, failing over 3 s.
+	if d := ft.failed("a", "a0", ms(0), ms(100)); d != time.Second {
+		t.Fatalf("first failure: backoff %v", d)
+	}
+	for i := 1; i < 50; i++ {
+		if d := ft.failed("a", "a0", ms(2*i), ms(100+60*i)); d != max(ms(1100).Sub(ms(100+60*i)), 0) {
+			t.Fatalf("failure %d of the same event: backoff %v", i, d)
+		}
+	}
+	if ft.available("a", "a0", ms(1099)) || !ft.available("a", "a0", ms(1100)) {
+		t.Fatal("one event: the group is back after the base backoff")
+	}
+	// A request sent after the event began (a retry, once the backoff ended) fails: a new event.
+	if d := ft.failed("a", "a0", ms(1200), ms(1300)); d != 2*time.Second {
+		t.Fatalf("second event: backoff %v", d)
+	}
+}
+
+// TestFaultTrackerNewMaster: a group in backoff is available again as soon as its master is
+// another than the one that failed, and a failure of the new master starts from the base.
+func TestFaultTrackerNewMaster(t *testing.T) {
+	ft := newFaultTracker(time.Second, 30*time.Second)
+	now := time.Unix(1000, 0)
+	for i := range 3 {
+		ft.failed("a", "a0", now.Add(time.Duration(i)*time.Minute), now.Add(time.Duration(i)*time.Minute))
+	}
+	now = now.Add(2 * time.Minute)
+	if ft.available("a", "a0", now) {
+		t.Fatal("in backoff")
+	}
+	if !ft.available("a", "a1", now) {
+		t.Fatal("the route names a new master: available at once")
+	}
+	if d := ft.failed("a", "a1", now, now); d != time.Second {
+		t.Fatalf("the new master's first failure: backoff %v", d)
+	}
+	if ft.available("a", "a1", now) {
+		t.Fatal("the new master failed")
+	}
+	// A NOT_MASTER answer names yet another master.
+	ft.masterMoved("a", "a1")
+	if ft.available("a", "a1", now) {
+		t.Fatal("moved to the master that failed: still in backoff")
+	}
+	ft.masterMoved("a", "a2")
+	if !ft.empty() || !ft.available("a", "a1", now) {
+		t.Fatal("moved to a new master: the backoff ends")
+	}
 }
 
 func TestOffsetTracker(t *testing.T) {

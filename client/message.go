@@ -69,7 +69,8 @@ type MessageExt struct {
 	// BornTimestamp is the producer's timestamp of the message (ms since the Unix epoch).
 	BornTimestamp int64
 	// ProducerID and Sequence identify the message per producer and queue (0 when the producer
-	// set no id): a consumer may use them to detect duplicates.
+	// set no id): a consumer may use them to detect duplicates, and a producer's acknowledged
+	// messages appear in a queue in increasing Sequence (see the package doc's Order).
 	ProducerID int64
 	Sequence   int32
 	// Keys are the space-separated keys, Tags the tag (empty when the producer set none).

@@ -22,6 +22,11 @@ const (
 	// doubles on each further failure up to DefaultMaxReconnectBackoff.
 	DefaultReconnectBackoff    = 100 * time.Millisecond
 	DefaultMaxReconnectBackoff = 3 * time.Second
+	// DefaultLivenessInterval is how long a connection on which requests wait may receive
+	// nothing before the client probes it; DefaultProbeTimeout how long after the probe it may
+	// still receive nothing before it is closed as dead (see WithLivenessProbe).
+	DefaultLivenessInterval = 500 * time.Millisecond
+	DefaultProbeTimeout     = 500 * time.Millisecond
 
 	// DefaultLinger is how long an asynchronous batch waits for more messages.
 	DefaultLinger = 5 * time.Millisecond
@@ -34,10 +39,12 @@ const (
 	// DefaultRetries is how many times a failed send is retried (RocketMQ's
 	// retryTimesWhenSendFailed).
 	DefaultRetries = 2
-	// DefaultFaultBackoff is how long a broker group is avoided after a failed send; it doubles
-	// with each further failure up to DefaultMaxFaultBackoff, and a success resets it.
+	// DefaultFaultBackoff is how long a broker group is avoided after a failure event (the
+	// failures of the requests in flight when it failed count as one); it doubles with each
+	// further event up to DefaultMaxFaultBackoff, and a success or a new master of the group
+	// ends it.
 	DefaultFaultBackoff    = time.Second
-	DefaultMaxFaultBackoff = 30 * time.Second
+	DefaultMaxFaultBackoff = 10 * time.Second
 
 	// DefaultPollTimeout is how long the broker holds a pull that finds nothing (RocketMQ's
 	// brokerSuspendMaxTimeMillis).
@@ -76,6 +83,8 @@ type clientConfig struct {
 	maxReconnectBackoff time.Duration
 	maxFrameSize        int
 	maxInFlight         int
+	livenessInterval    time.Duration
+	probeTimeout        time.Duration
 	logger              *slog.Logger
 }
 
@@ -88,6 +97,8 @@ func defaultClientConfig() clientConfig {
 		maxReconnectBackoff: DefaultMaxReconnectBackoff,
 		maxFrameSize:        protocol.DefaultMaxFrameSize,
 		maxInFlight:         4096,
+		livenessInterval:    DefaultLivenessInterval,
+		probeTimeout:        DefaultProbeTimeout,
 		logger:              slog.Default(),
 	}
 }
@@ -155,6 +166,28 @@ func WithReconnectBackoff(initial, max time.Duration) ClientOption {
 		}
 		if max >= c.reconnectBackoff {
 			c.maxReconnectBackoff = max
+		}
+	}
+}
+
+// WithLivenessProbe tunes how the client tells a hung broker (a stopped process, a network
+// partition that drops packets without a reset) from a slow one, well before the request
+// timeout: when requests are waiting on a connection and nothing at all has been received on it
+// for interval (default 500 ms), the client sends a probe, a request every broker answers at
+// once on its event loop; when nothing arrives within timeout (default 500 ms) after the probe
+// either, the connection is closed as dead. Its waiting requests end as unknown outcomes (they
+// were written: a send returns ErrUnknownOutcome, and its producer avoids the group and
+// refreshes the route), and the address is dialled again after the reconnect backoff (see
+// WithReconnectBackoff), requests to it failing at once meanwhile. A request the broker holds
+// legitimately, a long-polling pull or a send a SYNC_MASTER acknowledges only once its slaves
+// have it, keeps a live connection: the probe's answer arrives. An interval of 0 or less turns
+// the probes off (then only a request that times out with nothing received since it was sent
+// closes its connection); a timeout of 0 or less keeps the default.
+func WithLivenessProbe(interval, timeout time.Duration) ClientOption {
+	return func(c *clientConfig) {
+		c.livenessInterval = max(interval, 0)
+		if timeout > 0 {
+			c.probeTimeout = timeout
 		}
 	}
 }
@@ -269,9 +302,13 @@ func WithSendTimeout(d time.Duration) ProducerOption {
 	}
 }
 
-// WithFaultBackoff sets how long a broker group is avoided after a failed send (default 1 s),
-// doubling per further failure up to max (default 30 s); a success resets it. It is RocketMQ's
-// sendLatencyFaultEnable, driven by failures.
+// WithFaultBackoff sets how long a broker group is avoided after a failure event (default 1 s),
+// doubling per further event up to max (default 10 s). An event is a failed send, or a send
+// without an answer, together with the failures of every request sent to the group before it:
+// a failover that fails all the requests in flight counts once, and only an attempt sent later
+// that fails too starts the next event. A success resets the backoff; so does a new master of
+// the group (the route, or a NOT_MASTER answer, names another master than the one that failed),
+// which is used at once. It is RocketMQ's sendLatencyFaultEnable, driven by failures.
 func WithFaultBackoff(initial, max time.Duration) ProducerOption {
 	return func(c *producerConfig) {
 		if initial >= 0 {

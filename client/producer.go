@@ -34,16 +34,40 @@ var propsPool bytebufferpool.Pool
 // concurrent use.
 //
 // Queue selection: an unkeyed message goes round-robin over the topic's write queues (every
-// broker group with a master and write permission), skipping groups whose sends failed recently
-// (fault backoff); SendAsync keeps appending to one queue until its batch is sealed, then moves
-// on (a sticky round-robin, so batches fill). A message with a ShardingKey goes to the queue its
-// key hashes to.
+// broker group with a master and write permission), skipping groups in fault backoff (see
+// WithFaultBackoff: one failure event, however many requests it failed, avoids a group until
+// the backoff ends, a send to it succeeds, or it has a new master); SendAsync keeps appending to
+// one queue until its batch is sealed, then moves on (a sticky round-robin, so batches fill),
+// and skips queues holding more than their share of the buffer (WithBufferBytes over the
+// queues it sends to), so that the queues of a group whose master hangs cannot take the whole
+// buffer. A message with a ShardingKey goes to the queue its key hashes to, in backoff or not.
 //
 // Retries: a send that failed definitely and retriably (a network failure before the request
 // was written, or a status whose Retriable() is true) is retried up to WithRetries times, on
-// another group when there is one (keyed messages stay on their queue). A NOT_MASTER answer makes
-// the producer refresh the route and send to the master it names. A request written but not
-// answered is an unknown outcome (ErrUnknownOutcome) and is never retried.
+// another group when there is one (keyed messages stay on their queue), spread over that group's
+// queues. An asynchronous batch whose group went into backoff while it waited goes to another
+// group at its first attempt. A NOT_MASTER answer makes the producer refresh the route and send
+// to the master it names. A request written but not answered is an unknown outcome
+// (ErrUnknownOutcome) and is never retried; a master that stops answering is found out by the
+// client's liveness probe (WithLivenessProbe) well before the send timeout.
+//
+// Order: a producer's messages keep, within a queue, the order in which they were sent to that
+// queue. Every batch carries the producer's id (ID) and a base sequence counted per producer
+// and queue; a batch takes its sequence in one step with queuing its frame on the broker's
+// connection, and a connection writes its frames, and the broker stores them, in that order.
+// So the acknowledged batches of a producer appear in a queue in increasing sequence order:
+//   - SendAsync messages of one queue are batched and stored in the order of the SendAsync calls
+//     (one batch in flight per queue);
+//   - concurrent SendSync callers sending to the same queue, and batches retried onto it from
+//     another group, are ordered by the sequence the client assigned as it wrote them: the
+//     order in which they reached the connection, not the order in which the calls began;
+//   - each attempt takes a new sequence, so a batch retried on its queue after a definite
+//     failure comes after the batches written meanwhile.
+//
+// Not promised: the order of sends whose outcome is unknown (written on a connection that then
+// failed, such a batch may be stored after batches written later on a new connection, or not
+// at all); an order across queues, or for messages that changed queue (a retry moved to
+// another group, keyed messages after the topic's queue count changed).
 type Producer struct {
 	c     *Client
 	cfg   producerConfig
@@ -53,8 +77,8 @@ type Producer struct {
 	rrMu sync.RWMutex // guards rr
 	rr   map[string]*atomic.Uint32
 
-	seqMu sync.Mutex // guards seqs
-	seqs  map[MessageQueue]int32
+	seqMu sync.RWMutex // guards seqs
+	seqs  map[MessageQueue]*queueSeq
 
 	// Asynchronous sends.
 	budget   *byteBudget
@@ -74,6 +98,18 @@ type Producer struct {
 	wg        sync.WaitGroup // the queue goroutines
 	closeOnce sync.Once
 	closeErr  error
+
+	// testHookSequenced, set by tests before the first send, runs when a batch has taken its
+	// sequence on a queue and its frame is about to be queued on the connection.
+	testHookSequenced func(mq MessageQueue, seq int32)
+}
+
+// queueSeq is the producer's sequence counter of one queue. Taking a batch's sequence and
+// queuing its frame on the connection is one step under mu, so the frames of one queue are
+// queued, and on one connection written and stored, in the order of their sequences.
+type queueSeq struct {
+	mu   sync.Mutex // guards next; held from stamping a batch to queuing its frame
+	next int32
 }
 
 // stickyChoice is the queue SendAsync appends unkeyed messages of a topic to, until the batch
@@ -104,7 +140,7 @@ func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
 		id:     int64(rand.Uint64() &^ (1 << 63)),
 		fault:  newFaultTracker(cfg.faultBackoff, cfg.maxFaultBackoff),
 		rr:     make(map[string]*atomic.Uint32),
-		seqs:   make(map[MessageQueue]int32),
+		seqs:   make(map[MessageQueue]*queueSeq),
 		budget: newByteBudget(cfg.bufferBytes),
 		queues: make(map[MessageQueue]*asyncQueue),
 		sticky: make(map[string]stickyChoice),
@@ -231,24 +267,31 @@ func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
 			return err
 		}
 		addr := route.masterAddr(mq.BrokerName)
+		begun := time.Now()
 		conn, err := p.c.pool.get(ctx, addr)
 		if err != nil {
 			lastErr = err
 			if errors.Is(err, ErrClientClosed) || ctx.Err() != nil {
 				return err
 			}
-			p.fault.failed(mq.BrokerName, time.Now())
+			p.fault.failed(mq.BrokerName, addr, begun, time.Now())
 			if m.ShardingKey == "" {
 				avoid = mq.BrokerName
 			}
 			continue
 		}
-		buf.B = protocol.AppendBatchHeader(buf.B[:0], m.Topic, mq.QueueID, p.id, p.nextSeq(mq, 1))
+		buf.B = protocol.AppendBatchHeader(buf.B[:0], m.Topic, mq.QueueID, p.id, 0)
 		if buf.B, err = p.appendMessage(buf.B, m, time.Now().UnixMilli()); err != nil {
 			return err
 		}
-		protocol.FinishBatch(buf.B, 0)
-		return conn.Oneway(protocol.CodeSendMessage, nil, buf.B)
+		s := p.queueSeq(mq)
+		s.mu.Lock()
+		stampBatch(buf.B, mq.QueueID, s.next)
+		if err = conn.Oneway(protocol.CodeSendMessage, nil, buf.B); err == nil {
+			s.next++
+		}
+		s.mu.Unlock()
+		return err
 	}
 	return lastErr
 }
@@ -316,8 +359,6 @@ func encodedSize(m *Message) int {
 	return protocol.MessageOverhead + len(m.Keys) + len(m.Tags) + len(m.Body)
 }
 
-// pickQueue selects the queue for a message: by sharding key, or round-robin avoiding the group
-// avoid and groups in fault backoff.
 // route returns the topic's route for a send. A cached route without a writable queue (every
 // master of the topic was down when it was fetched) is refreshed first, at most every
 // minForcedRefreshGap: a new master registers within moments of a failover, and waiting for the
@@ -330,6 +371,8 @@ func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error)
 	return p.c.refreshedRoute(ctx, topic, r), nil
 }
 
+// pickQueue selects the queue for a message: by sharding key, or as pickUnkeyed avoiding the
+// group avoid.
 func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQueue, pinned bool, err error) {
 	qs := route.writeQueues
 	if len(qs) == 0 {
@@ -338,14 +381,35 @@ func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQu
 	if key != "" {
 		return qs[shardIndex(key, len(qs))], true, nil
 	}
+	return p.pickUnkeyed(route, avoid, nil), false, nil
+}
+
+// pickUnkeyed picks the queue of an unkeyed batch among the route's write queues (at least one):
+// round-robin, preferring queues of groups other than avoid that are not in fault backoff and,
+// when roomy is not nil, queues roomy accepts (see selectQueue). While a group is in backoff it
+// asks the client to refresh the route soon: a new master of the group ends the backoff, and
+// the route says when there is one.
+func (p *Producer) pickUnkeyed(route *topicRoute, avoid string, roomy func(MessageQueue) bool) MessageQueue {
 	start := p.counter(route.topic).Add(1)
 	var avail func(string) bool
 	if !p.fault.empty() {
 		now := time.Now()
-		avail = func(b string) bool { return p.fault.available(b, now) }
+		avail = func(b string) bool {
+			if p.fault.available(b, route.masterAddr(b), now) {
+				return true
+			}
+			p.c.refreshSoon(route.topic)
+			return false
+		}
 	}
-	mq, _ = selectQueue(qs, start, avoid, avail)
-	return mq, false, nil
+	mq, _ := selectQueue(route.writeQueues, start, avoid, avail, roomy)
+	return mq
+}
+
+// groupAvailable reports whether a batch may go to the group: it is not in fault backoff, or
+// has another master than the one that failed.
+func (p *Producer) groupAvailable(route *topicRoute, brokerName string) bool {
+	return p.fault.empty() || p.fault.available(brokerName, route.masterAddr(brokerName), time.Now())
 }
 
 func (p *Producer) counter(topic string) *atomic.Uint32 {
@@ -365,19 +429,52 @@ func (p *Producer) counter(topic string) *atomic.Uint32 {
 	return c
 }
 
-// nextSeq reserves n producer sequence numbers on mq and returns the first.
-func (p *Producer) nextSeq(mq MessageQueue, n int32) int32 {
-	p.seqMu.Lock()
+// queueSeq returns the producer's sequence counter of mq.
+func (p *Producer) queueSeq(mq MessageQueue) *queueSeq {
+	p.seqMu.RLock()
 	s := p.seqs[mq]
-	p.seqs[mq] = s + n
-	p.seqMu.Unlock()
+	p.seqMu.RUnlock()
+	if s != nil {
+		return s
+	}
+	p.seqMu.Lock()
+	defer p.seqMu.Unlock()
+	if s = p.seqs[mq]; s == nil {
+		s = new(queueSeq)
+		p.seqs[mq] = s
+	}
 	return s
+}
+
+// stampBatch writes queue id and base sequence into the header of batch and computes its CRC.
+func stampBatch(batch []byte, queueID, seq int32) {
+	binary.BigEndian.PutUint32(batch[batchOffQueueID:], uint32(queueID))
+	binary.BigEndian.PutUint32(batch[batchOffBaseSequence:], uint32(seq))
+	protocol.FinishBatch(batch, 0)
+}
+
+// startSend gives job.batch the next sequence of mq and queues it on conn, as one step for the
+// queue (see queueSeq); now stands for the time it is sent. A batch the connection refuses
+// (closed, too many requests in flight) gives its sequences back.
+func (p *Producer) startSend(conn *rpc.Conn, mq MessageQueue, job *sendJob, now time.Time) *pendingCall {
+	s := p.queueSeq(mq)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stampBatch(job.batch, mq.QueueID, s.next)
+	if p.testHookSequenced != nil {
+		p.testHookSequenced(mq, s.next)
+	}
+	call := p.c.pool.startCallAt(conn, protocol.CodeSendMessage, nil, job.batch, now)
+	if call.id != 0 {
+		s.next += job.count
+	}
+	return call
 }
 
 // sendJob is one batch being sent, with what retries need.
 type sendJob struct {
 	topic  string
-	batch  []byte // built for some queue; send rewrites its queue id and sequence
+	batch  []byte // built for some queue; each attempt rewrites its queue id and sequence
 	count  int32
 	mq     MessageQueue // the queue to try first
 	pinned bool         // a sharding key: stay on mq
@@ -390,10 +487,17 @@ type sendJob struct {
 func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (SendResult, error) {
 	route := job.route
 	mq := job.mq
-	seqQueue, seq := MessageQueue{}, int32(0)
 	avoid, override := "", ""
 	var lastErr error
 	for attempt := 0; attempt <= p.cfg.retries; attempt++ {
+		if attempt == 0 && !job.pinned && !p.groupAvailable(route, mq.BrokerName) {
+			// The queue's group went into backoff after the batch was queued for it (an
+			// asynchronous batch waiting behind one that failed): send it elsewhere rather
+			// than wait on the failing master again.
+			if next := p.pickUnkeyed(route, mq.BrokerName, nil); next.BrokerName != mq.BrokerName && p.groupAvailable(route, next.BrokerName) {
+				mq = next
+			}
+		}
 		if attempt > 0 {
 			if err := ctx.Err(); err != nil {
 				return SendResult{}, fmt.Errorf("%w (last error: %w)", err, lastErr)
@@ -432,14 +536,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 			avoid = mq.BrokerName
 			continue
 		}
-		if mq != seqQueue {
-			seqQueue, seq = mq, p.nextSeq(mq, job.count)
-			binary.BigEndian.PutUint32(job.batch[batchOffQueueID:], uint32(mq.QueueID))
-			binary.BigEndian.PutUint32(job.batch[batchOffBaseSequence:], uint32(seq))
-			protocol.FinishBatch(job.batch, 0)
-		}
-
-		res, state, err := p.attempt(ctx, deadline, addr, mq, job)
+		res, state, sentAt, err := p.attempt(ctx, deadline, addr, mq, job)
 		switch state {
 		case callOK:
 			p.fault.succeeded(mq.BrokerName)
@@ -448,7 +545,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 			// No answer: the master may hang or be gone, and the group may have a new one
 			// already. Refresh the route (rate-limited) so that the next sends follow it rather
 			// than time out on this broker again.
-			p.fault.failed(mq.BrokerName, time.Now())
+			p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 			rctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.requestTimeout)
 			_ = p.c.refreshedRoute(rctx, job.topic, route)
 			cancel()
@@ -459,7 +556,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 				return SendResult{}, lastErr
 			}
 			if !errors.Is(err, errNoSlot) && !errors.Is(err, rpc.ErrTooManyInFlight) { // local limits, not broker faults
-				p.fault.failed(mq.BrokerName, time.Now())
+				p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 				// The broker may have moved (restarted elsewhere, or left the route).
 				route = p.c.refreshedRoute(ctx, job.topic, route)
 			}
@@ -475,18 +572,21 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 				// Same group, new master: refresh the route and follow the broker's pointer
 				// when the route has not caught up yet.
 				route = p.c.refreshedRoute(ctx, job.topic, route)
+				// A new master ends a backoff recorded for the old one at once.
 				if m := route.masterAddr(mq.BrokerName); m != "" && m != addr {
 					override = m
+					p.fault.masterMoved(mq.BrokerName, m)
 				} else if pe.MasterAddr != "" && pe.MasterAddr != addr {
 					override = pe.MasterAddr
+					p.fault.masterMoved(mq.BrokerName, pe.MasterAddr)
 				} else {
-					p.fault.failed(mq.BrokerName, time.Now())
+					p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 					avoid = mq.BrokerName
 				}
 			case !pe.Status.Retriable():
 				return SendResult{}, lastErr
 			default:
-				p.fault.failed(mq.BrokerName, time.Now())
+				p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
 				avoid = mq.BrokerName
 				if pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusServiceNotAvailable || pe.Status == protocol.StatusShuttingDown {
 					route = p.c.refreshedRoute(ctx, job.topic, route)
@@ -501,28 +601,31 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 // deadline; it does not count as a fault of the broker.
 var errNoSlot = errors.New("client: no in-flight slot free for the broker group")
 
-// attempt sends the batch once to addr and decodes the answer.
-func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string, mq MessageQueue, job *sendJob) (SendResult, callState, error) {
+// attempt sends the batch once to addr and decodes the answer. sentAt is when the request was
+// sent, or when the attempt to send it began: the fault tracker tells by it whether a failure
+// belongs to an event it already knows.
+func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string, mq MessageQueue, job *sendJob) (res SendResult, state callState, sentAt time.Time, err error) {
 	if job.async {
 		release, err := p.acquireSlot(ctx, deadline, mq.BrokerName)
 		if err != nil {
-			return SendResult{}, callNotSent, err
+			return SendResult{}, callNotSent, time.Now(), err
 		}
 		defer release()
 	}
+	sentAt = time.Now()
 	conn, err := p.c.pool.get(ctx, addr)
 	if err != nil {
-		return SendResult{}, callNotSent, err
+		return SendResult{}, callNotSent, sentAt, err
 	}
-	resp, state, err := p.c.pool.startCall(conn, protocol.CodeSendMessage, nil, job.batch).wait(ctx, deadline)
+	resp, state, err := p.startSend(conn, mq, job, sentAt).wait(ctx, deadline)
 	if state != callOK {
-		return SendResult{}, state, err
+		return SendResult{}, state, sentAt, err
 	}
 	defer resp.Release()
 	var h protocol.SendResponseHeader
 	if err := h.ReadFrom(resp.Header); err != nil {
 		// The broker answered success: the batch is stored, but we cannot say where.
-		return SendResult{}, callUnknown, fmt.Errorf("cannot decode the send response: %w", err)
+		return SendResult{}, callUnknown, sentAt, fmt.Errorf("cannot decode the send response: %w", err)
 	}
 	return SendResult{
 		BrokerName:     mq.BrokerName,
@@ -532,7 +635,7 @@ func (p *Producer) attempt(ctx context.Context, deadline time.Time, addr string,
 		Count:          h.Count,
 		PhysicalOffset: h.PhysicalOffset,
 		StoreTimestamp: h.StoreTimestamp,
-	}, callOK, nil
+	}, callOK, sentAt, nil
 }
 
 // acquireSlot takes one of the broker group's in-flight slots.

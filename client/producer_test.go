@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -768,7 +769,7 @@ func TestRouteRefresh(t *testing.T) {
 }
 
 func TestConnPoolBackoff(t *testing.T) {
-	pool := newConnPool(rpc.Options{DialTimeout: time.Second}, 50*time.Millisecond, 200*time.Millisecond, testLogger(t))
+	pool := newConnPool(rpc.Options{DialTimeout: time.Second}, 50*time.Millisecond, 200*time.Millisecond, livenessConfig{silence: time.Second, probeTimeout: time.Second}, testLogger(t))
 	defer pool.close()
 	// A closed port.
 	fc := newFakeCluster(t)
@@ -876,4 +877,259 @@ func TestBrokerMovesAddress(t *testing.T) {
 	stop := runConsumer(t, newTestConsumer(t, c, "G", "T"), col.handle)
 	eventually(t, "consumed from the moved broker", func() bool { return col.count() >= 2 })
 	_ = stop()
+}
+
+// connTo returns the client's open connection to addr, or nil.
+func connTo(c *Client, addr string) *rpc.Conn {
+	c.pool.mu.RLock()
+	pc := c.pool.conns[addr]
+	c.pool.mu.RUnlock()
+	if pc == nil {
+		return nil
+	}
+	if conn := pc.conn.Load(); isOpen(conn) {
+		return conn
+	}
+	return nil
+}
+
+// TestBackoffIsOneEventPerFailure: when every request in flight to a group fails together (its
+// master failing over answers them all), the group's backoff is that of one failure event, not
+// doubled per request: the group is used again after the base backoff.
+func TestBackoffIsOneEventPerFailure(t *testing.T) {
+	fc, a, _ := twoGroups(t, 1)
+	release := make(chan struct{})
+	var failing atomic.Bool
+	failing.Store(true)
+	a.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		<-release
+		if failing.Load() {
+			return rpc.Errorf(protocol.StatusSystemBusy, "failing over"), true
+		}
+		return rpc.Reply{}, false
+	})
+	c := newTestClient(t, fc.addr)
+	// Twenty failures doubling a 100 ms backoff would reach the minute.
+	p := newTestProducer(t, c, WithFaultBackoff(100*time.Millisecond, time.Minute))
+	ctx := testCtx(t, 20*time.Second)
+	const n = 40 // the round-robin sends half of them to a
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+			if err != nil || res.BrokerName != "b" {
+				t.Errorf("send: %+v %v (want a retry on b)", res, err)
+			}
+		})
+	}
+	eventually(t, "20 sends in flight to a", func() bool {
+		conn := connTo(c, a.addr)
+		return conn != nil && conn.Waiting() == n/2
+	})
+	close(release)
+	wg.Wait()
+	if a.sends.Load() != n/2 {
+		t.Fatalf("a received %d sends, want %d (retries go to b)", a.sends.Load(), n/2)
+	}
+	failing.Store(false)
+	eventually(t, "a send stored on a again", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.BrokerName == "a"
+	})
+}
+
+// failOnce makes one unkeyed send fail on b (answered SYSTEM_BUSY, retried on the other group)
+// so that b's group is in fault backoff.
+func failOnce(t *testing.T, p *Producer, b *fakeBroker) {
+	t.Helper()
+	ctx := testCtx(t, 10*time.Second)
+	b.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Errorf(protocol.StatusSystemBusy, "failing"), true
+	})
+	for b.sends.Load() == 0 {
+		if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.setSendHook(nil)
+}
+
+// TestNewMasterInRouteEndsBackoff: a group avoided after its master failed is used again as soon
+// as the route names another master, not when the backoff ends; while the group is avoided the
+// route is refreshed without waiting for the periodic refresh (30 s here).
+func TestNewMasterInRouteEndsBackoff(t *testing.T) {
+	fc, a, _ := twoGroups(t, 1)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithFaultBackoff(time.Hour, time.Hour))
+	failOnce(t, p, a)
+	// The group's new master shares its store; the old one leaves the route.
+	newer := startFakeBroker(t, "DefaultCluster", "a", 0, a.store)
+	fc.mu.Lock()
+	fc.brokers = append(fc.brokers, newer)
+	fc.mu.Unlock()
+	fc.setHidden(a, true)
+	ctx := testCtx(t, 20*time.Second)
+	eventually(t, "a send stored by a's new master", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.BrokerAddr == newer.addr
+	})
+}
+
+// TestNotMasterPointerEndsBackoff: a NOT_MASTER answer naming a new master ends the group's
+// backoff at once, before the route names it and before a send to it succeeded.
+func TestNotMasterPointerEndsBackoff(t *testing.T) {
+	fc, a, _ := twoGroups(t, 1)
+	// The fake serves a connection's requests one at a time: holding one, it answers no probe.
+	c := newTestClient(t, fc.addr, WithLivenessProbe(0, 0))
+	p := newTestProducer(t, c, WithFaultBackoff(time.Hour, time.Hour))
+	failOnce(t, p, a)
+	// The new master (not in the route yet) holds the first send it gets.
+	newer := startFakeBroker(t, "DefaultCluster", "a", 0, a.store)
+	release := make(chan struct{})
+	newer.setSendHook(func(*rpc.Request) (rpc.Reply, bool) { <-release; return rpc.Reply{}, false })
+	a.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "demoted", MasterAddr: newer.addr}, true
+	})
+	ctx := testCtx(t, 20*time.Second)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "k" + strconv.Itoa(i); shardIndex(k, 2) == 0 { // queue a#0
+			key = k
+		}
+	}
+	wg.Go(func() {
+		if res, err := p.SendSync(ctx, &Message{Topic: "T", ShardingKey: key, Body: []byte("x")}); err != nil || res.BrokerAddr != newer.addr {
+			t.Errorf("keyed send: %+v %v", res, err)
+		}
+	})
+	eventually(t, "the keyed send at the new master", func() bool { return newer.sends.Load() == 1 })
+	before := a.sends.Load()
+	for range 2 { // the round-robin gives one of two sends to a, unless a is avoided
+		wg.Go(func() {
+			if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("y")}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	eventually(t, "an unkeyed send to group a", func() bool { return a.sends.Load() > before })
+}
+
+// storedSequences returns the base sequences of the batches stored in a queue, in stored order,
+// checking that each carries the producer's id.
+func storedSequences(t *testing.T, b *fakeBroker, topic string, queueID int32, producer int64) []int32 {
+	t.Helper()
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	var seqs []int32
+	q := b.store.queues[queueKey{topic, queueID}]
+	if q == nil {
+		return nil
+	}
+	for _, raw := range q.batches {
+		h, _, err := protocol.ValidateBatch(raw, protocol.BatchLimits{})
+		if err != nil || h.ProducerID != producer {
+			t.Fatalf("stored batch %+v: %v", h, err)
+		}
+		seqs = append(seqs, h.BaseSequence)
+	}
+	return seqs
+}
+
+// TestSequenceOrderIsWriteOrder: two sends to one queue cannot take their sequences in one
+// order and write their frames in the other. The first send pauses once it has its sequence,
+// until the second send has started and either waits for it (taking a sequence and queuing the
+// frame are one step) or, were they two, has written its frame with the next sequence; the
+// broker then stores them in sequence order.
+func TestSequenceOrderIsWriteOrder(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	entered, secondStarted := make(chan struct{}), make(chan struct{})
+	p.testHookSequenced = func(_ MessageQueue, seq int32) {
+		if seq != 1 {
+			return
+		}
+		close(entered)
+		<-secondStarted
+		// The second send's frame cannot be awaited when it rightly waits for this one: give
+		// it a moment to get ahead, were it able to.
+		for start := time.Now(); a.sends.Load() < 3 && time.Since(start) < 200*time.Millisecond; {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	var wg sync.WaitGroup
+	results := make([]SendResult, 2)
+	wg.Go(func() {
+		var err error
+		if results[0], err = p.SendSync(ctx, &Message{Topic: "T", Body: []byte("1")}); err != nil {
+			t.Error(err)
+		}
+	})
+	<-entered
+	wg.Go(func() {
+		close(secondStarted)
+		var err error
+		if results[1], err = p.SendSync(ctx, &Message{Topic: "T", Body: []byte("2")}); err != nil {
+			t.Error(err)
+		}
+	})
+	wg.Wait()
+	if got := storedSequences(t, a, "T", 0, p.ID()); !slices.Equal(got, []int32{0, 1, 2}) {
+		t.Fatalf("stored sequences %v, want [0 1 2]", got)
+	}
+	if results[0].QueueOffset != 1 || results[1].QueueOffset != 2 {
+		t.Fatalf("results %+v", results)
+	}
+}
+
+// TestSequenceOrderUnderConcurrency: many SendSync callers and the asynchronous sender on the
+// same queues; every queue stores the producer's batches in increasing sequence order.
+func TestSequenceOrderUnderConcurrency(t *testing.T) {
+	fc, a, b := twoGroups(t, 2)
+	c := newTestClient(t, fc.addr)
+	p := newTestProducer(t, c, WithLinger(0))
+	ctx := testCtx(t, 30*time.Second)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				m := &Message{Topic: "T", Body: []byte(strconv.Itoa(g*1000 + i))}
+				if g%2 == 0 {
+					if _, err := p.SendSync(ctx, m); err != nil {
+						t.Error(err)
+						return
+					}
+				} else if err := p.SendAsync(ctx, m, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, br := range []*fakeBroker{a, b} {
+		for q := range int32(2) {
+			seqs := storedSequences(t, br, "T", q, p.ID())
+			if !slices.IsSorted(seqs) || len(slices.Compact(slices.Clone(seqs))) != len(seqs) {
+				t.Fatalf("%s queue %d: sequences %v not increasing", br.name, q, seqs)
+			}
+		}
+	}
 }

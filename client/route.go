@@ -179,26 +179,51 @@ func shardIndex(key string, n int) int {
 	return int(protocol.TagHash(unsafeBytes(key)) % uint32(n))
 }
 
-// selectQueue picks the queue for an unkeyed send: round-robin from start over queues, skipping
-// groups the fault tracker says to avoid and the group avoid (the one that just failed). When
-// every group is to be avoided it falls back to a group other than avoid, then to any queue. ok
-// is false only when queues is empty.
-func selectQueue(queues []MessageQueue, start uint32, avoid string, available func(brokerName string) bool) (MessageQueue, bool) {
-	n := uint32(len(queues))
-	if n == 0 {
+// selectQueue picks the queue for an unkeyed send: among the eligible queues, the one at index
+// start modulo their number, so that successive starts (a round-robin counter) spread evenly
+// over them whichever queues are left out. Eligible are, in order of preference: the queues of
+// groups other than avoid (the one that just failed) that the fault tracker says are available
+// and that roomy accepts (an asynchronous queue holding less than its share of the producer's
+// buffer); then those queues whatever roomy says; then any queue of a group other than avoid;
+// then any queue. available and roomy nil accept everything. ok is false only when queues is
+// empty. It allocates nothing.
+func selectQueue(queues []MessageQueue, start uint32, avoid string, available func(brokerName string) bool, roomy func(MessageQueue) bool) (MessageQueue, bool) {
+	if len(queues) == 0 {
 		return MessageQueue{}, false
 	}
-	for i := uint32(0); i < n; i++ {
-		q := queues[(start+i)%n]
-		if q.BrokerName != avoid && (available == nil || available(q.BrokerName)) {
-			return q, true
+	eligible := func(tier int, q *MessageQueue) bool {
+		switch tier {
+		case 0:
+			return q.BrokerName != avoid && (available == nil || available(q.BrokerName)) && (roomy == nil || roomy(*q))
+		case 1:
+			return q.BrokerName != avoid && (available == nil || available(q.BrokerName))
+		case 2:
+			return q.BrokerName != avoid
+		}
+		return true
+	}
+	for tier := 0; tier < 4; tier++ {
+		if tier == 1 && roomy == nil {
+			continue // the same as tier 0
+		}
+		n := uint32(0)
+		for i := range queues {
+			if eligible(tier, &queues[i]) {
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		k := start % n
+		for i := range queues {
+			if eligible(tier, &queues[i]) {
+				if k == 0 {
+					return queues[i], true
+				}
+				k--
+			}
 		}
 	}
-	for i := uint32(0); i < n; i++ {
-		q := queues[(start+i)%n]
-		if q.BrokerName != avoid {
-			return q, true
-		}
-	}
-	return queues[start%n], true
+	panic("BUG: selectQueue found no queue in a non-empty list")
 }

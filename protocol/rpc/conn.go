@@ -55,6 +55,10 @@ var framePool bytebufferpool.Pool
 // so LastReceive compares safely with time.Now() across wall-clock jumps.
 var monoEpoch = time.Now()
 
+// recvChunk is how much of a frame the reader reads between two updates of the last receive
+// time (bytes).
+const recvChunk = 64 << 10
+
 // testHookDropped, when set (by tests, before any Dial), is called by the reader after it has
 // released the buffer of a response nobody waits for any more.
 var testHookDropped func(requestID uint32)
@@ -97,8 +101,8 @@ type Conn struct {
 	addr   string
 	opts   Options
 	nextID atomic.Uint32
-	// lastRecv is when the reader last received a frame prefix, as nanoseconds since
-	// monoEpoch; 0 before the first.
+	// lastRecv is when the reader last received a frame prefix or a recvChunk of a frame's
+	// rest, as nanoseconds since monoEpoch; 0 before the first.
 	lastRecv atomic.Int64
 
 	mu      sync.Mutex // guards pending, queue, closed, err
@@ -143,16 +147,26 @@ func (c *Conn) Addr() string { return c.addr }
 // Done is closed when the connection has closed.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// LastReceive returns when the connection last received a frame (the time its fixed prefix
-// was read), or the zero Time when it has received none. A caller that sees a request time out
-// with nothing received since it was sent can tell a dead connection from a slow server. It is
-// one atomic load.
+// LastReceive returns when the connection last received something: a frame's fixed prefix, or
+// another recvChunk of a large frame (so a frame that takes long to arrive over a slow link
+// shows progress); the zero Time when it has received nothing. A caller that sees a request
+// time out with nothing received since it was sent can tell a dead connection from a slow
+// server. It is one atomic load.
 func (c *Conn) LastReceive() time.Time {
 	d := c.lastRecv.Load()
 	if d == 0 {
 		return time.Time{}
 	}
 	return monoEpoch.Add(time.Duration(d))
+}
+
+// Waiting returns how many calls are waiting for their response (Forget and the end of the
+// connection remove calls). With LastReceive it lets a caller tell a connection that owes
+// answers and receives nothing, a hung server, from an idle one.
+func (c *Conn) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
 }
 
 // Err returns why the connection closed, or nil while it is open.
@@ -372,7 +386,7 @@ func (c *Conn) readLoop() {
 			c.fail(fmt.Errorf("cannot read from %s: %w", c.addr, err))
 			return
 		}
-		c.lastRecv.Store(max(int64(time.Since(monoEpoch)), 1))
+		c.markReceived()
 		fh, err := protocol.ParseFrameHeader(prefix[:], c.opts.MaxFrameSize)
 		if err != nil {
 			c.fail(fmt.Errorf("bad frame from %s: %w", c.addr, err))
@@ -388,7 +402,7 @@ func (c *Conn) readLoop() {
 			buf.B = make([]byte, rest)
 		}
 		buf.B = buf.B[:rest]
-		if _, err := io.ReadFull(br, buf.B); err != nil {
+		if err := c.readRest(br, buf.B); err != nil {
 			framePool.Put(buf)
 			c.fail(fmt.Errorf("cannot read from %s: %w", c.addr, err))
 			return
@@ -417,4 +431,21 @@ func (c *Conn) readLoop() {
 		}
 		cl.finish(&Response{Header: buf.B[:hl:hl], Body: buf.B[hl:], buf: buf}, nil)
 	}
+}
+
+// markReceived records that something was received now.
+func (c *Conn) markReceived() { c.lastRecv.Store(max(int64(time.Since(monoEpoch)), 1)) }
+
+// readRest reads the rest of a frame into b, recording progress after every recvChunk but the
+// last.
+func (c *Conn) readRest(br *bufio.Reader, b []byte) error {
+	for len(b) > recvChunk {
+		if _, err := io.ReadFull(br, b[:recvChunk]); err != nil {
+			return err
+		}
+		c.markReceived()
+		b = b[recvChunk:]
+	}
+	_, err := io.ReadFull(br, b)
+	return err
 }

@@ -181,11 +181,7 @@ func (s *service) handle(req *Request) Reply {
 	return Errorf(protocol.StatusSystemError, "unexpected code %s", req.Code)
 }
 
-func pendingCount(c *Conn) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pending)
-}
+func pendingCount(c *Conn) int { return c.Waiting() }
 
 // waitPending waits until c has n calls waiting.
 func waitPending(t *testing.T, c *Conn, n int) {
@@ -1048,6 +1044,9 @@ func TestLastReceiveAndAbort(t *testing.T) {
 	if err := <-errc; !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "judged dead") {
 		t.Fatalf("waiting call: %v", err)
 	}
+	if n := c.Waiting(); n != 0 {
+		t.Fatalf("%d calls waiting after Abort", n)
+	}
 	if err := c.Err(); err != cause {
 		t.Fatalf("Err = %v, want the cause", err)
 	}
@@ -1057,4 +1056,79 @@ func TestLastReceiveAndAbort(t *testing.T) {
 		t.Fatal("Done is open after Abort")
 	}
 	_ = c.Close() // waits for the goroutines
+}
+
+// TestLastReceiveMovesDuringALargeFrame: a large frame arriving slowly (a big pull response
+// over a slow link) moves LastReceive with every recvChunk read, so a connection receiving it is
+// not taken for silent.
+func TestLastReceiveMovesDuringALargeFrame(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	next := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(next)
+	wg.Go(func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nc.Close()
+		var prefix [protocol.FramePrefixSize]byte
+		if _, err := io.ReadFull(nc, prefix[:]); err != nil {
+			t.Error(err)
+			return
+		}
+		fh, err := protocol.ParseFrameHeader(prefix[:], protocol.DefaultMaxFrameSize)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := io.ReadFull(nc, make([]byte, fh.TotalSize()-protocol.FramePrefixSize)); err != nil {
+			t.Error(err)
+			return
+		}
+		frame := protocol.AppendFrame(nil, uint16(protocol.StatusSuccess), protocol.FlagResponse, fh.RequestID, nil, make([]byte, 4*recvChunk+10))
+		// Piece i ends the frame's i-th recvChunk after the prefix; the last piece ends it.
+		for off := 0; off < len(frame); {
+			end := min(protocol.FramePrefixSize+(off/recvChunk+1)*recvChunk, len(frame))
+			if off == 0 {
+				end = protocol.FramePrefixSize + recvChunk
+			}
+			if _, ok := <-next; !ok {
+				return
+			}
+			if _, err := nc.Write(frame[off:end]); err != nil {
+				t.Error(err)
+				return
+			}
+			off = end
+		}
+	})
+	c := dial(t, ln.Addr().String(), Options{})
+	done := make(chan error, 1)
+	c.CallAsync(protocol.CodeGetMaxOffset, nil, nil, func(resp *Response, err error) {
+		resp.Release()
+		done <- err
+	})
+	var prev time.Time
+	for i := range 4 {
+		next <- struct{}{}
+		deadline := time.Now().Add(waitLong)
+		for !c.LastReceive().After(prev) {
+			if time.Now().After(deadline) {
+				t.Fatalf("LastReceive did not move after piece %d of the frame", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		prev = c.LastReceive()
+	}
+	next <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
