@@ -55,6 +55,7 @@ type Broker struct {
 	maxConns       int
 	connLog        ratelog.Limiter
 	appendLog      ratelog.Limiter // "append failed": once a second, not once per send (disk full)
+	regLog         ratelog.Limiter // "cannot register": once a second while a NameServer is down
 	inboundPartial atomic.Int64    // bytes of incomplete frames over all connections
 	fatal          chan error
 	workers        sync.WaitGroup // admin request goroutines

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -595,4 +596,34 @@ func TestPipelinedSendsAndPulls(t *testing.T) {
 	if len(sends) != 3*rounds || pulls != rounds {
 		t.Fatalf("%d send answers, %d pull answers; want %d and %d", len(sends), pulls, 3*rounds, rounds)
 	}
+}
+
+// TestRegistersAgainWhenANameServerRestarts: a NameServer that restarted knows no broker; the
+// broker registers with it again as soon as its connection closes and the NameServer is back,
+// not at the next registration period (30 s), so routes come back within moments.
+func TestRegistersAgainWhenANameServerRestarts(t *testing.T) {
+	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := ns.Addr()
+	cfg := testConfig(t.TempDir())
+	cfg.NamesrvAddr = addr
+	cfg.RegisterNameServerPeriod = time.Hour
+	b := startBroker(t, cfg)
+	defer b.Close()
+	registered := func(ns *namesrv.Server) bool {
+		for _, lb := range ns.LiveBrokers() {
+			if lb.Addr == b.Addr() {
+				return true
+			}
+		}
+		return false
+	}
+	eventuallyWithin(t, 10*time.Second, "the first registration", func() bool { return registered(ns) })
+	_ = ns.Close()
+	ns2 := namesrv.New(namesrv.Config{ListenAddr: addr, Logger: testLogger(t)})
+	eventuallyWithin(t, 10*time.Second, "the NameServer to listen again", func() bool { return ns2.Start() == nil })
+	defer ns2.Close()
+	eventuallyWithin(t, 10*time.Second, "the broker to register with the restarted NameServer", func() bool { return registered(ns2) })
 }

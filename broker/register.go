@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/petrel-mq/petrel/protocol"
@@ -13,14 +14,27 @@ import (
 // RegisterNameServerPeriod, and at once when the topic set changes (RocketMQ's
 // registerBrokerAll). Each registration carries the full topic set, which replaces what the
 // NameServer knew. It owns one connection per NameServer; a NameServer expires the broker when
-// that connection closes.
+// that connection closes. When a connection closes (the NameServer restarted, or the network
+// failed), or a registration fails, the registrar registers again after a short backoff
+// (registerRetry, doubling up to the period) rather than at the next period: a restarted
+// NameServer knows no route until every broker has registered again.
 type registrar struct {
 	b     *Broker
 	kickc chan struct{}
 
 	mu    sync.Mutex // guards conns
 	conns map[string]*rpc.Conn
+	// watchers are the goroutines that kick a registration when a NameServer connection closes;
+	// each ends with its connection or the broker's stop.
+	watchers sync.WaitGroup
 }
+
+// registerRetry is the first wait before another registration after one failed or a
+// NameServer connection closed; it doubles up to registerRetryMax (or the period, if shorter).
+const (
+	registerRetry    = 100 * time.Millisecond
+	registerRetryMax = 2 * time.Second
+)
 
 func newRegistrar(b *Broker) *registrar {
 	return &registrar{b: b, kickc: make(chan struct{}, 1), conns: map[string]*rpc.Conn{}}
@@ -40,17 +54,27 @@ func (r *registrar) run() {
 	if len(addrs) == 0 {
 		return
 	}
+	defer r.watchers.Wait()
 	t := time.NewTicker(r.b.cfg.RegisterNameServerPeriod)
 	defer t.Stop()
-	r.registerAll()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := registerRetry
 	for {
+		if r.registerAll() {
+			backoff = registerRetry
+		} else {
+			retry.Reset(backoff)
+			backoff = min(2*backoff, registerRetryMax, r.b.cfg.RegisterNameServerPeriod)
+		}
 		select {
 		case <-r.b.stop:
 			return
 		case <-t.C:
 		case <-r.kickc:
+		case <-retry.C:
 		}
-		r.registerAll()
 	}
 }
 
@@ -66,12 +90,14 @@ func (r *registrar) header() *protocol.BrokerHeader {
 	}
 }
 
-// registerAll registers with every NameServer in parallel.
-func (r *registrar) registerAll() {
+// registerAll registers with every NameServer in parallel and reports whether every
+// registration succeeded.
+func (r *registrar) registerAll() bool {
 	list := protocol.TopicConfigList{Topics: r.b.topics.list()}
 	body := list.AppendTo(nil)
 	h := r.header()
 	var wg sync.WaitGroup
+	var failed atomic.Bool
 	for _, addr := range r.b.cfg.NamesrvAddrs() {
 		wg.Add(1)
 		go func() {
@@ -84,8 +110,9 @@ func (r *registrar) registerAll() {
 				err = c.CallDecode(ctx, protocol.CodeRegisterBroker, h, body, &resp, nil)
 			}
 			if err != nil {
-				r.b.log.Warn("cannot register with NameServer", "namesrv", addr, "err", err)
+				r.b.regLog.Warn(r.b.log, "cannot register with NameServer; retrying", "namesrv", addr, "err", err)
 				r.drop(addr, c)
+				failed.Store(true)
 				return
 			}
 			r.b.learnMaster(resp.MasterAddr, resp.HAServerAddr)
@@ -93,6 +120,7 @@ func (r *registrar) registerAll() {
 		}()
 	}
 	wg.Wait()
+	return !failed.Load()
 }
 
 func (r *registrar) conn(ctx context.Context, addr string) (*rpc.Conn, error) {
@@ -112,6 +140,15 @@ func (r *registrar) conn(ctx context.Context, addr string) (*rpc.Conn, error) {
 	r.mu.Lock()
 	r.conns[addr] = c
 	r.mu.Unlock()
+	r.watchers.Add(1)
+	go func() {
+		defer r.watchers.Done()
+		select {
+		case <-c.Done():
+			r.kick() // the NameServer may have restarted knowing nothing: register again now
+		case <-r.b.stop:
+		}
+	}()
 	return c, nil
 }
 
