@@ -275,9 +275,32 @@ func (h *harness) apply(ctx context.Context, c *cycle, ch choice) error {
 		t.proc.note("chaos: store full (cycle %d)", c.n)
 		n, err := t.store.fill()
 		c.what = fmt.Sprintf("fill %s's store (%s) to ENOSPC with %d bytes", t.name, roleOf(t, m), n)
+		if d := h.untilRoll(t); d > c.hold {
+			c.what += fmt.Sprintf(", hold %v -> %v to reach the next segment roll", c.hold, d)
+			c.hold = d
+		}
 		return err
 	}
 	return fmt.Errorf("unknown fault kind %q", c.kind)
+}
+
+// maxDiskHold bounds how far a full disk's hold is stretched to reach a segment roll.
+const maxDiskHold = 20 * time.Second
+
+// untilRoll estimates how long member t's log takes to reach its next segment boundary at the
+// rate its log grew so far, plus a second: a full disk bites a broker's appends only at the
+// roll (the current segment is allocated already), so a shorter hold would test only its
+// small files. At most maxDiskHold; 0 when unknown.
+func (h *harness) untilRoll(t *member) time.Duration {
+	st := h.lastSnap.ha[t.name]
+	elapsed := time.Since(h.benchFrom).Seconds()
+	if st == nil || st.LogEnd <= 0 || elapsed <= 0 {
+		return 0
+	}
+	bps := float64(st.LogEnd) / elapsed
+	left := h.o.segment - st.LogEnd%h.o.segment
+	d := time.Duration(float64(left)/bps*float64(time.Second)) + time.Second
+	return min(d, maxDiskHold).Round(time.Millisecond)
 }
 
 // heal undoes the cycle's fault. Partitions are healed for the whole run (one fault at a time,

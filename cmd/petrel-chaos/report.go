@@ -55,6 +55,9 @@ type benchResult struct {
 	Failovers             []failoverEvent `json:"failovers"`
 	FailoversOmitted      int64           `json:"failoversOmitted"`
 	TestSeconds           float64         `json:"testSeconds"`
+	Topics                int             `json:"topics"`
+	ProducersPerTopic     int             `json:"producersPerTopic"`
+	ProducerRate          int             `json:"producerRate"`
 	AggregatedPublishRate float64         `json:"aggregatedPublishRate"`
 	// Counts a newer verifier adds (a final read of every queue): found anywhere in the JSON,
 	// 0 when absent.
@@ -516,6 +519,66 @@ func (h *harness) placeLost(problem string) string {
 	return "stored after the last sample"
 }
 
+// seqRE finds the producer and sequence number in a verifier problem line.
+var seqRE = regexp.MustCompile(`producer (\d+) message (\d+)`)
+
+// progressRE parses the elapsed time of a bench progress line ("[  15.0s] test ...").
+var progressRE = regexp.MustCompile(`^\[\s*([0-9.]+)s\] `)
+
+// benchStart returns when the bench's producers started, from the first progress line of its
+// stamped log (its elapsed time subtracted from the time the line arrived).
+func benchStart(path string) (time.Time, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		stamp, text, ok := strings.Cut(sc.Text(), " | ")
+		if !ok {
+			continue
+		}
+		mm := progressRE.FindStringSubmatch(text)
+		if mm == nil {
+			continue
+		}
+		at, err := time.ParseInLocation("15:04:05.000", stamp, time.Local)
+		secs, err2 := strconv.ParseFloat(mm[1], 64)
+		if err != nil || err2 != nil {
+			continue
+		}
+		now := time.Now()
+		at = time.Date(now.Year(), now.Month(), now.Day(), at.Hour(), at.Minute(), at.Second(), at.Nanosecond(), time.Local)
+		if at.After(now) {
+			at = at.AddDate(0, 0, -1) // the run crossed midnight
+		}
+		return at.Add(-time.Duration(secs * float64(time.Second))), true
+	}
+	return time.Time{}, false
+}
+
+// placeSeq tells when a message named in a verifier problem was due to be sent: the bench's
+// producers share one schedule, message seq of a producer being due about
+// start + seq*producers/rate (the send may start later when the producer was held up).
+func (h *harness) placeSeq(problem string, res *benchResult, start time.Time) string {
+	mm := seqRE.FindStringSubmatch(problem)
+	if mm == nil || start.IsZero() || res.ProducerRate <= 0 {
+		return ""
+	}
+	seq, _ := strconv.ParseInt(mm[2], 10, 64)
+	producers := max(1, res.Topics*res.ProducersPerTopic)
+	due := start.Add(time.Duration(float64(seq) * float64(producers) / float64(res.ProducerRate) * float64(time.Second)))
+	where := fmt.Sprintf("due to be sent %s", clock(due))
+	if c := h.cycleAt(due); c != nil {
+		where += fmt.Sprintf(", in the window of cycle %d (%s %s at %s: %s)", c.n, c.kind, groupName(c.g), clock(c.injected), c.what)
+	} else {
+		where += ", before the first fault"
+	}
+	return where
+}
+
 // offsetsBack returns, per cycle, the queues of each group whose max offset went back between
 // the samples at its injection and at its recovery: messages the group's new master does not
 // hold (acknowledged or not).
@@ -615,8 +678,12 @@ func (h *harness) report(res *benchResult, logs []logCheck, truncs []truncation,
 		h.printf("sent=%d acked=%d consumed=%d failed=%d unknown=%d resent=%d duplicatedAfterRetry=%d unknownDelivered=%d drained=%t passed=%t publish %.0f msg/s over %.0fs\n",
 			res.MessagesSent, res.MessagesAcked, res.MessagesConsumed, res.Failed, res.Unknown, res.Resent,
 			res.DuplicatedAfterRetry, res.UnknownDelivered, res.Drained, res.Passed, res.AggregatedPublishRate, res.TestSeconds)
+		start, _ := benchStart(h.bench.logPath)
 		for _, p := range res.Problems {
 			line := "  " + p
+			if w := h.placeSeq(p, res, start); w != "" {
+				line += "\n      -> " + w
+			}
 			if strings.HasPrefix(p, "lost:") {
 				if w := h.placeLost(p); w != "" {
 					line += "\n      -> " + w
