@@ -119,7 +119,7 @@ func TestChaos(t *testing.T) {
 	}
 	args := []string{
 		"--bin", bin, "--repo", repo, "--cycles", "10", "--hold", "500ms-2s", "--settle", "500ms",
-		"--health-timeout", "45s", "--drain-timeout", "60s", "--budget", budget.Round(time.Second).String(),
+		"--health-timeout", "45s", "--flow-timeout", "15s", "--drain-timeout", "60s", "--budget", budget.Round(time.Second).String(),
 		"--store-size", "1GiB",
 	}
 	var out lockedBuffer

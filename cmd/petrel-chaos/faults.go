@@ -87,6 +87,9 @@ type cycle struct {
 	problems []string
 	// mastersAfter are the groups' masters once healthy again.
 	mastersAfter map[string]*member
+	// flowing is, per group, when the bench's sends were seen reaching it again after the
+	// recovery (zero: not within the flow timeout).
+	flowing map[string]time.Time
 	// killed are the processes to start again at the heal.
 	killed []*proc
 	// filled is the member whose store was filled.

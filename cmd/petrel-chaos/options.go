@@ -23,6 +23,7 @@ type options struct {
 	holdMax       time.Duration
 	settle        time.Duration
 	healthTimeout time.Duration
+	flowTimeout   time.Duration
 	budget        time.Duration
 	rate          int
 	queues        int
@@ -45,6 +46,7 @@ func defaultOptions() options {
 		mix:           "stop-partition-heavy",
 		settle:        time.Second,
 		healthTimeout: 60 * time.Second,
+		flowTimeout:   40 * time.Second,
 		rate:          5000,
 		queues:        8,
 		retryUnknown:  3,
@@ -68,8 +70,8 @@ func (o *options) check() error {
 		return fmt.Errorf("--queues %d: must be positive", o.queues)
 	case o.healthTimeout <= 0:
 		return fmt.Errorf("--health-timeout %v: must be positive", o.healthTimeout)
-	case o.settle < 0 || o.budget < 0 || o.drainTimeout <= 0:
-		return errors.New("--settle and --budget must not be negative, --drain-timeout must be positive")
+	case o.settle < 0 || o.budget < 0 || o.drainTimeout <= 0 || o.flowTimeout < 0:
+		return errors.New("--settle, --budget and --flow-timeout must not be negative, --drain-timeout must be positive")
 	case o.storeSize < 64<<20:
 		return fmt.Errorf("--store-size %d: at least 64MiB", o.storeSize)
 	case o.segment < 64<<10:

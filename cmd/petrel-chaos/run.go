@@ -371,12 +371,78 @@ func (h *harness) runCycles(ctx context.Context) {
 			return
 		}
 		c.healthy, c.mastersAfter = time.Now(), masters
-		h.printf("          %s healed, healthy %v later: %s\n", clock(c.healed), c.healthy.Sub(c.healed).Round(time.Millisecond), describeMasters(masters))
 		h.sample(fmt.Sprintf("cycle %d healthy", n))
+		c.flowing = h.waitFlowing(ctx, h.o.flowTimeout)
+		h.printf("          %s healed, healthy %v later: %s; %s\n", clock(c.healed), c.healthy.Sub(c.healed).Round(time.Millisecond),
+			describeMasters(masters), h.describeFlow(c))
+		for _, g := range h.groups {
+			if c.flowing[g.name].IsZero() {
+				c.problems = append(c.problems, fmt.Sprintf("sends to %s not back %v after the recovery", g.name, h.o.flowTimeout))
+			}
+		}
 		if err := sleepCtx(ctx, h.o.settle); err != nil {
 			return
 		}
 	}
+}
+
+// sendTotals returns, per group, the sum of the topic's queue max offsets on its master.
+func (h *harness) sendTotals() map[string]int64 {
+	resp, err := h.probe.call(probeReq{Op: "topicStats", Topic: h.topic}, 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, bs := range resp.TopicStats {
+		var sum int64
+		for _, q := range bs.Stats.Queues {
+			sum += q.MaxOffset
+		}
+		out[bs.BrokerName] = sum
+	}
+	return out
+}
+
+// waitFlowing waits, up to timeout, until the bench's sends reach every group again: the
+// group's queue max offsets grow past what they were when the wait began. It returns when each
+// group was seen growing (zero for a group that was not). The cluster's health is the brokers'
+// view; this is the load's, and without it the next fault could come while a producer still
+// stays away from a group, hiding that fault's own effect.
+func (h *harness) waitFlowing(ctx context.Context, timeout time.Duration) map[string]time.Time {
+	seen := map[string]time.Time{}
+	base := h.sendTotals()
+	deadline := time.Now().Add(timeout)
+	for len(seen) < len(h.groups) && time.Now().Before(deadline) {
+		if sleepCtx(ctx, pollInterval) != nil {
+			break
+		}
+		now := h.sendTotals()
+		for _, g := range h.groups {
+			b, okb := base[g.name]
+			v, okv := now[g.name]
+			switch {
+			case !seen[g.name].IsZero():
+			case !okb && okv:
+				base[g.name] = v // its master did not answer the first time
+			case okb && okv && v > b:
+				seen[g.name] = time.Now()
+			}
+		}
+	}
+	return seen
+}
+
+// describeFlow says when the sends reached each group again, from the heal.
+func (h *harness) describeFlow(c *cycle) string {
+	var parts []string
+	for _, g := range h.groups {
+		if t := c.flowing[g.name]; !t.IsZero() {
+			parts = append(parts, fmt.Sprintf("%s %v", g.name, t.Sub(c.healed).Round(time.Millisecond)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s NOT within %v", g.name, h.o.flowTimeout))
+		}
+	}
+	return "sends flow to " + strings.Join(parts, ", ") + " after the heal"
 }
 
 // groupName returns the group's name, "cluster" for nil.
