@@ -172,6 +172,7 @@ func (h *harness) waitHealthy(ctx context.Context, timeout time.Duration) (map[s
 		masters, why := h.health(s)
 		if why == "" {
 			h.lastMasters = masters
+			h.healthyAt = append(h.healthyAt, s.at)
 			return masters, ""
 		}
 		if h.o.verbose && why != lastWhy {

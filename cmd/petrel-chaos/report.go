@@ -202,7 +202,8 @@ type truncation struct {
 	to     int64
 	// resync: a static slave set its log aside to copy the master's (no epochs to cut to).
 	resync bool
-	// deposed: the member had been master and had not followed anyone since.
+	// deposed: the first cut of a member that had been master and was not yet back in sync
+	// (see scanBrokerLog).
 	deposed bool
 	// restarted: the restart that carries the cut out followed (Raft members).
 	restarted bool
@@ -230,7 +231,7 @@ func (h *harness) truncations() ([]truncation, []string) {
 	var errs []string
 	for _, g := range h.groups {
 		for _, m := range g.members {
-			ts, err := scanBrokerLog(m)
+			ts, err := scanBrokerLog(m, h.healthyAt)
 			if err != nil {
 				errs = append(errs, err.Error())
 			}
@@ -244,15 +245,22 @@ func (h *harness) truncations() ([]truncation, []string) {
 	return out, errs
 }
 
-// scanBrokerLog finds a member's truncations in its log.
-func scanBrokerLog(m *member) ([]truncation, error) {
+// scanBrokerLog finds a member's truncations in its log and tells which were a returning
+// deposed master's. A member is deposed from the moment it stops being master (it gives the
+// role up, hands it over, or starts again after dying as master) until the cluster is next
+// seen healthy (healthy, sorted: it then holds the master's log in sync) or it becomes master
+// again. A deposed master may hold what the group never confirmed, and cuts it once on its
+// way back: that first cut is expected. Any other cut (a member that was no master, or one cut
+// again after the first, as in a truncation loop) is not.
+func scanBrokerLog(m *member, healthy []time.Time) ([]truncation, error) {
 	f, err := os.Open(m.proc.logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	var out []truncation
-	wasMaster := false
+	master, deposed := false, false
+	next := 0 // the next healthy time to apply
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -264,27 +272,42 @@ func scanBrokerLog(m *member) ([]truncation, error) {
 		if mm := logTimeRE.FindStringSubmatch(line); mm != nil {
 			at, _ = time.Parse(time.RFC3339Nano, mm[1])
 		}
+		for next < len(healthy) && !healthy[next].After(at) {
+			if !master {
+				deposed = false
+			}
+			next++
+		}
+		lose := func() {
+			if master {
+				master, deposed = false, true
+			}
+		}
 		switch {
 		case strings.Contains(line, `msg="acting as master"`), strings.Contains(line, `msg="promoted to master by electMaster`):
-			wasMaster = true
-		case strings.Contains(line, `msg="following the master"`), strings.Contains(line, `msg="following the new master"`),
-			strings.Contains(line, `msg="master role handed over by electMaster`):
-			wasMaster = false
-		case !m.g.raft && strings.Contains(line, `msg="broker started"`):
-			// A static broker's role is its config's (the elected file's after electMaster).
-			if mm := startedRoleRE.FindStringSubmatch(line); mm != nil {
-				wasMaster = mm[1] != roleSlave
+			master, deposed = true, false
+		case strings.Contains(line, `msg="master role given up"`), strings.Contains(line, `msg="master role handed over by electMaster`):
+			lose()
+		case strings.Contains(line, `msg="broker started"`):
+			lose() // a process that starts is no master yet, whatever it was before it died
+			if !m.g.raft {
+				// A static broker's role is its config's (the elected file's after electMaster).
+				if mm := startedRoleRE.FindStringSubmatch(line); mm != nil && mm[1] != roleSlave {
+					master, deposed = true, false
+				}
 			}
 		case strings.Contains(line, msgTruncate):
-			t := truncation{m: m, at: at, where: fmt.Sprintf("%s:%d", m.proc.logPath, n), deposed: wasMaster}
+			t := truncation{m: m, at: at, where: fmt.Sprintf("%s:%d", m.proc.logPath, n), deposed: deposed}
 			t.logEnd = atoiMatch(logEndRE, line)
 			t.to = atoiMatch(truncateToRE, line)
 			out = append(out, t)
+			deposed = false
 		case strings.Contains(line, msgResync):
-			t := truncation{m: m, at: at, where: fmt.Sprintf("%s:%d", m.proc.logPath, n), deposed: wasMaster, resync: true}
+			t := truncation{m: m, at: at, where: fmt.Sprintf("%s:%d", m.proc.logPath, n), deposed: deposed, resync: true}
 			t.logEnd = atoiMatch(slaveEndRE, line)
 			t.to = atoiMatch(masterEndRE, line)
 			out = append(out, t)
+			deposed = false
 		case strings.Contains(line, `msg="restarting the broker in place"`):
 			if len(out) > 0 {
 				out[len(out)-1].restarted = true

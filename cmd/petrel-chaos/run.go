@@ -34,6 +34,8 @@ type harness struct {
 
 	lastSnap    snapshot
 	lastMasters map[string]*member
+	// healthyAt are the times of the polls that found the cluster healthy.
+	healthyAt []time.Time
 
 	mu       sync.Mutex // guards what process exits report: problems, exits, filling
 	problems []string
