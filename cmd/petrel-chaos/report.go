@@ -701,7 +701,10 @@ func (h *harness) report(res *benchResult, logs []logCheck, truncs []truncation,
 		h.printf("sent=%d acked=%d consumed=%d failed=%d unknown=%d resent=%d duplicatedAfterRetry=%d unknownDelivered=%d drained=%t passed=%t publish %.0f msg/s over %.0fs\n",
 			res.MessagesSent, res.MessagesAcked, res.MessagesConsumed, res.Failed, res.Unknown, res.Resent,
 			res.DuplicatedAfterRetry, res.UnknownDelivered, res.Drained, res.Passed, res.AggregatedPublishRate, res.TestSeconds)
-		start, _ := benchStart(h.bench.logPath)
+		var start time.Time
+		if h.bench != nil {
+			start, _ = benchStart(h.bench.logPath)
+		}
 		for _, p := range res.Problems {
 			line := "  " + p
 			if w := h.placeSeq(p, res, start); w != "" {
@@ -774,22 +777,43 @@ func (h *harness) report(res *benchResult, logs []logCheck, truncs []truncation,
 	h.printf("\n== truncations\n")
 	notDeposed := 0
 	perCycle := map[string]int{}
+	last := map[string]time.Time{}
 	for _, t := range truncs {
+		if !t.deposed {
+			notDeposed++
+		}
+		key := t.m.name + " before the first cycle"
+		if t.c != nil {
+			key = fmt.Sprintf("%s in cycle %d", t.m.name, t.c.n)
+		}
+		perCycle[key]++
+		last[key] = t.at
+	}
+	shown := map[string]int{}
+	for _, t := range truncs {
+		key := t.m.name + " before the first cycle"
+		cyc := "before the first cycle"
+		if t.c != nil {
+			key = fmt.Sprintf("%s in cycle %d", t.m.name, t.c.n)
+			cyc = fmt.Sprintf("cycle %d (%s %s)", t.c.n, t.c.kind, groupName(t.c.g))
+		}
+		// A loop cuts hundreds of times: the first few and a count tell it.
+		const showPerCycle = 3
+		if shown[key]++; shown[key] > showPerCycle {
+			if shown[key] == perCycle[key] {
+				h.printf("  ... and %d more cuts by %s, the last at %s (a truncation loop)\n", perCycle[key]-showPerCycle, key, clock(last[key]))
+			}
+			continue
+		}
 		by := "by a returning deposed master"
 		if !t.deposed {
 			by = "NOT by a deposed master"
-			notDeposed++
 		}
 		what := fmt.Sprintf("logEnd=%d truncateTo=%d", t.logEnd, t.to)
 		if t.resync {
 			what = fmt.Sprintf("RESYNC: log set aside, slaveEnd=%d masterEnd=%d", t.logEnd, t.to)
 		} else if !t.restarted {
 			what += " (no restart followed)"
-		}
-		cyc := "before the first cycle"
-		if t.c != nil {
-			cyc = fmt.Sprintf("cycle %d (%s %s)", t.c.n, t.c.kind, groupName(t.c.g))
-			perCycle[fmt.Sprintf("%s in cycle %d", t.m.name, t.c.n)]++
 		}
 		h.printf("%s %s %s %s, %s; %s\n", clock(t.at), t.m.label(), what, by, cyc, t.where)
 	}

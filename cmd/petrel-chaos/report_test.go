@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,5 +177,78 @@ func TestParseSizeAndRange(t *testing.T) {
 	}
 	if _, _, err := parseRange("6s-1s"); err == nil {
 		t.Error("parseRange(6s-1s) accepted")
+	}
+}
+
+// testHarness returns a harness with the run's two groups whose members log to empty files,
+// and one healthy cycle per fault given.
+func testHarness(t *testing.T, out *strings.Builder, base time.Time, kinds ...faultKind) *harness {
+	t.Helper()
+	topo := newTopology("test-", mustPrefix("10.213.0.0/24"))
+	h := &harness{o: defaultOptions(), out: out, topo: topo}
+	h.o.seed, h.o.segment = 1, 1<<20
+	h.groups = buildGroups(topo, t.TempDir(), 1<<30)
+	for _, g := range h.groups {
+		for _, m := range g.members {
+			m.proc = &proc{name: m.name, logPath: filepath.Join(t.TempDir(), m.name+".log")}
+			if err := os.WriteFile(m.proc.logPath, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, k := range kinds {
+		inj := base.Add(time.Duration(i*10) * time.Second)
+		c := &cycle{n: i + 1, kind: k, g: h.groups[0], master: h.groups[0].members[0], hold: 2 * time.Second,
+			injected: inj, healed: inj.Add(2 * time.Second), healthy: inj.Add(3 * time.Second)}
+		h.cycles = append(h.cycles, c)
+	}
+	return h
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func TestReportVerdict(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	ms := func(sec float64) int64 { return base.Add(time.Duration(sec * float64(time.Second))).UnixMilli() }
+	identical := func(h *harness) []logCheck {
+		var out []logCheck
+		for _, g := range h.groups {
+			lc := logCheck{g: g, identical: true, sums: map[string]string{}, ends: map[string]int64{}}
+			for _, m := range g.members {
+				lc.sums[m.name] = "abc"
+			}
+			out = append(out, lc)
+		}
+		return out
+	}
+	// A failover of broker-a's master with a 400 ms gap: a PASS.
+	var out strings.Builder
+	h := testHarness(t, &out, base, faultKillMaster)
+	res := &benchResult{Passed: true, Drained: true, Failovers: []failoverEvent{
+		{BrokerName: "broker-a", Kind: "send", OldAddr: "a", NewAddr: "b", LastUnixMs: ms(0.01), FirstUnixMs: ms(0.41), GapMs: 400},
+	}}
+	v := h.report(res, identical(h), nil, h.measureGaps(res, base.Add(time.Minute)))
+	if !v.pass || !strings.Contains(v.line, "chaos: PASS") || !strings.Contains(v.line, "raft-gap-median=400ms") ||
+		!strings.Contains(v.line, "lost=0 inconsistent=0") || !strings.Contains(v.line, "logs=identical truncations=0") {
+		t.Errorf("want a PASS with a 400ms gap, got %q\n%s", v.line, out.String())
+	}
+
+	// The same with a 3.5 s gap, a lost message, an inconsistent count and a non-deposed cut:
+	// a FAIL naming each.
+	out.Reset()
+	h = testHarness(t, &out, base, faultKillMaster)
+	res = &benchResult{Passed: false, Drained: true, Lost: 1, Inconsistent: 2, Failovers: []failoverEvent{
+		{BrokerName: "broker-a", Kind: "send", OldAddr: "a", NewAddr: "b", LastUnixMs: ms(0.01), FirstUnixMs: ms(3.51), GapMs: 3500},
+	}}
+	cut := truncation{m: h.groups[0].members[1], at: base.Add(4 * time.Second), c: h.cycles[0], restarted: true}
+	v = h.report(res, identical(h), []truncation{cut}, h.measureGaps(res, base.Add(time.Minute)))
+	for _, want := range []string{"chaos: FAIL", "lost=1", "inconsistent=2", "truncations=1(1 not by a deposed master)",
+		"broker-a kill-master on broker-a: median gap 3.50s > 1.00s"} {
+		if !strings.Contains(v.line, want) {
+			t.Errorf("verdict lacks %q: %q", want, v.line)
+		}
+	}
+	if v.pass {
+		t.Error("a FAIL run passed")
 	}
 }
