@@ -61,8 +61,11 @@ func newProbeCommand() *cobra.Command {
 		Short:  "Answer the harness's admin questions from inside the control namespace (internal)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serveProbe(cmd.Context(), nameServers, os.Stdin, os.Stdout, os.Stderr)
+		RunE: func(*cobra.Command, []string) error {
+			// Not the command's context, which a signal ends: the probe lives until its stdin
+			// closes (the harness ends it, or dies: then Pdeathsig kills it), and a stray
+			// SIGINT must not leave it answering every question with "context canceled".
+			return serveProbe(context.Background(), nameServers, os.Stdin, os.Stdout, os.Stderr)
 		},
 	}
 	cmd.Flags().StringVarP(&nameServers, "namesrv", "n", "", "the NameServer address")
