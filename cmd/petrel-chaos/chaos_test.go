@@ -66,12 +66,14 @@ type lockedBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write implements io.Writer.
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
+// String returns what was written.
 func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()

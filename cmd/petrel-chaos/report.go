@@ -820,6 +820,22 @@ func (h *harness) report(res *benchResult, logs []logCheck, truncs []truncation,
 	if len(truncs) == 0 {
 		h.printf("none\n")
 	}
+	for _, g := range h.groups {
+		var parts []string
+		for _, m := range g.members {
+			n, dep := 0, 0
+			for _, t := range truncs {
+				if t.m == m {
+					n++
+					if t.deposed {
+						dep++
+					}
+				}
+			}
+			parts = append(parts, fmt.Sprintf("%s %d (%d by a deposed master)", m.name, n, dep))
+		}
+		h.printf("%s per member: %s\n", g.name, strings.Join(parts, ", "))
+	}
 	truncWord := fmt.Sprintf("%d(all by deposed masters)", len(truncs))
 	if notDeposed > 0 {
 		truncWord = fmt.Sprintf("%d(%d not by a deposed master)", len(truncs), notDeposed)
