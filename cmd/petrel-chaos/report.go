@@ -933,7 +933,18 @@ func (h *harness) report(res *benchResult, logs []logCheck, truncs []truncation,
 
 	h.mu.Lock()
 	problems := slices.Clone(h.problems)
+	exits := slices.Clone(h.exits)
 	h.mu.Unlock()
+	if len(exits) > 0 {
+		h.printf("\n== processes that ended without the harness ending them\n")
+		for _, e := range exits {
+			why := ""
+			if e.onFullDisk {
+				why = " (its store was full: fail-stop)"
+			}
+			h.printf("  %s %s: %s%s\n", clock(e.at), e.name, e.err, why)
+		}
+	}
 	if len(problems) > 0 {
 		h.printf("\n== problems during the run\n")
 		for _, p := range problems {

@@ -48,7 +48,6 @@ type harness struct {
 	samples   []offsetSample
 	started   time.Time
 	benchFrom time.Time
-	aborted   string // why the cycles stopped early, "" when they all ran
 }
 
 // procExit is a process's end the harness did not cause.
@@ -322,13 +321,11 @@ func (h *harness) runCycles(ctx context.Context) {
 			return
 		}
 		if h.o.budget > 0 && time.Since(h.started) > h.o.budget {
-			h.aborted = fmt.Sprintf("the time budget of %v was used up after %d cycles", h.o.budget, n-1)
-			h.problem("%s", h.aborted)
+			h.problem("the time budget of %v was used up after %d of %d cycles", h.o.budget, n-1, h.o.cycles)
 			return
 		}
 		if !h.bench.running() {
-			h.aborted = fmt.Sprintf("the bench ended before cycle %d", n)
-			h.problem("%s (see %s)", h.aborted, h.bench.logPath)
+			h.problem("the bench ended before cycle %d (see %s)", n, h.bench.logPath)
 			return
 		}
 		choice := ch.next(len(h.groups))
@@ -368,7 +365,6 @@ func (h *harness) runCycles(ctx context.Context) {
 		if why != "" {
 			c.problems = append(c.problems, "not healthy: "+why)
 			h.problem("cycle %d %s %s: the cluster was not healthy %v after the heal: %s", n, c.kind, groupName(c.g), h.o.healthTimeout, why)
-			h.aborted = fmt.Sprintf("cycle %d did not recover", n)
 			h.printf("chaos: no more faults: the cluster did not recover from cycle %d\n", n)
 			return
 		}
