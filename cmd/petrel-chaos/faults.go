@@ -279,7 +279,10 @@ func (h *harness) apply(ctx context.Context, c *cycle, ch choice) error {
 		n, err := t.store.fill()
 		c.what = fmt.Sprintf("fill %s's store (%s) to ENOSPC with %d bytes", t.name, roleOf(t, m), n)
 		if d := h.untilRoll(t); d > c.hold {
-			c.what += fmt.Sprintf(", hold %v -> %v to reach the next segment roll", c.hold, d)
+			c.what += fmt.Sprintf(", held past the next segment roll (drawn %v)", c.hold)
+			if d == maxDiskHold {
+				c.what += fmt.Sprintf(" or for at most %v", maxDiskHold)
+			}
 			c.hold = d
 		}
 		return err
