@@ -4,7 +4,7 @@ BIN     := bin
 CMDS    := petrel-namesrv petrel-broker petrelctl petrel-bench
 FUZZTIME ?= 20000x
 
-.PHONY: all build test test-norace fuzz run bench bench-micro bench-compare verify clean
+.PHONY: all build test test-norace fuzz run bench bench-micro bench-compare chaos verify clean
 
 all: build
 
@@ -57,6 +57,21 @@ bench-micro:
 bench-compare:
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<git rev> [RUNS=6] [THRESHOLD=5] [HEAD_TAGS=...]" >&2; exit 2; }
 	GO=$(GO) bash scripts/bench-compare.sh '$(BASE)'
+
+# chaos: fault injection (cmd/petrel-chaos, README "Fault injection"; needs root): a NameServer, a
+# Raft-elected group and a static group run as processes in network namespaces under
+# petrel-bench --verify; CYCLES faults from SEED (0: random, printed) with MIX's weights, each
+# held for a time in HOLD, healed, and the cluster's recovery awaited; then a one-line verdict
+# (exit 1 on FAIL). SEGMENT is every broker's commit-log segment size; KEEP=1 keeps the run
+# directory with the stores (a FAIL keeps its logs anyway).
+CYCLES  ?= 100
+SEED    ?= 0
+SEGMENT ?= 1MiB
+MIX     ?= stop-partition-heavy
+HOLD    ?= 1s-6s
+KEEP    ?=
+chaos: build
+	./$(BIN)/petrel-chaos --bin $(BIN) --cycles $(CYCLES) --seed $(SEED) --segment $(SEGMENT) --mix $(MIX) --hold $(HOLD) $(if $(filter 1 yes true,$(KEEP)),--keep)
 
 verify:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)
