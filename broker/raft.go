@@ -345,13 +345,16 @@ func (m *raftMember) reconcile() {
 }
 
 // noteConfirmed raises the member's confirmed mark from its role: a master's confirmed offset,
-// or the one a slave last heard from its master.
+// or, for a slave, the part of its own log below the confirmed offset its master last
+// acknowledged its pulls with. The mark is thus always what this member's own log holds of
+// what the group confirmed, never an offset of another history (a master that found this log
+// diverged may have confirmed its own epoch past the point where this log must be cut).
 func (m *raftMember) noteConfirmed(r *role) {
 	switch {
 	case r.master != nil:
 		m.confirmed.raise(r.master.ConfirmedOffset())
 	case r.slave != nil:
-		m.confirmed.raise(r.slave.ConfirmedOffset())
+		m.confirmed.raise(min(r.slave.ConfirmedOffset(), m.b.store.LogEndOffset()))
 	}
 }
 

@@ -15,11 +15,12 @@ import (
 	"github.com/petrel-mq/petrel/internal/fsutil"
 )
 
-// confirmedMark is a Raft member's durable knowledge of how far its group has confirmed its log
-// (Kafka's high-watermark checkpoint): the highest confirmed offset it learnt as master
-// (ha.Master.ConfirmedOffset) or from its master's answers as slave. Everything below it was
-// held by the in-sync set when it was confirmed, so the member never cuts its log below it and
-// is not electable while its log ends below it. The file holds one decimal offset; it is
+// confirmedMark is a Raft member's durable knowledge of how much of its own log its group has
+// confirmed (Kafka's high-watermark checkpoint): the highest confirmed offset it reached as
+// master (ha.Master.ConfirmedOffset), or, as slave, the part of its log below the confirmed
+// offset of the answers that acknowledged its pulls. Everything below it was held by the
+// in-sync set when it was confirmed, so the member never cuts its log below it and is not
+// electable while its log ends below it. The file holds one decimal offset; it is
 // rewritten atomically (fsutil.WriteFileAtomic) at most once per confirmedPersistInterval and
 // when the broker closes, so after a crash it may lag the last value by that much, which only
 // makes the checks weaker, never wrong.

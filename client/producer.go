@@ -361,15 +361,28 @@ func encodedSize(m *Message) int {
 
 // route returns the topic's route for a send. A cached route without a writable queue (every
 // master of the topic was down when it was fetched) is refreshed first, at most every
-// minForcedRefreshGap: a new master registers within moments of a failover, and waiting for the
-// periodic refresh would stall sends for up to RouteRefreshInterval.
+// minForcedRefreshGap, and one with a group that has no master is refreshed in the background
+// (masterlessRefresh): a new master registers within moments of a failover, and waiting for the
+// periodic refresh would stall that group's sends for up to RouteRefreshInterval.
 func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error) {
 	r, err := p.c.route(ctx, topic)
-	if err != nil || len(r.writeQueues) > 0 {
+	if err != nil {
 		return r, err
+	}
+	if r.masterless && p.c.now().Sub(r.fetched) >= masterlessRefresh {
+		// A group without a master is failing over: its new master registers within moments.
+		p.c.refreshSoon(topic)
+	}
+	if len(r.writeQueues) > 0 {
+		return r, nil
 	}
 	return p.c.refreshedRoute(ctx, topic, r), nil
 }
+
+// masterlessRefresh is how old a route naming a group without a master may get before a send
+// asks for a fresher one (at most four requests a second to the NameServers per topic while a
+// group has no master).
+const masterlessRefresh = 250 * time.Millisecond
 
 // pickQueue selects the queue for a message: by sharding key, or as pickUnkeyed avoiding the
 // group avoid.

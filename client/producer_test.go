@@ -1133,3 +1133,27 @@ func TestSequenceOrderUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// TestMasterlessGroupRefreshesSoon: a route fetched while a group had no master (its old master
+// left the route before the new one registered) is refreshed within moments, not at the next
+// periodic refresh, so the producer sends to the group again as soon as its master registers.
+func TestMasterlessGroupRefreshesSoon(t *testing.T) {
+	fc := newFakeCluster(t)
+	a := fc.addGroup("a", 1, map[string]int32{"T": 2})
+	fc.addGroup("b", 0, map[string]int32{"T": 2})
+	fc.setHidden(a[0], true) // group a: only its slave registered
+	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(time.Hour))
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 20*time.Second)
+	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	fc.setHidden(a[0], false) // the master registers
+	eventually(t, "a send to group a's master", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("y")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.BrokerName == "a"
+	})
+}

@@ -36,6 +36,10 @@ type topicRoute struct {
 	// readQueues lists, sorted the same way, the queues of every group with read permission
 	// and at least one live member.
 	readQueues []MessageQueue
+	// masterless tells that a group with write permission has no master in the route: it is
+	// failing over (the old master left the route before the new one registered), so the
+	// producer refreshes the route soon instead of at the next periodic refresh.
+	masterless bool
 	fetched    time.Time
 }
 
@@ -56,6 +60,8 @@ func newTopicRoute(topic string, data protocol.TopicRouteData, now time.Time) *t
 			for id := int32(0); id < qd.WriteQueueNums; id++ {
 				r.writeQueues = append(r.writeQueues, MessageQueue{Topic: topic, BrokerName: qd.BrokerName, QueueID: id})
 			}
+		} else if qd.Perm&protocol.PermWrite != 0 && qd.WriteQueueNums > 0 {
+			r.masterless = true
 		}
 		if qd.Perm&protocol.PermRead != 0 && len(bd.Addrs) > 0 {
 			for id := int32(0); id < qd.ReadQueueNums; id++ {

@@ -264,3 +264,37 @@ func TestReadIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestDivergedSlaveLearnsNoConfirmedOffset: the master's confirmed offset in an answer that found
+// the slave's log diverged is about the master's history, not the slave's: the slave keeps what
+// it knew (a deposed master that took it as its own refused the cut it had to make), and serves
+// consumers nothing more because of it.
+func TestDivergedSlaveLearnsNoConfirmedOffset(t *testing.T) {
+	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
+	fill(mlog, 0, 10, 100)
+	fill(slog, 0, 6, 100) // the same first batches, then epoch 2's, which the master never had
+	size := int64(100 + memHeader)
+	epochs := []EpochStart{{1, 0}, {3, 4 * size}}
+	m := startMaster(t, mlog, MasterConfig{Epochs: func() []EpochStart { return epochs }})
+	diverged := make(chan protocol.HAPullResponse, 1)
+	s := startSlave(t, slog, m.Addr(), SlaveConfig{
+		MemberID:     "b2",
+		LastEpoch:    func() (uint32, int64) { return 2, 4 * size },
+		OnOutOfRange: func(h protocol.HAPullResponse) { diverged <- h },
+	})
+	var h protocol.HAPullResponse
+	select {
+	case h = <-diverged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no out-of-range answer")
+	}
+	if h.TruncateTo != 4*size || h.ConfirmedOffset != mlog.LogEndOffset() {
+		t.Fatalf("answer %+v", h)
+	}
+	if got := s.ConfirmedOffset(); got != 0 {
+		t.Fatalf("the diverged slave took the master's confirmed offset %d", got)
+	}
+	if got := s.Status().ConfirmedOffset; got != 0 {
+		t.Fatalf("status confirmed %d", got)
+	}
+}

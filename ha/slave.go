@@ -271,7 +271,8 @@ func (s *Slave) Connected() bool { return s.connected.Load() }
 func (s *Slave) MasterEnd() int64 { return s.masterEnd.Load() }
 
 // ConfirmedOffset returns the master's confirmed offset (held by every in-sync member) as last
-// heard: the slave's high watermark for consumers.
+// heard in an answer that acknowledged this slave's pull (its log was a prefix of the master's):
+// the slave's high watermark for consumers.
 func (s *Slave) ConfirmedOffset() int64 { return s.confirmed.Load() }
 
 // MasterLoaded reports whether the master said it was loaded in its last answer.
@@ -416,7 +417,11 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 		return fmt.Errorf("%w: the master answers in epoch %d, this slave has seen epoch %d", errStaleMaster, h.Epoch, seen)
 	}
 	s.masterEnd.Store(h.MasterEnd)
-	s.confirmed.Store(h.ConfirmedOffset)
+	if h.Result == protocol.HAOK {
+		// NB: only an answer that acknowledged the pull says the master's confirmed offset
+		// applies to this log (a prefix of the master's); one that found it diverged does not.
+		s.confirmed.Store(h.ConfirmedOffset)
+	}
 	s.masterLoaded.Store(h.MasterLoaded)
 	if len(h.MasterAddr) > 0 && string(h.MasterAddr) != s.masterAddr {
 		s.masterAddr = string(h.MasterAddr)
@@ -425,7 +430,10 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 		}
 	}
 	s.mu.Lock()
-	s.st.MasterMin, s.st.MasterEnd, s.st.ConfirmedOffset = h.MasterMin, h.MasterEnd, h.ConfirmedOffset
+	s.st.MasterMin, s.st.MasterEnd = h.MasterMin, h.MasterEnd
+	if h.Result == protocol.HAOK {
+		s.st.ConfirmedOffset = h.ConfirmedOffset
+	}
 	s.st.Epoch = max(s.st.Epoch, h.Epoch)
 	s.st.LastContact = s.cfg.Now()
 	s.mu.Unlock()
