@@ -63,7 +63,10 @@ type Handler func(ctx context.Context, msgs []MessageExt) error
 // delay at all).
 //
 // Start position of a queue: the group's committed offset; when the group has none, the queue's
-// min offset (ConsumeFromFirst, default) or max offset (ConsumeFromLast). Offsets are committed
+// min offset (ConsumeFromFirst, default) or max offset (ConsumeFromLast). A queue this consumer
+// released and is given back (its broker group left the route while all its members were down,
+// say) starts where this consumer left it when that is past the committed offset: queue offsets
+// are assigned once, so what it handled there is not delivered again. Offsets are committed
 // every WithCommitInterval, with pulls, on release and when Run returns; a committed offset
 // never moves backwards, except that a pull answered OFFSET_MOVED by a master (the requested
 // offset is outside the queue: truncated or replaced) continues at, and commits, the offset the
@@ -100,6 +103,9 @@ type Consumer struct {
 	// queues holds the state of the assigned queues, and of released ones until their offsets
 	// are committed; after Run, of the queues assigned when it ended.
 	queues map[MessageQueue]*queueState
+	// left holds, for each queue released and not assigned again since, the position this
+	// consumer had reached (queueState.resumeAt).
+	left map[MessageQueue]int64
 	// running holds the puller of every assigned queue (stopped ones included): its keys are
 	// the assignment.
 	running map[MessageQueue]*puller
@@ -158,6 +164,11 @@ type queueState struct {
 	offsets   *offsetTracker
 	maxOffset atomic.Int64 // the queue's max offset at the last pull; -1 unknown
 	err       atomic.Pointer[error]
+	// resumeAt is where this consumer stopped when it last released the queue (-1: never): its
+	// puller starts there when the group's committed offset is lower (the commit at the
+	// release failed, or the broker lost it), so taking a queue back redelivers nothing this
+	// consumer already handled. Set before the puller starts.
+	resumeAt int64
 }
 
 type puller struct {
@@ -389,6 +400,12 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 	for offset < 0 {
 		off, committed, err := co.startOffset(ctx, mq, true)
 		if err == nil {
+			if qs.resumeAt > off {
+				// Queue offsets are assigned once: everything below resumeAt was handled here.
+				co.log.Info("resuming a queue taken back where this consumer left it, past the group's committed offset",
+					"queue", mq.String(), "committed", off, "resumeAt", qs.resumeAt)
+				off, committed = qs.resumeAt, false
+			}
 			qs.offsets.start(off, committed)
 			offset = off
 			break

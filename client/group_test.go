@@ -90,6 +90,13 @@ func (g *groupLog) duplicates() int {
 
 // checkExactlyOnce fails unless messages from..to-1 were each delivered once, nothing else
 // was, every queue's offsets strictly increase, and no handler calls of one queue overlapped.
+// distinct returns the number of distinct bodies delivered.
+func (g *groupLog) distinct() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.bodies)
+}
+
 func (g *groupLog) checkExactlyOnce(from, to int) {
 	g.t.Helper()
 	g.mu.Lock()
@@ -280,4 +287,32 @@ func TestConsumerFollowsNewBroker(t *testing.T) {
 	eventually(t, "consumed from both groups", func() bool { return g.count() >= 200 })
 	time.Sleep(50 * time.Millisecond)
 	g.checkExactlyOnce(0, 200)
+}
+
+// TestConsumerTakesAQueueBackWhereItLeftIt: a broker group disappears from the route (every
+// member down) while its queues' offsets are not committed yet; the consumer releases them (the
+// commit fails) and takes them back when the group returns. It resumes where it left them, not
+// at the group's older committed offset: nothing it handled is delivered again.
+func TestConsumerTakesAQueueBackWhereItLeftIt(t *testing.T) {
+	fc := newFakeCluster(t)
+	b := fc.addGroup("b", 0, map[string]int32{"T": 2})[0]
+	fc.addGroup("a", 0, map[string]int32{"T": 2})
+	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(50*time.Millisecond))
+	g := newGroupLog(t)
+	co := newTestConsumer(t, c, "G", "T", WithCommitInterval(time.Hour), WithRebalanceInterval(100*time.Millisecond))
+	runConsumer(t, co, g.handler("co"))
+	eventually(t, "four queues", func() bool { return len(co.Assignment()) == 4 })
+	p := newTestProducer(t, c)
+	produce(t, p, "T", 0, 200)
+	eventually(t, "everything consumed", func() bool { return g.count() >= 200 })
+	addr := b.addr
+	b.stop()
+	eventually(t, "group b's queues released", func() bool { return len(co.Assignment()) == 2 })
+	b.start(addr)
+	eventually(t, "group b's queues taken back", func() bool { return len(co.Assignment()) == 4 })
+	produce(t, p, "T", 200, 300)
+	// A redelivery comes before the new messages of its queue, so once every new message is in
+	// any redelivery is too.
+	eventually(t, "every message consumed", func() bool { return g.distinct() >= 300 })
+	g.checkExactlyOnce(0, 300)
 }

@@ -433,8 +433,12 @@ func (co *Consumer) applyAssignment(ctx context.Context, next []MessageQueue, he
 	}
 	for _, mq := range added {
 		// A fresh state: the position is read from the broker, where the previous owner
-		// committed it.
-		qs := &queueState{mq: mq, offsets: newOffsetTracker()}
+		// committed it (or where this consumer left the queue, when that is further).
+		qs := &queueState{mq: mq, offsets: newOffsetTracker(), resumeAt: -1}
+		if at, ok := co.left[mq]; ok {
+			qs.resumeAt = at
+			delete(co.left, mq)
+		}
 		qs.maxOffset.Store(-1)
 		co.queues[mq] = qs
 		var delay time.Duration
@@ -464,6 +468,12 @@ func (co *Consumer) applyAssignment(ctx context.Context, next []MessageQueue, he
 	for _, qs := range released {
 		if co.queues[qs.mq] == qs {
 			delete(co.queues, qs.mq)
+		}
+		if at := qs.offsets.consumed.Load(); at >= 0 && co.running[qs.mq] == nil {
+			if co.left == nil {
+				co.left = map[MessageQueue]int64{}
+			}
+			co.left[qs.mq] = at
 		}
 	}
 	co.mu.Unlock()
