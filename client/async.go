@@ -190,7 +190,8 @@ func (p *Producer) queueForMessage(route *topicRoute, m *Message) *asyncQueue {
 	st, ok := p.sticky[m.Topic]
 	share := max(int64(p.cfg.bufferBytes/max(len(p.queues), len(route.writeQueues))), 1)
 	p.qMu.Unlock()
-	if ok && st.route == route && st.q.gen.Load() == st.gen && st.q.held.Load() < share && p.groupAvailable(route, st.q.mq.BrokerName) {
+	now := time.Now()
+	if ok && st.route == route && st.q.gen.Load() == st.gen && now.Before(st.until) && st.q.held.Load() < share && p.groupAvailable(route, st.q.mq.BrokerName) {
 		return st.q
 	}
 	q := p.asyncQueue(p.pickUnkeyed(route, "", func(mq MessageQueue) bool {
@@ -200,7 +201,7 @@ func (p *Producer) queueForMessage(route *topicRoute, m *Message) *asyncQueue {
 		return q == nil || q.held.Load() < share
 	}))
 	p.qMu.Lock()
-	p.sticky[m.Topic] = stickyChoice{q: q, gen: q.gen.Load(), route: route}
+	p.sticky[m.Topic] = stickyChoice{q: q, gen: q.gen.Load(), route: route, until: now.Add(p.cfg.linger)}
 	p.qMu.Unlock()
 	return q
 }

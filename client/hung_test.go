@@ -138,3 +138,32 @@ func TestHungGroupsBacklogMovesAfterLiveness(t *testing.T) {
 		t.Fatalf("%d fault events for b, want 1", events)
 	}
 }
+
+// TestStuckQueueDoesNotTakeEveryMessage: with the default buffer, a queue of a hung group whose
+// sender waits for an answer that does not come never seals its open batch, so a producer that
+// stayed on it until the batch was sealed sent every new message of the topic there, and the
+// healthy group got nothing until the hung connection was found dead. The choice of queue ends
+// with the linger time: the healthy group keeps getting its share.
+func TestStuckQueueDoesNotTakeEveryMessage(t *testing.T) {
+	fc, _, b := twoGroups(t, 4)
+	release := b.hang()
+	c := newTestClient(t, fc.addr, WithLivenessProbe(0, 0))
+	p := newTestProducer(t, c, WithLinger(time.Millisecond), WithSendTimeout(time.Minute))
+	ctx := testCtx(t, time.Minute)
+	defer release()
+	var onA atomic.Int64
+	body := make([]byte, 100)
+	const n = 2000
+	for range n {
+		if err := p.SendAsync(ctx, &Message{Topic: "T", Body: body}, func(r SendResult, err error) {
+			if err == nil && r.BrokerName == "a" {
+				onA.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Microsecond) // a few messages per linger time
+	}
+	// Round-robin over eight queues, four of them a's: about half the messages belong to a.
+	eventually(t, "a quarter of the messages stored on a", func() bool { return onA.Load() >= n/4 })
+}

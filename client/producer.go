@@ -118,6 +118,10 @@ type stickyChoice struct {
 	q     *asyncQueue
 	gen   uint64
 	route *topicRoute
+	// until ends the choice after the linger time even when the batch is not sealed yet: the
+	// queue's sender seals it then unless it is stuck waiting on a hung master, and a stuck
+	// queue must not take every new message of the topic meanwhile.
+	until time.Time
 }
 
 // NewProducer returns a producer sending through c. It starts no goroutine until SendAsync is
