@@ -25,8 +25,8 @@ const (
 	// DefaultLivenessInterval is how long a connection on which requests wait may receive
 	// nothing before the client probes it; DefaultProbeTimeout how long after the probe it may
 	// still receive nothing before it is closed as dead (see WithLivenessProbe).
-	DefaultLivenessInterval = 500 * time.Millisecond
-	DefaultProbeTimeout     = 500 * time.Millisecond
+	DefaultLivenessInterval = 300 * time.Millisecond
+	DefaultProbeTimeout     = 300 * time.Millisecond
 
 	// DefaultLinger is how long an asynchronous batch waits for more messages.
 	DefaultLinger = 5 * time.Millisecond
@@ -173,8 +173,8 @@ func WithReconnectBackoff(initial, max time.Duration) ClientOption {
 // WithLivenessProbe tunes how the client tells a hung broker (a stopped process, a network
 // partition that drops packets without a reset) from a slow one, well before the request
 // timeout: when requests are waiting on a connection and nothing at all has been received on it
-// for interval (default 500 ms), the client sends a probe, a request every broker answers at
-// once on its event loop; when nothing arrives within timeout (default 500 ms) after the probe
+// for interval (default 300 ms), the client sends a probe, a request every broker answers at
+// once on its event loop; when nothing arrives within timeout (default 300 ms) after the probe
 // either, the connection is closed as dead. Its waiting requests end as unknown outcomes (they
 // were written: a send returns ErrUnknownOutcome, and its producer avoids the group and
 // refreshes the route), and the address is dialled again after the reconnect backoff (see

@@ -18,6 +18,7 @@ const (
 	staticMinInSync      = 1
 	raftHeartbeatTimeout = 300 // ms
 	raftElectionTimeout  = 300 // ms
+	raftInSyncMaxLagTime = 500 // ms
 	roleSyncMaster       = "SYNC_MASTER"
 	roleSlave            = "SLAVE"
 )
@@ -109,6 +110,7 @@ func brokerConfig(m *member, nsAddr string, segment int64) (string, error) {
 		kv("raftPeers", strings.Join(peers, ";"))
 		kv("raftHeartbeatTimeout", raftHeartbeatTimeout)
 		kv("raftElectionTimeout", raftElectionTimeout)
+		kv("haInSyncMaxLagTime", raftInSyncMaxLagTime)
 	} else {
 		kv("minInSyncReplicas", staticMinInSync)
 	}
