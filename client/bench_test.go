@@ -195,7 +195,7 @@ func TestPickQueueAllocs(t *testing.T) {
 	p.rr = map[string]*atomic.Uint32{}
 	route := testRoute()
 	now := time.Now()
-	p.fault.failed("a", route.masterAddr("a"), now, now)
+	p.fault.failed("a", route.masterAddr("a"), now, now, false)
 	roomy := func(MessageQueue) bool { return true }
 	if n := testing.AllocsPerRun(100, func() {
 		if mq, _, err := p.pickQueue(route, "", ""); err != nil || mq.BrokerName != "b" {

@@ -170,7 +170,7 @@ func (c *Client) memberUsable(addr string) bool {
 // memberFailed records that a pull or commit to addr failed.
 func (c *Client) memberFailed(addr string) {
 	now := c.now()
-	c.members.failed(addr, "", now, now)
+	c.members.failed(addr, "", now, now, false)
 }
 
 // memberOK records that addr answered a pull or commit.

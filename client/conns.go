@@ -111,6 +111,35 @@ var errConnHung = errors.New("client: requests were waiting and nothing, a liven
 // a NameServer answers it at once too (with an error status, which is as good an answer).
 var probeHeader = &protocol.GroupHeader{ConsumerGroup: "PETREL_CLIENT_LIVENESS_PROBE"}
 
+// reachable reports whether the broker at addr answers now (nil), for the producer's fault
+// detector: with no open connection it dials at once, whatever the reconnect backoff (a dial
+// that succeeds becomes the address's connection and ends the backoff), then waits for the
+// answer to a liveness probe until ctx ends. Any answer, an error status included, is one.
+func (p *connPool) reachable(ctx context.Context, addr string) error {
+	pc, err := p.slot(addr)
+	if err != nil {
+		return err
+	}
+	c := pc.conn.Load()
+	if !isOpen(c) {
+		pc.mu.Lock()
+		pc.nextDial = time.Time{}
+		pc.mu.Unlock()
+		if c, err = p.get(ctx, addr); err != nil {
+			return err
+		}
+	}
+	resp, err := c.Call(ctx, protocol.CodeGetConsumerListByGroup, probeHeader, nil)
+	if err != nil {
+		if _, answered := StatusOf(err); answered {
+			return nil
+		}
+		return err
+	}
+	resp.Release()
+	return nil
+}
+
 // dropProbeAnswer is the probe's callback: the answer only had to arrive.
 func dropProbeAnswer(resp *rpc.Response, _ error) { resp.Release() }
 

@@ -52,8 +52,11 @@
 // Client: routes are cached per topic as immutable snapshots (topicRoute: the route plus its
 // write queues and read queues sorted by broker name and queue id) swapped atomically; the
 // refresh goroutine renews them every RouteRefreshInterval, and at once (at most every 100 ms
-// per topic) when a producer avoids a group in fault backoff (refreshSoon), and send/pull
-// errors renew one at most every 100 ms. NameServers are tried in turn starting with the last
+// per topic) when a producer avoids a group in fault backoff or a route names a group without
+// a master (refreshSoon), and send/pull errors renew one at most every 100 ms. A producer's
+// fault detector (detect, RocketMQ's LatencyFaultTolerance detector) probes, every 200 ms, the
+// masters of the groups in backoff because they could not be reached, dialling whatever the
+// reconnect backoff, and ends a group's backoff when its master answers again. NameServers are tried in turn starting with the last
 // that answered. The connection pool (connPool) holds one rpc.Conn per address, dialled on
 // first use and again after it closes; a failed dial starts a backoff during which requests
 // fail at once, and so does a SHUTTING_DOWN answer (the stopping broker waits for its clients
@@ -128,6 +131,7 @@
 //	Producer.mu (read) -> Producer.qMu, Producer.rrMu, faultTracker.mu, Client.routesMu
 //	                      (SendAsync picks the queue under it: queueForMessage)
 //	Producer.mu (read) -> asyncQueue.mu -> pendingCounter.mu
+//	Producer.mu (read) -> Producer.detectMu (faulted starts the fault detector under both)
 //	queueSeq.mu -> rpc Conn.mu (the frame is queued on the connection under the queue's
 //	               sequence lock; nothing else is taken under it, and it is never held across
 //	               a dial or a wait for an answer)
@@ -135,7 +139,7 @@
 //	                NameServer request; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
 //	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu,
-//	servedCounts.mu: leaves
+//	Producer.detectMu, servedCounts.mu: leaves
 //
 // poolConn.live is owned by the pool's watch goroutine and needs no lock; the watcher takes
 // connPool.mu (read) to list the slots, releases it, then takes rpc Conn.mu (Waiting, the

@@ -90,9 +90,10 @@ type fakeBroker struct {
 	// hold, when not nil, holds every request until it is closed: rpc.Server serves a
 	// connection's requests one at a time, so the broker reads nothing more of a connection
 	// after its first request, as a hung process (see hang). received counts the requests
-	// that reached the handler.
-	hold     chan struct{} // guarded by hookMu
-	received atomic.Int64
+	// that reached the handler, receivedSends the SEND_MESSAGE ones among them.
+	hold          chan struct{} // guarded by hookMu
+	received      atomic.Int64
+	receivedSends atomic.Int64
 
 	sends   atomic.Int64
 	pulls   atomic.Int64
@@ -241,6 +242,9 @@ func (b *fakeBroker) createTopic(name string, queues int32) {
 func (b *fakeBroker) handle(req *rpc.Request) rpc.Reply {
 	s := b.store
 	b.received.Add(1)
+	if req.Code == protocol.CodeSendMessage {
+		b.receivedSends.Add(1)
+	}
 	b.hookMu.Lock()
 	hold := b.hold
 	b.hookMu.Unlock()

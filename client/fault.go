@@ -34,6 +34,14 @@ type faultItem struct {
 	since  time.Time // when the current event began
 	until  time.Time // when its backoff ends
 	addr   string    // the master address that failed
+	// probe: the event is a failure to reach the master (no answer, no connection), not a
+	// refusal, so the group is available again as soon as its master answers (recovered).
+	probe bool
+}
+
+// faultProbe is a group in backoff because its master could not be reached, and that master.
+type faultProbe struct {
+	group, addr string
 }
 
 func newFaultTracker(base, max time.Duration) *faultTracker {
@@ -57,10 +65,12 @@ func (f *faultTracker) empty() bool {
 }
 
 // failed records at now that a request sent at sentAt to the group's master addr failed, and
-// returns how long the group is avoided from now. A request sent before the current event began
-// leaves it as it is; otherwise a new event starts, its backoff double the previous one's (up to
-// the maximum), or the base backoff when the failing master is not the one that failed before.
-func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time) time.Duration {
+// returns how long the group is avoided from now; unreachable says the master could not be
+// reached at all (no connection, no answer), rather than refused. A request sent before the
+// current event began leaves it as it is; otherwise a new event starts, its backoff double the
+// previous one's (up to the maximum), or the base backoff when the failing master is not the one
+// that failed before.
+func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time, unreachable bool) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	it := f.items[brokerName]
@@ -71,9 +81,11 @@ func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time) ti
 	case it.addr != addr:
 		*it = faultItem{}
 	case sentAt.Before(it.since):
+		it.probe = it.probe || unreachable
 		return max(it.until.Sub(now), 0)
 	}
 	it.events++
+	it.probe = unreachable
 	d := f.base
 	for i := 1; i < it.events && d < f.max; i++ {
 		d *= 2
@@ -89,6 +101,29 @@ func (f *faultTracker) masterMoved(brokerName, addr string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if it := f.items[brokerName]; it != nil && it.addr != addr {
+		delete(f.items, brokerName)
+	}
+}
+
+// probes returns the groups in backoff at now because their master could not be reached.
+func (f *faultTracker) probes(now time.Time) []faultProbe {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []faultProbe
+	for g, it := range f.items {
+		if it.probe && now.Before(it.until) {
+			out = append(out, faultProbe{group: g, addr: it.addr})
+		}
+	}
+	return out
+}
+
+// recovered records that the group's master addr answers again: a backoff recorded because it
+// could not be reached ends (one recorded for another master, or for a refusal, stays).
+func (f *faultTracker) recovered(brokerName, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if it := f.items[brokerName]; it != nil && it.addr == addr && it.probe {
 		delete(f.items, brokerName)
 	}
 }

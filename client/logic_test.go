@@ -260,7 +260,7 @@ func TestFaultTracker(t *testing.T) {
 	// event records a failure event at now, of a request sent then, and checks the backoff.
 	event := func(wantBackoff time.Duration) {
 		t.Helper()
-		if d := ft.failed("a", "a0", now, now); d != wantBackoff {
+		if d := ft.failed("a", "a0", now, now, false); d != wantBackoff {
 			t.Fatalf("backoff %v, want %v", d, wantBackoff)
 		}
 		if ft.available("a", "a0", now.Add(wantBackoff-time.Millisecond)) || !ft.available("a", "a0", now.Add(wantBackoff)) {
@@ -290,11 +290,11 @@ func TestFaultTrackerOneEvent(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	// 50 requests sent during the 100 ms before the first failure, failing over 3 s.
-	if d := ft.failed("a", "a0", ms(0), ms(100)); d != time.Second {
+	if d := ft.failed("a", "a0", ms(0), ms(100), false); d != time.Second {
 		t.Fatalf("first failure: backoff %v", d)
 	}
 	for i := 1; i < 50; i++ {
-		if d := ft.failed("a", "a0", ms(2*i), ms(100+60*i)); d != max(ms(1100).Sub(ms(100+60*i)), 0) {
+		if d := ft.failed("a", "a0", ms(2*i), ms(100+60*i), false); d != max(ms(1100).Sub(ms(100+60*i)), 0) {
 			t.Fatalf("failure %d of the same event: backoff %v", i, d)
 		}
 	}
@@ -302,7 +302,7 @@ func TestFaultTrackerOneEvent(t *testing.T) {
 		t.Fatal("one event: the group is back after the base backoff")
 	}
 	// A request sent after the event began (a retry, once the backoff ended) fails: a new event.
-	if d := ft.failed("a", "a0", ms(1200), ms(1300)); d != 2*time.Second {
+	if d := ft.failed("a", "a0", ms(1200), ms(1300), false); d != 2*time.Second {
 		t.Fatalf("second event: backoff %v", d)
 	}
 }
@@ -313,7 +313,7 @@ func TestFaultTrackerNewMaster(t *testing.T) {
 	ft := newFaultTracker(time.Second, 30*time.Second)
 	now := time.Unix(1000, 0)
 	for i := range 3 {
-		ft.failed("a", "a0", now.Add(time.Duration(i)*time.Minute), now.Add(time.Duration(i)*time.Minute))
+		ft.failed("a", "a0", now.Add(time.Duration(i)*time.Minute), now.Add(time.Duration(i)*time.Minute), false)
 	}
 	now = now.Add(2 * time.Minute)
 	if ft.available("a", "a0", now) {
@@ -322,7 +322,7 @@ func TestFaultTrackerNewMaster(t *testing.T) {
 	if !ft.available("a", "a1", now) {
 		t.Fatal("the route names a new master: available at once")
 	}
-	if d := ft.failed("a", "a1", now, now); d != time.Second {
+	if d := ft.failed("a", "a1", now, now, false); d != time.Second {
 		t.Fatalf("the new master's first failure: backoff %v", d)
 	}
 	if ft.available("a", "a1", now) {
@@ -469,5 +469,36 @@ func TestProperties(t *testing.T) {
 	enc[0] = 'Z'
 	if c.Properties[0] != 'U' {
 		t.Fatal("Clone aliases the original")
+	}
+}
+
+// TestFaultTrackerProbes: only a backoff for a master that could not be reached is probed, and
+// its master answering ends it; a refusal's backoff and another master's answer do not.
+func TestFaultTrackerProbes(t *testing.T) {
+	ft := newFaultTracker(time.Second, 30*time.Second)
+	now := time.Unix(1000, 0)
+	ft.failed("a", "a0", now, now, true)  // a: unreachable
+	ft.failed("b", "b0", now, now, false) // b: refused (busy)
+	ps := ft.probes(now)
+	if len(ps) != 1 || ps[0] != (faultProbe{group: "a", addr: "a0"}) {
+		t.Fatalf("probes %v, want a's master alone", ps)
+	}
+	if got := ft.probes(now.Add(2 * time.Second)); len(got) != 0 {
+		t.Fatalf("probes after the backoff ended: %v", got)
+	}
+	ft.recovered("a", "a1") // another master answering says nothing of a0
+	ft.recovered("b", "b0") // a refusal's backoff stays
+	if ft.available("a", "a0", now) || ft.available("b", "b0", now) {
+		t.Fatal("a backoff ended by the wrong answer")
+	}
+	ft.recovered("a", "a0")
+	if !ft.available("a", "a0", now) {
+		t.Fatal("a's master answers again: the group is available")
+	}
+	// A refusal during an unreachable event makes no difference; an unreachable failure during
+	// a refused event makes it probed.
+	ft.failed("b", "b0", now.Add(-time.Millisecond), now, true)
+	if ps := ft.probes(now); len(ps) != 1 || ps[0].group != "b" {
+		t.Fatalf("probes %v, want b's master", ps)
 	}
 }

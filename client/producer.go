@@ -88,6 +88,9 @@ type Producer struct {
 	mu     sync.RWMutex // guards closed; held for reading while a message is enqueued
 	closed bool
 
+	detectMu  sync.Mutex // guards detecting
+	detecting bool       // the fault detector runs (detect)
+
 	qMu    sync.Mutex // guards queues, sticky, slots
 	queues map[MessageQueue]*asyncQueue
 	sticky map[string]stickyChoice
@@ -278,7 +281,7 @@ func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
 			if errors.Is(err, ErrClientClosed) || ctx.Err() != nil {
 				return err
 			}
-			p.fault.failed(mq.BrokerName, addr, begun, time.Now())
+			p.faulted(mq.BrokerName, addr, begun, true)
 			if m.ShardingKey == "" {
 				avoid = mq.BrokerName
 			}
@@ -562,7 +565,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 			// No answer: the master may hang or be gone, and the group may have a new one
 			// already. Refresh the route (rate-limited) so that the next sends follow it rather
 			// than time out on this broker again.
-			p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
+			p.faulted(mq.BrokerName, addr, sentAt, true)
 			rctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.requestTimeout)
 			_ = p.c.refreshedRoute(rctx, job.topic, route)
 			cancel()
@@ -573,7 +576,7 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 				return SendResult{}, lastErr
 			}
 			if !errors.Is(err, errNoSlot) && !errors.Is(err, rpc.ErrTooManyInFlight) { // local limits, not broker faults
-				p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
+				p.faulted(mq.BrokerName, addr, sentAt, true)
 				// The broker may have moved (restarted elsewhere, or left the route).
 				route = p.c.refreshedRoute(ctx, job.topic, route)
 			}
@@ -597,13 +600,13 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 					override = pe.MasterAddr
 					p.fault.masterMoved(mq.BrokerName, pe.MasterAddr)
 				} else {
-					p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
+					p.faulted(mq.BrokerName, addr, sentAt, false)
 					avoid = mq.BrokerName
 				}
 			case !pe.Status.Retriable():
 				return SendResult{}, lastErr
 			default:
-				p.fault.failed(mq.BrokerName, addr, sentAt, time.Now())
+				p.faulted(mq.BrokerName, addr, sentAt, false)
 				avoid = mq.BrokerName
 				if pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusServiceNotAvailable || pe.Status == protocol.StatusShuttingDown {
 					route = p.c.refreshedRoute(ctx, job.topic, route)
@@ -612,6 +615,68 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 		}
 	}
 	return SendResult{}, lastErr
+}
+
+// faulted records a failure event of group (fault.failed) and makes sure the fault detector runs
+// while groups are in backoff because their master could not be reached.
+func (p *Producer) faulted(group, addr string, sentAt time.Time, unreachable bool) {
+	p.fault.failed(group, addr, sentAt, time.Now(), unreachable)
+	if !unreachable {
+		return
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return // Close is waiting for the goroutines
+	}
+	p.detectMu.Lock()
+	defer p.detectMu.Unlock()
+	if !p.detecting {
+		p.detecting = true
+		p.wg.Add(1)
+		go p.detect()
+	}
+}
+
+// detectInterval is how often the fault detector probes the masters of the groups in backoff.
+const detectInterval = 200 * time.Millisecond
+
+// detect is the fault detector (RocketMQ's LatencyFaultTolerance detector): while a group is in
+// backoff because its master could not be reached (a partition, a hung or dead process), it
+// probes that master every detectInterval, dialling at once whatever the reconnect backoff, and
+// ends the group's backoff as soon as the master answers, so sends return when the network
+// heals rather than when the backoff runs out. It exits when no group is left to probe, or the
+// producer closes.
+func (p *Producer) detect() {
+	defer p.wg.Done()
+	t := time.NewTicker(detectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+		probes := p.fault.probes(time.Now())
+		if len(probes) == 0 {
+			p.detectMu.Lock()
+			if len(p.fault.probes(time.Now())) == 0 {
+				p.detecting = false
+				p.detectMu.Unlock()
+				return
+			}
+			p.detectMu.Unlock()
+			continue
+		}
+		for _, fp := range probes {
+			ctx, cancel := context.WithTimeout(p.ctx, max(p.c.cfg.probeTimeout, detectInterval))
+			err := p.c.pool.reachable(ctx, fp.addr)
+			cancel()
+			if err == nil {
+				p.fault.recovered(fp.group, fp.addr)
+			}
+		}
+	}
 }
 
 // errNoSlot is returned when an asynchronous batch found no free in-flight slot before its

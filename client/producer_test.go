@@ -1157,3 +1157,27 @@ func TestMasterlessGroupRefreshesSoon(t *testing.T) {
 		return res.BrokerName == "a"
 	})
 }
+
+// TestUnreachableMasterBackIsDetected: a group whose master stops answering (a stopped process,
+// a partition dropping packets) is avoided once the liveness probe finds its connection dead,
+// and probed in the background: once the master answers again the producer sends to it at
+// once, without waiting for its backoff (an hour here) to run out.
+func TestUnreachableMasterBackIsDetected(t *testing.T) {
+	fc, a, _ := twoGroups(t, 2)
+	c := newTestClient(t, fc.addr, WithLivenessProbe(20*time.Millisecond, 50*time.Millisecond))
+	p := newTestProducer(t, c, WithFaultBackoff(time.Hour, time.Hour))
+	ctx := testCtx(t, 30*time.Second)
+	release := a.hang()
+	eventually(t, "a send to a's hung master with an unknown outcome", func() bool {
+		_, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		return errors.Is(err, ErrUnknownOutcome)
+	})
+	if p.fault.available("a", a.addr, time.Now()) {
+		t.Fatal("group a is not avoided")
+	}
+	release()
+	eventually(t, "a send stored on a again", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("y")})
+		return err == nil && res.BrokerName == "a"
+	})
+}
