@@ -112,9 +112,10 @@ var errConnHung = errors.New("client: requests were waiting and nothing, a liven
 var probeHeader = &protocol.GroupHeader{ConsumerGroup: "PETREL_CLIENT_LIVENESS_PROBE"}
 
 // reachable reports whether the broker at addr answers now (nil), for the producer's fault
-// detector: with no open connection it dials at once, whatever the reconnect backoff (a dial
-// that succeeds becomes the address's connection and ends the backoff), then waits for the
-// answer to a liveness probe until ctx ends. Any answer, an error status included, is one.
+// detector: with no open connection it dials at once, whatever the reconnect backoff or a dial
+// in progress (a dial that succeeds becomes the address's connection and ends the backoff),
+// then waits for the answer to a liveness probe until ctx ends. Any answer, an error status
+// included, is one.
 func (p *connPool) reachable(ctx context.Context, addr string) error {
 	pc, err := p.slot(addr)
 	if err != nil {
@@ -122,10 +123,14 @@ func (p *connPool) reachable(ctx context.Context, addr string) error {
 	}
 	c := pc.conn.Load()
 	if !isOpen(c) {
+		// A dial of its own, beside any other in progress (which may hang on a SYN a partition
+		// dropped), that becomes the address's connection when it succeeds first.
+		nc, err := rpc.Dial(ctx, addr, p.opts)
+		if err != nil {
+			return err
+		}
 		pc.mu.Lock()
-		pc.nextDial = time.Time{}
-		pc.mu.Unlock()
-		if c, err = p.get(ctx, addr); err != nil {
+		if c, err = p.installLocked(pc, nc); err != nil {
 			return err
 		}
 	}
@@ -341,12 +346,19 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 		}
 		if ch := pc.dialing; ch != nil {
 			pc.mu.Unlock()
+			// NB: the fault detector may connect while a dial of ours hangs (a partition
+			// that just healed drops no more packets, but this dial's SYN was dropped): look
+			// again now and then rather than only when this dial ends.
+			t := time.NewTimer(dialRecheck)
 			select {
 			case <-ch:
-				continue
+			case <-t.C:
 			case <-ctx.Done():
+				t.Stop()
 				return nil, fmt.Errorf("cannot connect to %s: %w", addr, ctx.Err())
 			}
+			t.Stop()
+			continue
 		}
 		if now, next := p.now(), pc.nextDial; now.Before(next) {
 			err := pc.lastErr
@@ -367,6 +379,10 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 		pc.dialing = nil
 		close(ch)
 		if err != nil {
+			if cur := pc.conn.Load(); isOpen(cur) { // the fault detector connected meanwhile
+				pc.mu.Unlock()
+				return cur, nil
+			}
 			if ctx.Err() == nil { // a failure of the address, not of the caller's patience
 				pc.lastErr = err
 				pc.nextDial = p.now().Add(pc.backoff)
@@ -375,24 +391,40 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 			pc.mu.Unlock()
 			return nil, fmt.Errorf("%w: %w", ErrBrokerUnavailable, err)
 		}
-		pc.backoff = p.backoff
-		pc.lastErr = nil
-		pc.nextDial = time.Time{}
-		pc.downUntil.Store(0) // a new connection: the server that was shutting down is gone
-		pc.conn.Store(c)
-		pc.mu.Unlock()
-
-		p.mu.RLock()
-		closed := p.closed
-		p.mu.RUnlock()
-		if closed { // Close ran while we dialled; it may have missed this connection
-			if pc.conn.CompareAndSwap(c, nil) {
-				_ = c.Close()
-			}
-			return nil, ErrClientClosed
-		}
-		return c, nil
+		return p.installLocked(pc, c)
 	}
+}
+
+// dialRecheck is how often a caller waiting for another's dial looks whether a connection was
+// made meanwhile by other means (the fault detector's own dial).
+const dialRecheck = 50 * time.Millisecond
+
+// installLocked makes c, just dialled, the address's connection and ends its reconnect backoff,
+// unless an open connection is there already (made meanwhile by another dial): then c is
+// closed and that one returned. pc.mu must be held; installLocked releases it.
+func (p *connPool) installLocked(pc *poolConn, c *rpc.Conn) (*rpc.Conn, error) {
+	if cur := pc.conn.Load(); isOpen(cur) {
+		pc.mu.Unlock()
+		_ = c.Close()
+		return cur, nil
+	}
+	pc.backoff = p.backoff
+	pc.lastErr = nil
+	pc.nextDial = time.Time{}
+	pc.downUntil.Store(0) // a new connection: the server that was shutting down is gone
+	pc.conn.Store(c)
+	pc.mu.Unlock()
+
+	p.mu.RLock()
+	closed := p.closed
+	p.mu.RUnlock()
+	if closed { // Close ran while we dialled; it may have missed this connection
+		if pc.conn.CompareAndSwap(c, nil) {
+			_ = c.Close()
+		}
+		return nil, ErrClientClosed
+	}
+	return c, nil
 }
 
 // downErr returns ErrBrokerUnavailable while addr is in the backoff after a SHUTTING_DOWN
