@@ -44,6 +44,11 @@ type faultProbe struct {
 	group, addr string
 }
 
+// maxRefusedBackoff caps the backoff of a failure event that was a refusal (the master answered
+// with a retriable error): a master that answers is probed by the next send after the backoff,
+// not by the fault detector.
+const maxRefusedBackoff = 2 * time.Second
+
 func newFaultTracker(base, max time.Duration) *faultTracker {
 	return &faultTracker{base: base, max: max, items: make(map[string]*faultItem)}
 }
@@ -68,8 +73,8 @@ func (f *faultTracker) empty() bool {
 // returns how long the group is avoided from now; unreachable says the master could not be
 // reached at all (no connection, no answer), rather than refused. A request sent before the
 // current event began leaves it as it is; otherwise a new event starts, its backoff double the
-// previous one's (up to the maximum), or the base backoff when the failing master is not the one
-// that failed before.
+// previous one's (up to the maximum, or maxRefusedBackoff for a refusal), or the base backoff
+// when the failing master is not the one that failed before.
 func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time, unreachable bool) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -86,11 +91,17 @@ func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time, un
 	}
 	it.events++
 	it.probe = unreachable
+	limit := f.max
+	if !unreachable {
+		// A refusal (a full disk, a busy broker) ends unseen: no probe can tell, only a send.
+		// The backoff stays short so the next one tries soon after the cause went away.
+		limit = min(f.max, maxRefusedBackoff)
+	}
 	d := f.base
-	for i := 1; i < it.events && d < f.max; i++ {
+	for i := 1; i < it.events && d < limit; i++ {
 		d *= 2
 	}
-	d = min(d, f.max)
+	d = min(d, limit)
 	it.since, it.until, it.addr = now, now.Add(d), addr
 	return d
 }

@@ -257,10 +257,11 @@ func TestFaultTracker(t *testing.T) {
 	if !ft.empty() || !ft.available("a", "a0", now) {
 		t.Fatal("fresh tracker")
 	}
-	// event records a failure event at now, of a request sent then, and checks the backoff.
+	// event records a failure event at now, of a request sent then that got no answer, and
+	// checks the backoff.
 	event := func(wantBackoff time.Duration) {
 		t.Helper()
-		if d := ft.failed("a", "a0", now, now, false); d != wantBackoff {
+		if d := ft.failed("a", "a0", now, now, true); d != wantBackoff {
 			t.Fatalf("backoff %v, want %v", d, wantBackoff)
 		}
 		if ft.available("a", "a0", now.Add(wantBackoff-time.Millisecond)) || !ft.available("a", "a0", now.Add(wantBackoff)) {
@@ -280,6 +281,13 @@ func TestFaultTracker(t *testing.T) {
 		t.Fatal("success resets")
 	}
 	event(time.Second)
+	// Refusals (the master answered) double up to maxRefusedBackoff only.
+	ft.succeeded("a")
+	for _, want := range []time.Duration{time.Second, 2 * time.Second, maxRefusedBackoff, maxRefusedBackoff} {
+		if d := ft.failed("a", "a0", now, now, false); d != want {
+			t.Fatalf("refusal backoff %v, want %v", d, want)
+		}
+	}
 }
 
 // TestFaultTrackerOneEvent: the failures of requests sent before a group's backoff began (the

@@ -308,7 +308,11 @@ func WithSendTimeout(d time.Duration) ProducerOption {
 // a failover that fails all the requests in flight counts once, and only an attempt sent later
 // that fails too starts the next event. A success resets the backoff; so does a new master of
 // the group (the route, or a NOT_MASTER answer, names another master than the one that failed),
-// which is used at once. It is RocketMQ's sendLatencyFaultEnable, driven by failures.
+// which is used at once, and so does the master answering the producer's fault detector again
+// when the event was a failure to reach it (the detector probes such masters every 200 ms). An
+// event that was a refusal (the master answered with a retriable error: a full disk, busy)
+// doubles up to 2 s at most, since only the next send can tell it is over. It is RocketMQ's
+// sendLatencyFaultEnable with its detector, driven by failures.
 func WithFaultBackoff(initial, max time.Duration) ProducerOption {
 	return func(c *producerConfig) {
 		if initial >= 0 {
