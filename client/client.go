@@ -227,7 +227,7 @@ func (c *Client) refreshRoute(ctx context.Context, topic string, stale *topicRou
 		}
 		return nil, err
 	}
-	r := newTopicRoute(topic, data, c.now())
+	r := newTopicRoute(topic, data, c.now()).withMissing(cur)
 	slot.route.Store(r)
 	return r, nil
 }
@@ -252,7 +252,7 @@ func (c *Client) storeRoute(topic string, data protocol.TopicRouteData) {
 	}
 	data = cloneRouteData(data) // the caller keeps the original
 	slot.mu.Lock()
-	slot.route.Store(newTopicRoute(topic, data, c.now()))
+	slot.route.Store(newTopicRoute(topic, data, c.now()).withMissing(slot.route.Load()))
 	slot.mu.Unlock()
 }
 

@@ -53,7 +53,8 @@
 // write queues and read queues sorted by broker name and queue id) swapped atomically; the
 // refresh goroutine renews them every RouteRefreshInterval, and at once (at most every 100 ms
 // per topic) when a producer avoids a group in fault backoff or a route names a group without
-// a master (refreshSoon), and send/pull errors renew one at most every 100 ms. A producer's
+// a master (refreshSoon; every second for two minutes when a group an earlier route had is
+// missing), and send/pull errors renew one at most every 100 ms. A producer's
 // fault detector (detect, RocketMQ's LatencyFaultTolerance detector) probes, every 200 ms, the
 // masters of the groups in backoff because they could not be reached, dialling whatever the
 // reconnect backoff, and ends a group's backoff when its master answers again. NameServers are tried in turn starting with the last

@@ -510,3 +510,32 @@ func TestFaultTrackerProbes(t *testing.T) {
 		t.Fatalf("probes %v, want b's master", ps)
 	}
 }
+
+// TestRouteMissingGroups: a route remembers the groups an earlier one had and it lacks, since
+// when, and forgets them after missingWatch or once they are back.
+func TestRouteMissingGroups(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	rd := func(groups ...string) protocol.TopicRouteData {
+		var d protocol.TopicRouteData
+		for _, g := range groups {
+			d.QueueDatas = append(d.QueueDatas, protocol.QueueData{BrokerName: g, ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermReadWrite})
+			d.BrokerDatas = append(d.BrokerDatas, protocol.BrokerData{BrokerName: g, Addrs: []protocol.BrokerAddr{{BrokerID: 0, Addr: g + ":1"}}})
+		}
+		return d
+	}
+	r1 := newTopicRoute("T", rd("a", "b"), t0)
+	r2 := newTopicRoute("T", rd("a"), t0.Add(time.Second)).withMissing(r1)
+	if len(r2.missing) != 1 || !r2.missing["b"].Equal(t0.Add(time.Second)) {
+		t.Fatalf("missing %v", r2.missing)
+	}
+	r3 := newTopicRoute("T", rd("a"), t0.Add(time.Minute)).withMissing(r2)
+	if !r3.missing["b"].Equal(t0.Add(time.Second)) {
+		t.Fatalf("missing since %v, want the first miss", r3.missing["b"])
+	}
+	if r4 := newTopicRoute("T", rd("a"), t0.Add(missingWatch+2*time.Second)).withMissing(r3); len(r4.missing) != 0 {
+		t.Fatalf("missing %v after missingWatch", r4.missing)
+	}
+	if r5 := newTopicRoute("T", rd("a", "b"), t0.Add(2*time.Minute)).withMissing(r3); len(r5.missing) != 0 {
+		t.Fatalf("missing %v once b is back", r5.missing)
+	}
+}

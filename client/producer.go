@@ -376,9 +376,12 @@ func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error)
 	if err != nil {
 		return r, err
 	}
-	if r.masterless && p.c.now().Sub(r.fetched) >= masterlessRefresh {
-		// A group without a master is failing over: its new master registers within moments.
-		p.c.refreshSoon(topic)
+	if r.masterless || len(r.missing) > 0 {
+		// A group without a master is failing over: its new master registers within moments;
+		// a group that left the route may be back as soon as its brokers register again.
+		if age := p.c.now().Sub(r.fetched); (r.masterless && age >= masterlessRefresh) || (len(r.missing) > 0 && age >= missingRefresh) {
+			p.c.refreshSoon(topic)
+		}
 	}
 	if len(r.writeQueues) > 0 {
 		return r, nil

@@ -1181,3 +1181,29 @@ func TestUnreachableMasterBackIsDetected(t *testing.T) {
 		return err == nil && res.BrokerName == "a"
 	})
 }
+
+// TestGroupBackInTheRouteIsUsedSoon: a group whose members were all down left the route; the
+// producer, which saw it before, refreshes the route every second while it is missing, so it
+// sends to the group again moments after its brokers register, not at the next periodic refresh.
+func TestGroupBackInTheRouteIsUsedSoon(t *testing.T) {
+	fc, _, b := twoGroups(t, 2)
+	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(time.Hour))
+	p := newTestProducer(t, c)
+	ctx := testCtx(t, 30*time.Second)
+	eventually(t, "a send stored on b", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")})
+		return err == nil && res.BrokerName == "b"
+	})
+	addr := b.addr
+	b.stop()
+	eventually(t, "b gone from the producer's route", func() bool {
+		_, _ = p.SendSync(ctx, &Message{Topic: "T", Body: []byte("y")})
+		r, err := c.route(ctx, "T")
+		return err == nil && r.groups["b"] == nil
+	})
+	b.start(addr)
+	eventually(t, "a send stored on b again", func() bool {
+		res, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("z")})
+		return err == nil && res.BrokerName == "b"
+	})
+}

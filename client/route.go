@@ -40,7 +40,42 @@ type topicRoute struct {
 	// failing over (the old master left the route before the new one registered), so the
 	// producer refreshes the route soon instead of at the next periodic refresh.
 	masterless bool
-	fetched    time.Time
+	// missing lists the groups an earlier route of the topic had and this one lacks (every
+	// member down, or a NameServer that restarted and has not heard from them yet), with when
+	// each was first missed; the producer refreshes the route every missingRefresh while one is
+	// missing, for missingWatch at most, so a group coming back is used again within moments.
+	missing map[string]time.Time
+	fetched time.Time
+}
+
+// Refreshing a route that lost a group (topicRoute.missing).
+const (
+	missingRefresh = time.Second
+	missingWatch   = 2 * time.Minute
+)
+
+// withMissing records in r the groups prev had (or missed) that r lacks; a group missed for
+// longer than missingWatch is forgotten (it left for good). It returns r.
+func (r *topicRoute) withMissing(prev *topicRoute) *topicRoute {
+	if prev == nil {
+		return r
+	}
+	note := func(g string, since time.Time) {
+		if _, ok := r.groups[g]; ok || r.fetched.Sub(since) > missingWatch {
+			return
+		}
+		if r.missing == nil {
+			r.missing = map[string]time.Time{}
+		}
+		r.missing[g] = since
+	}
+	for g := range prev.groups {
+		note(g, r.fetched)
+	}
+	for g, since := range prev.missing {
+		note(g, since)
+	}
+	return r
 }
 
 func newTopicRoute(topic string, data protocol.TopicRouteData, now time.Time) *topicRoute {
