@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -76,9 +75,10 @@ func replicate(t *testing.T, master *commitlog.Store, slave haLog) {
 
 // TestEpochStartsAtOneOffsetAcrossASegmentRoll: a new master's epoch starts at its log end E;
 // when the epoch's first batch does not fit the rest of the segment it is stored at the next
-// segment's start S > E. The slave must record the epoch at E too (it recorded S, so the group's
-// epoch history and its own disagreed, it cut its log back to E at every restart and copied it
-// again: a loop), and a master that holds the same log finds nothing diverged.
+// segment's start S > E. The slave must record the epoch at E too: recorded at S, the group's
+// epoch history and its own disagree, and comparing them finds a divergence that is only
+// padding (a cut back to E, copied again, cut again: a loop). A master that holds the same log
+// finds nothing diverged.
 func TestEpochStartsAtOneOffsetAcrossASegmentRoll(t *testing.T) {
 	const segment = 16 << 10
 	dir := t.TempDir()
@@ -116,13 +116,9 @@ func TestEpochStartsAtOneOffsetAcrossASegmentRoll(t *testing.T) {
 	if p := ha.TruncationPoint(got, slaveStore.LogMinOffset(), end, masterEpochs, master.LogEndOffset()); p != end {
 		t.Fatalf("TruncationPoint %d for a slave holding exactly the master's log (end %d): it would cut", p, end)
 	}
-	last, start := slaveEpochs.newest()
-	if p := ha.DivergencePoint(masterEpochs, master.LogEndOffset(), last, start); p < end {
-		t.Fatalf("the master would see the slave diverged at %d (slave end %d)", p, end)
-	}
-	if p := ha.PlanTruncation(ha.TruncationInput{Self: "b2", State: ha.ControlState{MasterID: "b1", Epoch: 2, Epochs: masterEpochs},
-		Mine: got, LogEnd: end, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1}); p.Action != ha.TruncNone {
-		t.Fatalf("plan for an identical log: %+v", p)
+	last, _ := ha.NewestWithData(got, end)
+	if epoch, epochEnd := ha.DivergingEpoch(masterEpochs, master.LogEndOffset(), last); epoch != last || epochEnd < end {
+		t.Fatalf("the master would see the slave diverged: epoch %d ends at %d there (slave end %d)", epoch, epochEnd, end)
 	}
 }
 
@@ -147,10 +143,9 @@ func closedAddrs(t *testing.T, n int) []string {
 
 // TestStaleControlStateNeverCuts: a member restarts with a Raft snapshot of epoch 5 (it has not
 // applied the rest of the Raft log yet) while its log and epoch file hold epochs up to 9, and
-// the other members are out of reach. Deciding from that state cut everything since epoch 6
-// (201 MB down to 47 MB in a chaos run). The member must follow the master the state names
-// and cut nothing: its state is not known to be caught up with the leader's, and no master has
-// said its log diverged.
+// the other members are out of reach. Deciding from that state would cut everything since
+// epoch 6. The member must follow the master the state names and cut nothing: its state is not
+// known to be caught up with the leader's, and no master has said its log diverged.
 func TestStaleControlStateNeverCuts(t *testing.T) {
 	dir := t.TempDir()
 	addrs := closedAddrs(t, 6) // Raft b1..b3, then the client and HA addresses of b2 and b3
@@ -322,7 +317,16 @@ func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
 	if !slices.Contains(st.SyncStateSet, s.raft.selfID) {
 		t.Fatalf("the slave is not in the set %v", st.SyncStateSet)
 	}
-	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
+	// At the moment the member starts its cut, the master's committed state must not name it
+	// any more (closing its replication alone would leave it there until the master noticed).
+	cutWhileIn := make(chan []string, 1)
+	testBeforeTruncate = func(c *raftMember) {
+		if c == s.raft {
+			cutWhileIn <- m.raft.node.State().SyncStateSet
+		}
+	}
+	t.Cleanup(func() { testBeforeTruncate = nil })
+	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
 	var err error
 	eventuallyWithin(t, 10*time.Second, "the member to ask for its restart", func() bool {
 		select {
@@ -335,8 +339,8 @@ func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
 	if !errors.Is(err, ErrRestart) {
 		t.Fatalf("fatal: %v, want ErrRestart", err)
 	}
-	if set := m.raft.node.State().SyncStateSet; slices.Contains(set, s.raft.selfID) {
-		t.Fatalf("the member asked for its cut while the committed set %v still held it", set)
+	if set := <-cutWhileIn; slices.Contains(set, s.raft.selfID) {
+		t.Fatalf("the member started its cut while the committed set %v still held it", set)
 	}
 	if n := m.role.Load().master.InSyncCount(); n != 1 {
 		t.Fatalf("the master counts %d slaves after the member left", n)
@@ -345,8 +349,8 @@ func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(req)) != fmt.Sprint(point) {
 		t.Fatalf("truncation request %q (%v), want %d", req, err, point)
 	}
-	if got := s.raft.cuts.last(); got != st.Epoch {
-		t.Fatalf("truncation log's last epoch %d, want %d", got, st.Epoch)
+	if e, p := s.raft.cuts.last(); e != st.Epoch || p != point {
+		t.Fatalf("truncation log's last cut: epoch %d at %d, want %d at %d", e, p, st.Epoch, point)
 	}
 }
 
@@ -355,10 +359,10 @@ func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
 func TestSecondCutForAnEpochStops(t *testing.T) {
 	_, m, s, point := divergedSlave(t)
 	st := s.raft.node.State()
-	if err := s.raft.cuts.record(st.Epoch, point+1000, time.Now()); err != nil {
+	if err := s.raft.cuts.record(st.Epoch, point, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
+	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
 	eventuallyWithin(t, 10*time.Second, "the member to stop", func() bool { return s.haStatus().Stopped != "" })
 	hs := s.haStatus()
 	if hs.Electable || !strings.Contains(hs.Stopped, "already cut") {

@@ -76,20 +76,25 @@ type raftMember struct {
 	// replicates nothing until an operator acts); stoppedLog rate-limits the alert.
 	stopped    atomic.Pointer[string]
 	stoppedLog ratelog.Limiter // Interval set by newRaftMember
+	divergeLog ratelog.Limiter
 	// diverged is what the master answered when it found this log diverged from its own
 	// (set by the slave's goroutine, taken by the loop), nil when none.
 	diverged atomic.Pointer[divergence]
-	// syncedTerm is the Raft term for which this member applied a read index of the leader:
-	// in that term its control state is at least as new as the leader's was then. Loop only.
-	syncedTerm uint64
 }
 
-// divergence is a master's HAOutOfRange answer: where this log leaves the master's
-// (TruncateTo, -1 when the master could not tell), the master's log end and epoch.
+// testBeforeTruncate, when not nil, runs as a member starts cutting its log (tests look at the
+// group's state at that moment). Nil in production.
+var testBeforeTruncate func(m *raftMember)
+
+// divergence is a master's HAOutOfRange answer: its newest epoch at or before this log's and
+// where it ends there (TruncateTo, -1 when the master could not tell), the master's log bounds
+// and epoch.
 type divergence struct {
-	truncateTo int64
-	masterEnd  int64
-	epoch      uint32
+	divergingEpoch uint32
+	truncateTo     int64
+	masterMin      int64
+	masterEnd      int64
+	epoch          uint32
 }
 
 const (
@@ -367,10 +372,12 @@ func (m *raftMember) knownConfirmed() int64 {
 	return m.confirmed.get()
 }
 
-// electable reports whether this member may become master: it has not stopped, and its log
-// holds everything it knows the group confirmed.
+// electable reports whether this member may become master: it has not stopped, is not about to
+// cut its log (a divergence being handled, a restart asked for), and its log holds everything it
+// knows the group confirmed.
 func (m *raftMember) electable() bool {
-	return m.stopped.Load() == nil && m.b.store.LogEndOffset() >= m.knownConfirmed()
+	return m.stopped.Load() == nil && !m.restarting.Load() && m.diverged.Load() == nil &&
+		m.b.store.LogEndOffset() >= m.knownConfirmed()
 }
 
 // stopReason returns why the member stopped following its group, "" when it did not.
@@ -485,7 +492,7 @@ func (m *raftMember) becomeSlave(st ha.ControlState) {
 // onOutOfRange runs on the slave's goroutine when the master says this log is not a prefix of
 // its own: the loop decides what to cut (handleDivergence), the slave waits for its Kick.
 func (m *raftMember) onOutOfRange(h protocol.HAPullResponse) {
-	m.diverged.Store(&divergence{truncateTo: h.TruncateTo, masterEnd: h.MasterEnd, epoch: h.Epoch})
+	m.diverged.Store(&divergence{divergingEpoch: h.DivergingEpoch, truncateTo: h.TruncateTo, masterMin: h.MasterMin, masterEnd: h.MasterEnd, epoch: h.Epoch})
 	m.poke()
 }
 
@@ -498,27 +505,30 @@ func (m *raftMember) onOutOfRange(h protocol.HAPullResponse) {
 // has taken it out of the set.
 func (m *raftMember) handleDivergence(d *divergence) bool {
 	b := m.b
-	m.syncedTerm = 0 // a cut is decided on a fresh read index
 	if !m.caughtUp() {
 		return true
 	}
 	st := m.node.State()
 	if d.epoch != st.Epoch || st.MasterID == m.selfID || st.MasterID == "" {
-		b.log.Info("ignoring a divergence answer of a master that is not the current one", "answerEpoch", d.epoch, "epoch", st.Epoch, "master", st.MasterID)
+		m.warn.Warn(b.log, "ignoring a divergence answer of a master that is not the current one", "answerEpoch", d.epoch, "epoch", st.Epoch, "master", st.MasterID)
 		return false
 	}
+	cutEpoch, cutPoint := m.cuts.last()
 	in := ha.TruncationInput{
 		Self: m.selfID, State: st, Mine: m.epochs.list(),
 		LogMin: b.store.LogMinOffset(), LogEnd: b.store.LogEndOffset(),
-		DivergedAt: d.truncateTo, MasterEnd: d.masterEnd,
-		KnownConfirmed: m.knownConfirmed(), LastCutEpoch: m.cuts.last(),
+		DivergedAt: d.truncateTo, DivergingEpoch: d.divergingEpoch, MasterEnd: d.masterEnd,
+		KnownConfirmed: m.knownConfirmed(), LastCutEpoch: cutEpoch, LastCutPoint: cutPoint,
 	}
 	plan := ha.PlanTruncation(in)
 	switch plan.Action {
 	case ha.TruncNone:
-		b.log.Error("the master says this log diverged from its own but the epochs show nothing to cut; pulling again",
-			"logEnd", in.LogEnd, "truncateTo", d.truncateTo, "masterEnd", d.masterEnd, "myEpochs", in.Mine, "groupEpochs", st.Epochs)
-		return false
+		// NB: no Kick: the slave pulls again after its divergedWait, not in a loop.
+		m.divergeLog.Error(b.log, "the master says this log diverged from its own but the epochs show nothing to cut; pulling again later",
+			"logEnd", in.LogEnd, "divergingEpoch", d.divergingEpoch, "truncateTo", d.truncateTo, "masterEnd", d.masterEnd,
+			"myEpochs", in.Mine, "groupEpochs", st.Epochs)
+		m.diverged.CompareAndSwap(d, nil)
+		return true
 	case ha.TruncStale:
 		m.warn.Warn(b.log, "the control state is older than this log; deciding once it has caught up", "reason", plan.Reason)
 		return true
@@ -533,7 +543,7 @@ func (m *raftMember) handleDivergence(d *divergence) bool {
 		r.slave.Close()
 		m.noteConfirmed(r)
 	}
-	if plan.Action == ha.TruncLeaveFirst {
+	if plan.LeaveFirst {
 		mem, _ := st.Member(st.MasterID)
 		ctx, cancel := context.WithTimeout(context.Background(), leaveRequestTimeout)
 		err := ha.RequestLeave(ctx, mem.HAAddr, protocol.HALeaveRequest{
@@ -545,8 +555,36 @@ func (m *raftMember) handleDivergence(d *divergence) bool {
 		}
 		b.log.Info("left the in-sync set before cutting the log", "master", st.MasterID, "epoch", st.Epoch, "truncateTo", plan.Point)
 	}
+	if plan.Action == ha.TruncReset {
+		m.reset(st, d, in)
+		return true
+	}
 	m.truncate(st.Epoch, plan.Point, in)
 	return true
+}
+
+// reset discards the whole log, none of which is a prefix of the master's, and starts an empty
+// one at the master's min offset, recorded in the truncation log; the member then follows the
+// master and copies its log (the next reconcile). Unlike a cut it needs no restart: nothing of
+// the old log is kept to recover.
+func (m *raftMember) reset(st ha.ControlState, d *divergence, in ha.TruncationInput) {
+	b := m.b
+	b.log.Warn("no part of this log is a prefix of the master's: discarding it and copying the master's",
+		"logMin", in.LogMin, "logEnd", in.LogEnd, "masterMin", d.masterMin, "epoch", st.Epoch, "myEpochs", in.Mine,
+		"divergingEpoch", d.divergingEpoch, "truncateTo", d.truncateTo, "knownConfirmed", in.KnownConfirmed)
+	if err := m.cuts.record(st.Epoch, in.LogMin, time.Now()); err != nil {
+		b.log.Error("cannot record the reset", "err", err)
+		return
+	}
+	if err := m.epochs.truncateTo(0); err != nil { // before the log: a crash leaves no epoch over an empty log
+		b.log.Error("cannot clear the epoch file", "err", err)
+		return
+	}
+	if _, err := b.store.ResetTo(d.masterMin, false); err != nil {
+		b.log.Error("cannot reset the log", "base", d.masterMin, "err", err)
+		return
+	}
+	m.diverged.CompareAndSwap(d, nil)
 }
 
 // truncate cuts the log to point for group epoch epoch: a crash-safe truncation request
@@ -554,6 +592,9 @@ func (m *raftMember) handleDivergence(d *divergence) bool {
 // (ErrRestart).
 func (m *raftMember) truncate(epoch uint32, point int64, in ha.TruncationInput) {
 	b := m.b
+	if testBeforeTruncate != nil {
+		testBeforeTruncate(m)
+	}
 	b.log.Warn("this log holds what the master never confirmed: truncating it through a restart",
 		"logEnd", in.LogEnd, "truncateTo", point, "epoch", epoch, "myEpochs", in.Mine, "groupEpochs", in.State.Epochs,
 		"masterEnd", in.MasterEnd, "knownConfirmed", in.KnownConfirmed)
@@ -593,17 +634,13 @@ func (m *raftMember) stopFollowing(reason string, in ha.TruncationInput) {
 		"divergedAt", in.DivergedAt, "knownConfirmed", in.KnownConfirmed, "lastCutEpoch", in.LastCutEpoch)
 }
 
-// caughtUp makes sure this member's control state is at least as new as the Raft leader's
-// (a read index: the leader confirms its leadership and names the last command it applied,
-// and this member waits until it has applied that command too), once per term. It reports
-// false when that cannot be done now (no leader known, the leader unreachable): nothing may be
-// decided from the state then.
+// caughtUp makes sure this member's control state is at least as new as the Raft leader's (a
+// read index: the leader commits a no-op through a quorum and names its index, and this member
+// waits until it has applied that index too). It reports false when that cannot be done now
+// (no leader known, the leader unreachable): nothing may be decided from the state then.
 func (m *raftMember) caughtUp() bool {
 	b := m.b
 	term := m.node.Term()
-	if term == m.syncedTerm {
-		return true
-	}
 	leader := m.node.LeaderID()
 	if leader == "" || leader == m.selfID {
 		return false
@@ -634,7 +671,6 @@ func (m *raftMember) caughtUp() bool {
 		m.warn.Warn(b.log, "the control state did not catch up with the Raft leader's in time", "readIndex", resp.Index, "leader", leader)
 		return false
 	}
-	m.syncedTerm = term
 	return true
 }
 
@@ -750,16 +786,6 @@ func (l *epochLog) list() []ha.EpochStart {
 // snapshot returns the list without copying it (ha.MasterConfig.Epochs): the caller must not
 // modify it.
 func (l *epochLog) snapshot() []ha.EpochStart { return *l.snap.Load() }
-
-// newest returns the newest epoch and its start (ha.SlaveConfig.LastEpoch), (0, -1) when none.
-func (l *epochLog) newest() (uint32, int64) {
-	list := *l.snap.Load()
-	if len(list) == 0 {
-		return 0, -1
-	}
-	e := list[len(list)-1]
-	return e.Epoch, e.StartOffset
-}
 
 func (l *epochLog) append(e ha.EpochStart) error {
 	l.mu.Lock()

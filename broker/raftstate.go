@@ -86,19 +86,20 @@ func (c *confirmedMark) persist(now time.Time, force bool) error {
 }
 
 // truncationLog is a Raft member's durable record of the cuts it made to its log: one line
-// "epoch offset unixMillis" per cut, the group epoch it cut for and where. A second cut for
-// the same epoch would be a loop (ha.PlanTruncation refuses it), so the newest entry is all the
-// member needs; the file keeps every line for the operator.
+// "epoch offset unixMillis" per cut, the group epoch it cut for and where. A second cut for the
+// same epoch that does not go lower would be a loop (ha.PlanTruncation refuses it), so the
+// newest entry is all the member needs; the file keeps every line for the operator.
 type truncationLog struct {
 	path string
 
-	mu        sync.Mutex // guards lastEpoch and the file
+	mu        sync.Mutex // guards lastEpoch, lastPoint and the file
 	lastEpoch uint32
+	lastPoint int64
 }
 
 // openTruncationLog loads the log at path (empty when the file does not exist).
 func openTruncationLog(path string) (*truncationLog, error) {
-	l := &truncationLog{path: path}
+	l := &truncationLog{path: path, lastPoint: -1}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return l, nil
@@ -112,20 +113,24 @@ func openTruncationLog(path string) (*truncationLog, error) {
 		if len(f) == 0 {
 			continue
 		}
-		e, err := strconv.ParseUint(f[0], 10, 32)
-		if len(f) != 3 || err != nil {
+		if len(f) != 3 {
 			return nil, fmt.Errorf("truncation log %s line %d: want \"epoch offset unixMillis\", got %q", path, line, sc.Text())
 		}
-		l.lastEpoch = uint32(e)
+		e, err1 := strconv.ParseUint(f[0], 10, 32)
+		off, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("truncation log %s line %d: want \"epoch offset unixMillis\", got %q", path, line, sc.Text())
+		}
+		l.lastEpoch, l.lastPoint = uint32(e), off
 	}
 	return l, nil
 }
 
-// last returns the group epoch of the newest cut (0 when none).
-func (l *truncationLog) last() uint32 {
+// last returns the group epoch of the newest cut and where it cut (0 and -1 when none).
+func (l *truncationLog) last() (uint32, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.lastEpoch
+	return l.lastEpoch, l.lastPoint
 }
 
 // record appends a cut to offset for group epoch epoch, durably.
@@ -140,6 +145,6 @@ func (l *truncationLog) record(epoch uint32, offset int64, now time.Time) error 
 	if err := fsutil.WriteFileAtomic(l.path, append(old, line...), 0o644); err != nil {
 		return fmt.Errorf("cannot write the truncation log: %w", err)
 	}
-	l.lastEpoch = epoch
+	l.lastEpoch, l.lastPoint = epoch, offset
 	return nil
 }

@@ -145,7 +145,14 @@ func (r *registrar) conn(ctx context.Context, addr string) (*rpc.Conn, error) {
 		defer r.watchers.Done()
 		select {
 		case <-c.Done():
-			r.kick() // the NameServer may have restarted knowing nothing: register again now
+			// NB: a connection drop closed (after a failed registration) is not in conns any
+			// more: the retry backoff handles that, not a kick.
+			r.mu.Lock()
+			lost := r.conns[addr] == c
+			r.mu.Unlock()
+			if lost {
+				r.kick() // the NameServer may have restarted knowing nothing: register again now
+			}
 		case <-r.b.stop:
 		}
 	}()

@@ -49,23 +49,29 @@ func (l haLog) ReadReplication(from int64, maxBytes int, fn func(start int64, da
 	return err
 }
 
+// AppendReplicated appends replicated batches; a Raft member records the epochs they start
+// before it appends them (observe), so that a crash in between leaves an epoch start with no
+// data, which is harmless (ha.NewestWithData skips it), never data of an epoch the file lacks.
 func (l haLog) AppendReplicated(start int64, data []byte) (int64, error) {
-	prevEnd := l.s.LogEndOffset() // only the slave's goroutine appends: nothing moves it meanwhile
-	end, err := l.s.AppendReplicated(start, data)
-	if err == nil && l.epochs != nil {
-		err = l.epochs.observe(prevEnd, start, data)
+	if l.epochs != nil {
+		prevEnd := l.s.LogEndOffset() // only the slave's goroutine appends: nothing moves it meanwhile
+		if err := l.epochs.observe(prevEnd, start, data); err != nil {
+			return prevEnd, err
+		}
 	}
-	return end, err
+	return l.s.AppendReplicated(start, data)
 }
 
-// ResetTo restarts the log at base; a Raft member forgets its epochs with it (the first batch
-// replicated after base records its epoch at base, see ha.TruncationPoint).
+// ResetTo restarts the log at base; a Raft member forgets its epochs first (the first batch
+// replicated after base records its epoch at base, see ha.TruncationPoint), so that a crash in
+// between never leaves old epochs over the new log.
 func (l haLog) ResetTo(base int64, keep bool) (string, error) {
-	kept, err := l.s.ResetTo(base, keep)
-	if err == nil && l.epochs != nil {
-		err = l.epochs.truncateTo(0)
+	if l.epochs != nil {
+		if err := l.epochs.truncateTo(0); err != nil {
+			return "", err
+		}
 	}
-	return kept, err
+	return l.s.ResetTo(base, keep)
 }
 
 // role is what the broker does in its group now: master (master set), slave (slave set), or,
@@ -133,7 +139,7 @@ func (b *Broker) newSlaveHA() *ha.Slave {
 		cfg.MemberID = b.raft.selfID
 		cfg.OnOutOfRange = b.raft.onOutOfRange
 		cfg.OnMasterGone = b.raft.onMasterGone
-		cfg.LastEpoch = b.raft.epochs.newest
+		cfg.LastEpoch = func() (uint32, int64) { return ha.NewestWithData(b.raft.epochs.snapshot(), b.store.LogEndOffset()) }
 		cfg.Backoff, cfg.MaxBackoff = 20*time.Millisecond, 500*time.Millisecond
 	}
 	return ha.NewSlave(cfg)

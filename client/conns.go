@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -69,6 +70,9 @@ type poolConn struct {
 	downBackoff time.Duration // the wait after the next SHUTTING_DOWN answer
 
 	live liveState // owned by the pool's watch goroutine
+	// deadLog rate-limits the line declareDead logs: a hung master found dead again after
+	// every reconnect of the fault detector would log one a second or more.
+	deadLog ratelog.Limiter
 }
 
 // liveState is what the liveness check knows of a slot's connection.
@@ -246,7 +250,7 @@ func (p *connPool) declareDead(pc *poolConn, c *rpc.Conn, last time.Time) {
 	if !last.IsZero() {
 		lastSeen = time.Since(last).Round(time.Millisecond).String() + " ago"
 	}
-	p.log.Warn("closing a dead connection: requests waited and nothing arrived, not even the answer to a liveness probe; it is dialled again after the reconnect backoff",
+	pc.deadLog.Warn(p.log, "closing a dead connection: requests waited and nothing arrived, not even the answer to a liveness probe; it is dialled again after the reconnect backoff",
 		"addr", c.Addr(), "waiting", waiting, "last_receive", lastSeen, "probe_timeout", p.live.probeTimeout)
 }
 

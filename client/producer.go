@@ -417,12 +417,19 @@ func (p *Producer) pickUnkeyed(route *topicRoute, avoid string, roomy func(Messa
 	var avail func(string) bool
 	if !p.fault.empty() {
 		now := time.Now()
+		// NB: the queues are sorted by group: one look-up per group and pick, not per queue,
+		// and one refresh request per pick.
+		lastGroup, lastOK, asked := "", false, false
 		avail = func(b string) bool {
-			if p.fault.available(b, route.masterAddr(b), now) {
-				return true
+			if b == lastGroup {
+				return lastOK
 			}
-			p.c.refreshSoon(route.topic)
-			return false
+			lastGroup, lastOK = b, p.fault.available(b, route.masterAddr(b), now)
+			if !lastOK && !asked {
+				asked = true
+				p.c.refreshSoon(route.topic)
+			}
+			return lastOK
 		}
 	}
 	mq, _ := selectQueue(route.writeQueues, start, avoid, avail, roomy)

@@ -103,6 +103,9 @@ const (
 	// CmdSetSyncStateSet replaces the in-sync set. Epoch must be the current epoch (a deposed
 	// master's late change is refused) and the set must contain the master.
 	CmdSetSyncStateSet CommandKind = 2
+	// CmdNoop changes nothing: a leader commits one for a read index (RaftNode.ReadIndex), so
+	// that its index is one every member applies.
+	CmdNoop CommandKind = 3
 )
 
 // Command is one entry of the group's Raft log.
@@ -175,6 +178,8 @@ func (s ControlState) Apply(c Command) (ControlState, error) {
 		next.SyncStateSet = set
 		next.Members = upsertMembers(s.Members, c.Members)
 		return next, nil
+	case CmdNoop:
+		return s, nil
 	}
 	return s, fmt.Errorf("%w: kind %d", ErrBadCommand, c.Kind)
 }
@@ -225,10 +230,13 @@ type Candidate struct {
 // (a member whose log shrank below what the group acknowledged is never chosen, whatever the
 // in-sync set says). Among the eligible the one with the longest log takes over: the others'
 // logs are prefixes of it (they pulled from the same master), so none of them has to cut
-// anything. A leader that is not the best eligible member hands leadership to it (ties: the
+// anything. The group's first leader acts unless it says it is not electable. A leader that is not the best eligible member hands leadership to it (ties: the
 // smallest id, self preferred), or waits when none is reachable.
 func DecideLeader(self string, s ControlState, cands map[string]Candidate) (LeaderAction, string) {
 	if len(s.SyncStateSet) == 0 {
+		if c, ok := cands[self]; ok && !c.Electable {
+			return ActWait, ""
+		}
 		return ActMaster, self
 	}
 	floor := int64(-1)
@@ -304,18 +312,18 @@ func TruncationPoint(mine []EpochStart, myMin, myEnd int64, theirs []EpochStart,
 	return -1
 }
 
-// DivergencePoint returns the offset up to which a slave's log can be a prefix of the master's,
-// given the master's epoch starts (ascending), its log end, and the newest epoch of the slave's
-// log with its start there (Kafka's diverging-epoch rule, KIP-101 and KIP-320): the end of
-// that epoch in the master's log when the master has it (one epoch has one master, so the
-// same epoch means the same data); when the master does not have it, the slave's data of that
-// epoch is not the master's, so the point is the smaller of where the slave's epoch starts and
-// where the master's newest epoch before it ends; before the master's first epoch, the start
-// of that epoch. A slave asking from an offset past the point has diverged. masters with no
-// epochs answer masterEnd.
-func DivergencePoint(master []EpochStart, masterEnd int64, lastEpoch uint32, lastEpochStart int64) int64 {
+// DivergingEpoch is the master's half of Kafka's diverging-epoch check (KIP-101, KIP-320): given
+// the master's epoch starts (ascending) and its log end, and the newest epoch of a slave's log
+// that holds data, it returns the master's newest epoch at or before it and where that epoch
+// ends in the master's log (the next epoch's start, or the log end). One epoch has one master,
+// so when epoch is the slave's own the slave's log is a prefix of the master's up to end; when
+// it is older (the master never had the slave's newest epoch), the logs part at the latest
+// where the master's epoch ends or the slave's does (EpochEnd on the slave's side). With no
+// master epoch at or before it, epoch is 0 and end the start of the master's first epoch; a
+// master without epochs answers (lastEpoch, masterEnd).
+func DivergingEpoch(master []EpochStart, masterEnd int64, lastEpoch uint32) (epoch uint32, end int64) {
 	if len(master) == 0 {
-		return masterEnd
+		return lastEpoch, masterEnd
 	}
 	j, found := slices.BinarySearchFunc(master, lastEpoch, func(x EpochStart, t uint32) int {
 		return cmp.Compare(x.Epoch, t)
@@ -324,16 +332,38 @@ func DivergencePoint(master []EpochStart, masterEnd int64, lastEpoch uint32, las
 		j-- // the newest master epoch before lastEpoch
 	}
 	if j < 0 {
-		return master[0].StartOffset
+		return 0, master[0].StartOffset
 	}
-	end := masterEnd
+	end = masterEnd
 	if j+1 < len(master) {
 		end = min(master[j+1].StartOffset, masterEnd)
 	}
-	if !found {
-		end = min(end, max(lastEpochStart, 0))
+	return master[j].Epoch, end
+}
+
+// EpochEnd returns where epoch ends in a log with the epoch starts epochs (ascending) and end
+// logEnd: the start of its first epoch newer than epoch, or logEnd. Data of epoch or older
+// epochs lies below it, of newer ones at or after it.
+func EpochEnd(epochs []EpochStart, epoch uint32, logEnd int64) int64 {
+	i, _ := slices.BinarySearchFunc(epochs, epoch+1, func(x EpochStart, t uint32) int {
+		return cmp.Compare(x.Epoch, t)
+	})
+	if i < len(epochs) {
+		return min(epochs[i].StartOffset, logEnd)
 	}
-	return end
+	return logEnd
+}
+
+// NewestWithData returns the newest of epochs (ascending) that holds data in a log ending at
+// logEnd (it starts below logEnd), and its start: (0, -1) when none does. An epoch a master took
+// and wrote nothing in says nothing of the log's history.
+func NewestWithData(epochs []EpochStart, logEnd int64) (uint32, int64) {
+	for i := len(epochs) - 1; i >= 0; i-- {
+		if epochs[i].StartOffset < logEnd {
+			return epochs[i].Epoch, epochs[i].StartOffset
+		}
+	}
+	return 0, -1
 }
 
 // TruncateAction is what a member about to follow a master does with its log (PlanTruncation).
@@ -355,6 +385,11 @@ const (
 	// TruncRefuse: the cut would discard what the group confirmed, or repeat a cut already made
 	// for this epoch (a loop): the member stops following and alerts (Reason says why).
 	TruncRefuse
+	// TruncReset: nothing of the log is a prefix of the master's (or the log is empty and does
+	// not fit the master's): discard it all and copy the master's from its min offset, under the
+	// same rules as a cut (leaving the in-sync set first when in it: Point is then the log's
+	// min, and LeaveFirst says so).
+	TruncReset
 )
 
 // TruncationInput is what PlanTruncation decides from.
@@ -366,28 +401,38 @@ type TruncationInput struct {
 	// Mine are this member's epoch starts; LogMin and LogEnd its log bounds (bytes).
 	Mine           []EpochStart
 	LogMin, LogEnd int64
-	// DivergedAt is where the master said this log leaves its own (HAPullResponse.TruncateTo),
-	// -1 when it did not say; then the point comes from the epochs of State (TruncationPoint)
-	// with MasterEnd, the master's log end when known (math.MaxInt64: unknown).
-	DivergedAt int64
-	MasterEnd  int64
+	// DivergedAt and DivergingEpoch are the master's answer to a pull it found diverged
+	// (HAPullResponse.TruncateTo, DivergingEpoch: its newest epoch at or before this log's
+	// newest and where it ends there): the logs part at the smaller of DivergedAt and where
+	// DivergingEpoch ends in this log. DivergedAt is -1 when the master could not tell; then the
+	// point comes from the epochs of State (TruncationPoint) with MasterEnd, the master's log
+	// end when known (math.MaxInt64: unknown).
+	DivergedAt     int64
+	DivergingEpoch uint32
+	MasterEnd      int64
 	// KnownConfirmed is the highest offset this member knows the group confirmed (-1: none):
 	// no cut may go below it.
 	KnownConfirmed int64
-	// LastCutEpoch is the group epoch of this member's last truncation (0: none).
+	// LastCutEpoch and LastCutPoint are the group epoch of this member's last truncation and
+	// where it cut (0 and -1: none). A cut for the same epoch that does not go lower would be a
+	// loop; one that goes lower is the next round of finding where the logs part.
 	LastCutEpoch uint32
+	LastCutPoint int64
 }
 
 // TruncationPlan is PlanTruncation's answer: the action, the offset to cut to (TruncCut,
-// TruncLeaveFirst, TruncRefuse) and, for TruncRefuse and TruncStale, why.
+// TruncLeaveFirst, TruncRefuse, TruncReset), whether a reset must leave the in-sync set first,
+// and, for TruncRefuse and TruncStale, why.
 type TruncationPlan struct {
-	Action TruncateAction
-	Point  int64
-	Reason string
+	Action     TruncateAction
+	Point      int64
+	LeaveFirst bool
+	Reason     string
 }
 
-// PlanTruncation decides whether a member must cut its log before it follows the master of
-// in.State (where the master said the log diverged, else TruncationPoint), and whether it may: never against a control state older than its
+// PlanTruncation decides how a member whose log the master of in.State refused (an OUT_OF_RANGE
+// answer) cuts it (where the master said the log diverged, else TruncationPoint), and whether it
+// may: never against a control state older than its
 // own log (TruncStale), never below what the group confirmed, never twice for one epoch
 // (TruncRefuse), and only once it is out of the committed in-sync set (TruncLeaveFirst), so that
 // no member of the set ever lacks what it acknowledged.
@@ -396,28 +441,30 @@ func PlanTruncation(in TruncationInput) TruncationPlan {
 		return TruncationPlan{Action: TruncStale, Reason: fmt.Sprintf("this log holds epoch %d, the control state knows epochs up to %d", in.Mine[n-1].Epoch, in.State.Epoch)}
 	}
 	point := in.DivergedAt
-	if point < 0 {
+	if point >= 0 {
+		point = min(point, EpochEnd(in.Mine, in.DivergingEpoch, in.LogEnd))
+	} else {
 		point = TruncationPoint(in.Mine, in.LogMin, in.LogEnd, in.State.Epochs, in.MasterEnd)
 	}
-	if point < 0 {
-		if in.LogEnd == in.LogMin {
-			return TruncationPlan{Action: TruncNone, Point: in.LogEnd} // nothing to share yet
-		}
-		point = in.LogMin // no epoch in common: copy the master's log afresh
-	}
-	point = max(point, in.LogMin)
-	if point >= in.LogEnd {
+	if point >= in.LogEnd && in.LogEnd > in.LogMin {
 		return TruncationPlan{Action: TruncNone, Point: in.LogEnd}
 	}
+	// Nothing in common (or an empty log the master refused: it does not start on one of the
+	// master's batch boundaries): copy the master's log afresh.
+	reset := point <= in.LogMin
+	point = max(point, in.LogMin)
+	inSet := in.State.MasterID != in.Self && slices.Contains(in.State.SyncStateSet, in.Self)
 	switch {
 	case point < in.KnownConfirmed:
 		return TruncationPlan{Action: TruncRefuse, Point: point, Reason: fmt.Sprintf(
 			"cutting the log to %d would discard what the group confirmed (up to %d); the control state or the epoch file is wrong", point, in.KnownConfirmed)}
-	case in.LastCutEpoch != 0 && in.LastCutEpoch == in.State.Epoch:
+	case in.LastCutEpoch != 0 && in.LastCutEpoch == in.State.Epoch && point >= in.LastCutPoint:
 		return TruncationPlan{Action: TruncRefuse, Point: point, Reason: fmt.Sprintf(
-			"this member already cut its log for epoch %d; a second cut for the same epoch would be a loop", in.State.Epoch)}
-	case in.State.MasterID != in.Self && slices.Contains(in.State.SyncStateSet, in.Self):
-		return TruncationPlan{Action: TruncLeaveFirst, Point: point}
+			"this member already cut its log to %d for epoch %d; cutting it to %d again would be a loop", in.LastCutPoint, in.State.Epoch, point)}
+	case reset:
+		return TruncationPlan{Action: TruncReset, Point: point, LeaveFirst: inSet}
+	case inSet:
+		return TruncationPlan{Action: TruncLeaveFirst, Point: point, LeaveFirst: true}
 	}
 	return TruncationPlan{Action: TruncCut, Point: point}
 }

@@ -79,6 +79,7 @@ func TestDecideLeader(t *testing.T) {
 		target string
 	}{
 		{"first election: act at once", "b3", ControlState{}, nil, ActMaster, "b3"},
+		{"first election, but this member stopped: wait", "b3", ControlState{}, map[string]Candidate{"b3": {Electable: false}}, ActWait, ""},
 		{"in the set, the longest log: act", "b2", set, ends(map[string]int64{"b1": 10, "b2": 10, "b3": 9}), ActMaster, "b2"},
 		{"in the set, alone reachable: act", "b2", set, ends(map[string]int64{"b2": 10}), ActMaster, "b2"},
 		{"in the set but behind: hand over to the longest", "b2", set, ends(map[string]int64{"b2": 10, "b3": 11}), ActTransfer, "b3"},
@@ -150,30 +151,64 @@ func TestTruncationPoint(t *testing.T) {
 	}
 }
 
-func TestDivergencePoint(t *testing.T) {
+func TestDivergingEpoch(t *testing.T) {
 	e := epochs
 	// The master's log: epoch 1 from 0, 2 from 100, 4 from 300 (it never saw epoch 3), end 500.
 	master := e(1, 0, 2, 100, 4, 300)
 	cases := []struct {
 		name      string
 		lastEpoch uint32
-		lastStart int64
-		want      int64
+		epoch     uint32
+		end       int64
 	}{
-		{"an epoch the master has: its end there", 2, 100, 300},
-		{"the master's newest epoch: its log end", 4, 300, 500},
-		{"an epoch the master never had: where it starts on the slave", 3, 250, 250},
-		{"an epoch the master never had, starting after the master's epoch 2 ended", 3, 350, 300},
-		{"older than the master's history: its first start", 0, 0, 0},
-		{"a slave whose epoch 2 was recorded elsewhere in the same epoch: the epoch decides", 2, 120, 300},
+		{"an epoch the master has: its end there", 2, 2, 300},
+		{"the master's newest epoch: its log end", 4, 4, 500},
+		{"an epoch the master never had: its epoch before it", 3, 2, 300},
+		{"newer than the master's history: its newest", 7, 4, 500},
+		{"older than the master's history", 0, 0, 0},
 	}
 	for _, c := range cases {
-		if got := DivergencePoint(master, 500, c.lastEpoch, c.lastStart); got != c.want {
-			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
+		if epoch, end := DivergingEpoch(master, 500, c.lastEpoch); epoch != c.epoch || end != c.end {
+			t.Errorf("%s: got epoch %d end %d, want %d %d", c.name, epoch, end, c.epoch, c.end)
 		}
 	}
-	if got := DivergencePoint(nil, 77, 3, 10); got != 77 {
-		t.Errorf("no epochs: got %d, want the log end", got)
+	if epoch, end := DivergingEpoch(e(3, 4096), 9000, 1); epoch != 0 || end != 4096 {
+		t.Errorf("before the master's first epoch: %d %d", epoch, end)
+	}
+	if epoch, end := DivergingEpoch(nil, 77, 3); epoch != 3 || end != 77 {
+		t.Errorf("no epochs: %d %d, want the slave's epoch and the log end", epoch, end)
+	}
+}
+
+// TestDivergenceAcrossSeveralEpochs: the slave has two epochs the master never had, the newer
+// one without data; the master's answer (its epoch before them and its end) and the slave's own
+// epochs find where the logs part, the start of the first epoch the master lacks, not the
+// start of the last one.
+func TestDivergenceAcrossSeveralEpochs(t *testing.T) {
+	e := epochs
+	master := e(1, 0, 4, 300)                 // end 500
+	slave := e(1, 0, 2, 100, 3, 250)          // epoch 3 holds nothing: the log ends at 250
+	last, start := NewestWithData(slave, 250) // epoch 2, from 100
+	if last != 2 || start != 100 {
+		t.Fatalf("newest epoch with data: %d at %d, want 2 at 100", last, start)
+	}
+	epoch, end := DivergingEpoch(master, 500, last)
+	if epoch == last {
+		t.Fatal("the master has the slave's epoch 2")
+	}
+	if got := min(end, EpochEnd(slave, epoch, 250)); got != 100 {
+		t.Fatalf("the logs part at %d, want 100 (where the slave's epoch 2 starts)", got)
+	}
+	plan := PlanTruncation(TruncationInput{Self: "b1", State: ControlState{MasterID: "b2", Epoch: 4, Epochs: e(1, 0, 2, 100, 3, 250, 4, 300)},
+		Mine: slave, LogEnd: 250, DivergedAt: end, DivergingEpoch: epoch, KnownConfirmed: 90, LastCutPoint: -1})
+	if plan.Action != TruncCut || plan.Point != 100 {
+		t.Fatalf("plan %+v, want a cut at 100", plan)
+	}
+	if got := EpochEnd(slave, 3, 250); got != 250 {
+		t.Fatalf("EpochEnd of the newest epoch: %d, want the log end", got)
+	}
+	if e, s := NewestWithData(e(5, 40), 40); e != 0 || s != -1 {
+		t.Fatalf("an empty log's epochs: %d %d", e, s)
 	}
 }
 
@@ -196,18 +231,28 @@ func TestPlanTruncation(t *testing.T) {
 			Mine: e(1, 0, 2, 100, 3, 180), LogEnd: 900, DivergedAt: -1, MasterEnd: math.MaxInt64}, TruncStale, 0},
 		{"never below what the group confirmed", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: 200},
 			TruncRefuse, 180},
-		{"never twice for one epoch", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1, LastCutEpoch: 3},
+		{"never twice for one epoch", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1, LastCutEpoch: 3, LastCutPoint: 180},
 			TruncRefuse, 180},
-		{"a cut for an earlier epoch does not block this one", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1, LastCutEpoch: 2},
+		{"a second cut for one epoch that goes lower is the next round", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1, LastCutEpoch: 3, LastCutPoint: 200},
 			TruncCut, 180},
-		{"no shared epoch: copy afresh from the log's start", TruncationInput{Self: "b1", State: group, Mine: e(1, 50), LogMin: 10, LogEnd: 400, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1},
-			TruncCut, 10},
-		{"the master's divergence point wins over the epochs", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: 170, MasterEnd: 400, KnownConfirmed: 160},
+		{"a cut for an earlier epoch does not block this one", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1, LastCutEpoch: 2, LastCutPoint: 100},
+			TruncCut, 180},
+		{"no shared epoch: copy afresh", TruncationInput{Self: "b1", State: group, Mine: e(1, 50), LogMin: 10, LogEnd: 400, DivergedAt: -1, MasterEnd: math.MaxInt64, KnownConfirmed: -1},
+			TruncReset, 10},
+		{"the master's answer wins over the epochs", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: 170, DivergingEpoch: 2, MasterEnd: 400, KnownConfirmed: 160},
 			TruncCut, 170},
-		{"a divergence point below the log's start empties the log", TruncationInput{Self: "b1", State: group, Mine: e(2, 4096), LogMin: 4096, LogEnd: 5000, DivergedAt: 100, MasterEnd: 400, KnownConfirmed: -1},
-			TruncCut, 4096},
-		{"an empty log has nothing to cut", TruncationInput{Self: "b1", State: group, LogMin: 4096, LogEnd: 4096, DivergedAt: -1, MasterEnd: math.MaxInt64},
-			TruncNone, 4096},
+		{"the master's epoch ends earlier on this log", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100), LogEnd: 250, DivergedAt: 170, DivergingEpoch: 1, MasterEnd: 400, KnownConfirmed: -1},
+			TruncCut, 100},
+		{"a divergence below the log's start: reset", TruncationInput{Self: "b1", State: group, Mine: e(2, 4096), LogMin: 4096, LogEnd: 5000, DivergedAt: 100, MasterEnd: 400, KnownConfirmed: -1},
+			TruncReset, 4096},
+		{"the reset of a member of the set leaves it first", TruncationInput{Self: "b3", State: group, Mine: e(2, 4096), LogMin: 4096, LogEnd: 5000, DivergedAt: 100, MasterEnd: 400, KnownConfirmed: -1},
+			TruncReset, 4096},
+		{"a reset never discards what the group confirmed", TruncationInput{Self: "b1", State: group, Mine: e(2, 4096), LogMin: 4096, LogEnd: 5000, DivergedAt: 100, MasterEnd: 400, KnownConfirmed: 4500},
+			TruncRefuse, 4096},
+		{"an empty log the master refused (not on its batch boundaries): reset", TruncationInput{Self: "b1", State: group, LogMin: 4096, LogEnd: 4096, DivergedAt: -1, MasterEnd: math.MaxInt64},
+			TruncReset, 4096},
+		{"the epochs show nothing to cut", TruncationInput{Self: "b1", State: group, Mine: e(1, 0, 2, 100, 3, 180), LogEnd: 250, DivergedAt: -1, MasterEnd: math.MaxInt64},
+			TruncNone, 250},
 	}
 	for _, c := range cases {
 		got := PlanTruncation(c.in)

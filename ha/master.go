@@ -79,7 +79,7 @@ type MasterConfig struct {
 	// Epochs, when set (a Raft-elected group), returns the epoch starts of the master's log,
 	// ascending (a shared slice the master does not modify): a pull naming the slave's newest
 	// epoch is acknowledged only when the slave's log is a prefix of the master's
-	// (DivergencePoint), else answered HAOutOfRange with the offset to cut to. It must be cheap
+	// (DivergingEpoch), else answered HAOutOfRange with where the logs part. It must be cheap
 	// (it runs on every pull).
 	Epochs func() []EpochStart
 	// MinAcks is how many in-sync slaves besides the master must hold a batch for it to be
@@ -780,12 +780,15 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, TruncateTo: -1}
 	reply := rpc.Reply{Header: &sess.resp}
 	if h.LastEpoch != 0 && m.cfg.Epochs != nil {
-		if point := DivergencePoint(m.cfg.Epochs(), m.cfg.Log.LogEndOffset(), h.LastEpoch, h.LastEpochStart); h.Offset > point {
-			// NB: acknowledges nothing: the slave's log past point is not this master's.
+		if epoch, end := DivergingEpoch(m.cfg.Epochs(), m.cfg.Log.LogEndOffset(), h.LastEpoch); epoch != h.LastEpoch || h.Offset > end {
+			// NB: acknowledges nothing: the slave's log past end is not this master's, or its
+			// newest epoch is one this master never had.
 			m.warn.Warn(m.log, "slave's log diverged from this one; answering out of range with where to cut",
-				"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart, "truncateTo", point)
+				"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
+				"divergingEpoch", epoch, "epochEnd", end)
 			sess.resp.Result = protocol.HAOutOfRange
-			sess.resp.TruncateTo = point
+			sess.resp.TruncateTo = end
+			sess.resp.DivergingEpoch = epoch
 			m.fillBounds(&sess.resp)
 			return reply
 		}

@@ -168,22 +168,28 @@ func (n *RaftNode) LeaderCh() <-chan bool { return n.r.LeaderCh() }
 // State returns the control state this member has applied.
 func (n *RaftNode) State() ControlState { return n.fsm.State() }
 
-// ReadIndex is the leader's half of a read index (the Raft paper's section 6.4): a barrier
-// confirms the leadership through a quorum and applies everything committed before it, then
-// the index of the last command applied is returned with the term. ErrNotLeader on a member
-// that is not the leader.
+// ReadIndex is the leader's half of a read index (the Raft paper's section 6.4): it commits a
+// no-op command through a quorum, which confirms the leadership and orders the no-op after
+// every command committed before it, and returns the no-op's log index with the term. A member
+// that has applied that index holds control state at least as new as the leader's when it was
+// asked. ErrNotLeader on a member that is not the leader.
 func (n *RaftNode) ReadIndex(timeout time.Duration) (index, term uint64, err error) {
 	if n.r.State() != raft.Leader {
 		return 0, 0, ErrNotLeader
 	}
 	term = n.r.CurrentTerm()
-	if err := n.r.Barrier(timeout).Error(); err != nil {
+	b, err := Command{Kind: CmdNoop}.MarshalBinary()
+	if err != nil {
+		return 0, 0, err
+	}
+	f := n.r.Apply(b, timeout)
+	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, 0, fmt.Errorf("%w: %v", ErrNotLeader, err)
 		}
 		return 0, 0, err
 	}
-	return n.fsm.AppliedIndex(), term, nil
+	return f.Index(), term, nil
 }
 
 // WaitApplied waits, at most timeout, until this member has applied the command at index (a

@@ -18,9 +18,8 @@ import (
 )
 
 // TestDivergedSlaveAcknowledgesNothing: a pull whose epochs show the slave's log is not a
-// prefix of the master's is answered out of range with where to cut, and acknowledges nothing,
-// even when its offset is a batch boundary of the master's log (the master used to count such a
-// slave's copy).
+// prefix of the master's is answered out of range with where the logs part, and acknowledges
+// nothing, even when its offset is a batch boundary of the master's log.
 func TestDivergedSlaveAcknowledgesNothing(t *testing.T) {
 	mlog := newMemLog(64 << 10)
 	fill(mlog, 0, 10, 100)
@@ -33,8 +32,8 @@ func TestDivergedSlaveAcknowledgesNothing(t *testing.T) {
 	// master's log, but its batches 3-5 are epoch 2's, not the master's.
 	req := protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: 2, Offset: 6 * size, MaxBytes: 1 << 20, LastEpoch: 2, LastEpochStart: 3 * size}
 	h := pull(t, c, req)
-	if h.Result != protocol.HAOutOfRange || h.TruncateTo != 3*size {
-		t.Fatalf("diverged pull: %+v, want out of range with a cut at %d", h, 3*size)
+	if h.Result != protocol.HAOutOfRange || h.DivergingEpoch != 1 || h.TruncateTo != 4*size {
+		t.Fatalf("diverged pull: %+v, want out of range naming epoch 1, which ends at %d on the master", h, 4*size)
 	}
 	if a := ackedOf(m, 2); a != -1 && a != -2 {
 		t.Fatalf("a diverged slave's pull acknowledged %d", a)
@@ -49,7 +48,7 @@ func TestDivergedSlaveAcknowledgesNothing(t *testing.T) {
 	}
 	// Epoch 1 ends at 4*size on the master: a slave of epoch 1 past it diverged.
 	req.Offset = 5 * size
-	if h := pull(t, c, req); h.Result != protocol.HAOutOfRange || h.TruncateTo != 4*size {
+	if h := pull(t, c, req); h.Result != protocol.HAOutOfRange || h.DivergingEpoch != 1 || h.TruncateTo != 4*size {
 		t.Fatalf("epoch 1 past its end on the master: %+v", h)
 	}
 	// A slave that keeps no epochs (static roles) is not checked.
@@ -267,7 +266,7 @@ func TestReadIndex(t *testing.T) {
 
 // TestDivergedSlaveLearnsNoConfirmedOffset: the master's confirmed offset in an answer that found
 // the slave's log diverged is about the master's history, not the slave's: the slave keeps what
-// it knew (a deposed master that took it as its own refused the cut it had to make), and serves
+// it knew (taken as its own, it would put its floor above the cut it has to make), and serves
 // consumers nothing more because of it.
 func TestDivergedSlaveLearnsNoConfirmedOffset(t *testing.T) {
 	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
@@ -288,7 +287,7 @@ func TestDivergedSlaveLearnsNoConfirmedOffset(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no out-of-range answer")
 	}
-	if h.TruncateTo != 4*size || h.ConfirmedOffset != mlog.LogEndOffset() {
+	if h.DivergingEpoch != 1 || h.TruncateTo != 4*size || h.ConfirmedOffset != mlog.LogEndOffset() {
 		t.Fatalf("answer %+v", h)
 	}
 	if got := s.ConfirmedOffset(); got != 0 {

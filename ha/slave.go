@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -139,7 +140,8 @@ type Slave struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 
-	dec chunkDecoder // the goroutine's
+	dec        chunkDecoder // the goroutine's
+	divergeLog ratelog.Limiter
 
 	connected atomic.Bool
 	masterEnd atomic.Int64
@@ -457,8 +459,8 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 		return s.reset(h.Offset, false)
 	case protocol.HAOutOfRange:
 		if s.cfg.OnOutOfRange != nil {
-			s.log.Error("this slave's log is ahead of the master's or diverged from it; truncating to the last shared epoch",
-				"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd)
+			s.divergeLog.Error(s.log, "this slave's log is ahead of the master's or diverged from it; the broker decides where to cut it",
+				"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd, "divergingEpoch", h.DivergingEpoch, "truncateTo", h.TruncateTo)
 			s.cfg.OnOutOfRange(h)
 			return errDiverged
 		}
@@ -529,8 +531,8 @@ func (d *chunkDecoder) readResponse(reqOffset int64, hdr, body []byte) (protocol
 			return h, nil, fmt.Errorf("%w: resync at %d", ErrBadChunk, h.Offset)
 		}
 	case protocol.HAOutOfRange:
-		if h.TruncateTo < -1 || h.TruncateTo >= reqOffset {
-			return h, nil, fmt.Errorf("%w: out of range with a cut at %d for a pull from %d", ErrBadChunk, h.TruncateTo, reqOffset)
+		if h.TruncateTo < -1 {
+			return h, nil, fmt.Errorf("%w: out of range with a cut at %d", ErrBadChunk, h.TruncateTo)
 		}
 	case protocol.HAFenced:
 	default:

@@ -72,9 +72,9 @@ const (
 	// why (e.g. the member is unknown or not in sync, or the group's roles are static).
 	CodeElectMaster RequestCode = 324
 	// CodeRaftReadIndex asks the Raft leader of a Raft-elected group for a read index (the
-	// Raft paper's section 6.4, etcd-raft's ReadIndex): the leader confirms its leadership with
-	// a barrier through a quorum and answers with the index of the last control command it has
-	// applied (RaftReadIndexRequest -> RaftReadIndexResponse). A member that waits until it has
+	// Raft paper's section 6.4, etcd-raft's ReadIndex): the leader commits a no-op command
+	// through a quorum, which confirms its leadership, and answers with its index
+	// (RaftReadIndexRequest -> RaftReadIndexResponse). A member that waits until it has
 	// applied that index itself decides from control state at least as new as the leader's.
 	// Answered with SERVICE_NOT_AVAILABLE by a member that is not the leader.
 	CodeRaftReadIndex RequestCode = 325

@@ -575,9 +575,9 @@ func (h *RaftReadIndexRequest) ReadFrom(src []byte) error {
 
 // RaftReadIndexResponse answers CodeRaftReadIndex.
 type RaftReadIndexResponse struct {
-	// Index is the Raft log index of the last control command the leader had applied once its
-	// barrier committed: a member holds control state at least as new as the leader's once it
-	// has applied this index.
+	// Index is the Raft log index of the no-op command the leader committed for this read
+	// index: a member holds control state at least as new as the leader's once it has applied
+	// this index.
 	Index uint64
 	// Term is the leader's Raft term.
 	Term uint64
@@ -733,10 +733,14 @@ type HAPullResponse struct {
 	// the replication address learns where to redirect producers and sync offsets. A view: on
 	// the receiving side it is valid only as long as the header's bytes.
 	MasterAddr []byte
-	// TruncateTo, in an HAOutOfRange answer to a pull with LastEpoch set, is where the slave's
-	// log leaves the master's: the slave must cut its log there before it pulls again. -1 when
-	// the master cannot tell (the offset is not a batch boundary, or the slave keeps no epochs).
-	TruncateTo int64
+	// DivergingEpoch and TruncateTo, in an HAOutOfRange answer to a pull with LastEpoch set,
+	// are the master's newest epoch at or before the slave's LastEpoch and where it ends in the
+	// master's log (ha.DivergingEpoch): the slave's log leaves the master's at the smaller of
+	// TruncateTo and where DivergingEpoch ends in the slave's own log, and the slave must cut
+	// it there before it pulls again. TruncateTo is -1 when the master cannot tell (the offset
+	// is not a batch boundary, or the slave keeps no epochs).
+	DivergingEpoch uint32
+	TruncateTo     int64
 }
 
 // AppendTo implements Header.
@@ -756,6 +760,7 @@ func (h *HAPullResponse) AppendTo(dst []byte) []byte {
 	}
 	dst = AppendU16(dst, uint16(len(addr)))
 	dst = append(dst, addr...)
+	dst = AppendU32(dst, h.DivergingEpoch)
 	return AppendI64(dst, h.TruncateTo)
 }
 
@@ -772,6 +777,7 @@ func (h *HAPullResponse) ReadFrom(src []byte) error {
 	h.Epoch = r.U32()
 	h.MasterLoaded = r.Bool()
 	h.MasterAddr = r.StrView(maxNameLength)
+	h.DivergingEpoch = r.U32()
 	h.TruncateTo = r.I64()
 	return r.Done()
 }

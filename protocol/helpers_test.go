@@ -46,7 +46,7 @@ func sampleHeaders() []codec {
 		&LogChecksumRequest{From: -1, To: 1 << 30},
 		&LogChecksumResponse{From: 0, To: 1 << 30, Checksum: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
 		&HAPullRequest{BrokerName: "broker-a", SlaveID: 1, SlaveAddr: "127.0.0.1:10921", Offset: 1 << 31, MaxBytes: 1 << 20, WaitMs: 5000, Epoch: 3, MemberID: "b2", LastEpoch: 3, LastEpochStart: 1 << 30},
-		&HAPullResponse{Result: HAOK, Offset: 1 << 31, MasterMin: 0, MasterEnd: 1<<31 + 4096, ConfirmedOffset: 1 << 31, Codec: HACodecS2, RawLength: 4096, Epoch: 3, TruncateTo: -1},
+		&HAPullResponse{Result: HAOK, Offset: 1 << 31, MasterMin: 0, MasterEnd: 1<<31 + 4096, ConfirmedOffset: 1 << 31, Codec: HACodecS2, RawLength: 4096, Epoch: 3, DivergingEpoch: 2, TruncateTo: -1},
 		&ElectMasterRequest{BrokerName: "broker-a", BrokerID: 1, Force: true, BrokerRole: "SYNC_MASTER"},
 		&ElectMasterResponse{BrokerID: 1, MasterAddr: "127.0.0.1:10921", Epoch: 3},
 		&RaftReadIndexRequest{BrokerName: "broker-a"},

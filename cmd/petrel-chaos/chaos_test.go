@@ -144,7 +144,4 @@ func TestChaos(t *testing.T) {
 	case runErr != nil:
 		t.Fatalf("chaos: PASS but %v", runErr)
 	}
-	if took > chaosTestBudget {
-		t.Errorf("chaos: the test took %v, over its budget of %v", took.Round(time.Second), chaosTestBudget)
-	}
 }
