@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -34,6 +35,8 @@ type Server struct {
 	log     *slog.Logger
 	table   *routeTable
 	closing atomic.Bool
+	// rejectLog rate-limits the line of a refused registration: a broker retries it.
+	rejectLog ratelog.Limiter
 
 	mu      sync.Mutex // guards the fields below
 	started bool
@@ -249,11 +252,15 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 	r.now = s.cfg.Now()
 	res, err := s.table.register(&r)
 	if err != nil {
-		s.log.Warn("broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
+		s.rejectLog.Warn(s.log, "broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
 			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "err", err)
 		var stale *errStaleMaster
 		if errors.As(err, &stale) {
 			return rpc.Reply{Status: protocol.StatusNotMaster, Remark: err.Error(), MasterAddr: stale.current}
+		}
+		var late *errStaleRegistration
+		if errors.As(err, &late) {
+			return rpc.Errorf(protocol.StatusServiceNotAvailable, "%v", err)
 		}
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}

@@ -581,3 +581,30 @@ func TestConcurrentBrokers(t *testing.T) {
 		t.Errorf("cluster info after expiry: %+v", ci)
 	}
 }
+
+// TestLateSlaveRegistrationOfTheMasterRefused: a broker's registration as a slave, sent before
+// it became its group's master and delivered late (retransmitted after a partition healed),
+// must not take the master out of the routes; one of the master's own epoch (it gave its role
+// up) is applied.
+func TestLateSlaveRegistrationOfTheMasterRefused(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s.Addr())
+	master := g1m
+	master.epoch = 27
+	mustRegister(t, c, master, topics("TopicA"))
+	late := master
+	late.id, late.epoch = 3, 26
+	if _, err := register(t, c, late, nil); !errors.Is(err, protocol.StatusServiceNotAvailable) || !strings.Contains(err.Error(), "late registration") {
+		t.Fatalf("late slave registration of the master: %v", err)
+	}
+	if rd := mustRoute(t, c, "TopicA"); rd.BrokerDatas[0].MasterAddr() != master.addr {
+		t.Fatalf("route after the late registration: %+v", rd)
+	}
+	demoted := master
+	demoted.id = 3
+	mustRegister(t, c, demoted, topics("TopicA"))
+	if rd := mustRoute(t, c, "TopicA"); rd.BrokerDatas[0].MasterAddr() != "" {
+		t.Fatalf("route after the master gave its role up: %+v", rd)
+	}
+	_ = s
+}

@@ -111,6 +111,19 @@ func (e *errStaleMaster) Error() string {
 		e.addr, e.group, e.epoch, e.current, e.currentEpoch)
 }
 
+// errStaleRegistration refuses a slave registration of the group's listed master that is older
+// than the master's own: it was sent before the broker became master.
+type errStaleRegistration struct {
+	group, addr         string
+	brokerID            int64
+	epoch, currentEpoch uint32
+}
+
+func (e *errStaleRegistration) Error() string {
+	return fmt.Sprintf("broker %s registers as brokerId %d of %s in epoch %d, but it is the group's master in epoch %d: a late registration",
+		e.addr, e.brokerID, e.group, e.epoch, e.currentEpoch)
+}
+
 // register applies a registration (see the package doc) and returns the group's master.
 func (t *routeTable) register(r *registration) (registerResult, error) {
 	h := &r.hdr
@@ -124,6 +137,11 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 			return res, &errStaleMaster{group: h.BrokerName, addr: h.BrokerAddr, epoch: h.Epoch, current: g.addrs[0], currentEpoch: cur}
 		}
 		t.masterEpochs[h.BrokerName] = max(t.masterEpochs[h.BrokerName], h.Epoch)
+	} else if cur := t.masterEpochs[h.BrokerName]; h.Epoch < cur && g != nil && g.addrs[0] == h.BrokerAddr {
+		// The group's master registering as a slave of an older epoch than its own: a late
+		// registration sent before it became master (delayed on the network, say), which would
+		// take the master out of the routes.
+		return res, &errStaleRegistration{group: h.BrokerName, addr: h.BrokerAddr, brokerID: h.BrokerID, epoch: h.Epoch, currentEpoch: cur}
 	}
 	if g != nil && g.cluster != h.ClusterName {
 		// Only the group itself could be moved, and its other members still say otherwise.
