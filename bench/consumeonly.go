@@ -425,19 +425,8 @@ func (r *runner) consumeOnlyHandler(chk *consumeChecker) client.Handler {
 		*ds = (*ds)[:0]
 		var bytes int64
 		for i := range msgs {
-			m := &msgs[i]
-			id, err := ParseIdentity(m.Properties)
-			bytes += int64(len(m.Body))
-			*ds = append(*ds, Delivery{
-				Queue:      QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
-				Offset:     m.QueueOffset,
-				ID:         id,
-				IDErr:      err,
-				BodyCRC:    bodyCRC(m.Body),
-				BodySize:   len(m.Body),
-				ProducerID: m.ProducerID,
-				Sequence:   m.Sequence,
-			})
+			bytes += int64(len(msgs[i].Body))
+			*ds = append(*ds, deliveryOf(&msgs[i]))
 		}
 		chk.consumed(*ds)
 		pool.Put(ds)

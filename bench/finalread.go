@@ -260,11 +260,17 @@ read:
 // deliveryOf reduces a message pulled by the final read to what the Verifier checks.
 func deliveryOf(m *client.MessageExt) Delivery {
 	id, err := ParseIdentity(m.Properties)
+	return deliveryWith(m, id, err)
+}
+
+// deliveryWith is deliveryOf for a message whose identity is already parsed (idErr: why it
+// could not be).
+func deliveryWith(m *client.MessageExt, id Identity, idErr error) Delivery {
 	return Delivery{
 		Queue:      QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
 		Offset:     m.QueueOffset,
 		ID:         id,
-		IDErr:      err,
+		IDErr:      idErr,
 		BodyCRC:    bodyCRC(m.Body),
 		BodySize:   len(m.Body),
 		ProducerID: m.ProducerID,

@@ -960,15 +960,7 @@ func (r *runner) handler(sub int) client.Handler {
 			n++
 			bytes += int64(len(m.Body))
 			if ds != nil {
-				*ds = append(*ds, Delivery{
-					Queue:      QueueRef{Topic: m.Topic, Broker: m.BrokerName, QueueID: m.QueueID},
-					Offset:     m.QueueOffset,
-					ID:         id,
-					BodyCRC:    bodyCRC(m.Body),
-					BodySize:   len(m.Body),
-					ProducerID: m.ProducerID,
-					Sequence:   m.Sequence,
-				})
+				*ds = append(*ds, deliveryWith(m, id, nil))
 			}
 		}
 		if ds != nil {
