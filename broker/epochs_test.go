@@ -175,7 +175,7 @@ func TestStaleControlStateNeverCuts(t *testing.T) {
 	// The Raft snapshot: the control state as of epoch 5, master b2 (first snapshot format, which
 	// every version reads).
 	st := ha.ControlState{MasterID: "b2", Epoch: 5, Epochs: all[:5], SyncStateSet: []string{"b1", "b2", "b3"},
-		Members: []ha.Member{{ID: "b1", BrokerID: 1}, {ID: "b2", BrokerID: 2, Addr: addrs[3], HAAddr: addrs[4]}, {ID: "b3", BrokerID: 3, Addr: addrs[5]}}}
+		Members: []ha.MemberInfo{{ID: "b1", BrokerID: 1}, {ID: "b2", BrokerID: 2, Addr: addrs[3], HAAddr: addrs[4]}, {ID: "b3", BrokerID: 3, Addr: addrs[5]}}}
 	snaps, err := raft.NewFileSnapshotStore(filepath.Join(dir, "raft"), 2, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -426,8 +426,8 @@ func (m *raftMember) becomeMaster() {
 		b.log.Error("cannot serve replication; not taking the master role", "err", err)
 		return
 	}
-	self := ha.Member{ID: m.selfID, BrokerID: b.cfg.BrokerID, Addr: b.Addr(), HAAddr: net.JoinHostPort(b.cfg.advertisedHost(), portOf(hm.Addr()))}
-	cmd := ha.Command{Kind: ha.CmdNewEpoch, MasterID: m.selfID, StartOffset: end, SyncStateSet: keep, Members: []ha.Member{self}}
+	self := ha.MemberInfo{ID: m.selfID, BrokerID: b.cfg.BrokerID, Addr: b.Addr(), HAAddr: net.JoinHostPort(b.cfg.advertisedHost(), portOf(hm.Addr()))}
+	cmd := ha.Command{Kind: ha.CmdNewEpoch, MasterID: m.selfID, StartOffset: end, SyncStateSet: keep, Members: []ha.MemberInfo{self}}
 	if err := m.node.Propose(cmd, raftOpTimeout); err != nil {
 		b.log.Warn("cannot start a new epoch; not taking the master role", "err", err)
 		_ = hm.Close()
@@ -456,10 +456,10 @@ func (m *raftMember) becomeMaster() {
 // commitSyncSet commits the in-sync set of epoch through Raft (ha.MasterConfig.CommitSyncSet).
 func (m *raftMember) commitSyncSet(epoch uint32, slaves []ha.SyncMember) error {
 	ids := []string{m.selfID}
-	var members []ha.Member
+	var members []ha.MemberInfo
 	for _, s := range slaves {
 		ids = append(ids, s.MemberID)
-		members = append(members, ha.Member{ID: s.MemberID, BrokerID: s.BrokerID, Addr: s.Addr})
+		members = append(members, ha.MemberInfo{ID: s.MemberID, BrokerID: s.BrokerID, Addr: s.Addr})
 	}
 	return m.node.Propose(ha.Command{Kind: ha.CmdSetSyncStateSet, Epoch: epoch, SyncStateSet: ids, Members: members}, raftOpTimeout)
 }

@@ -39,11 +39,11 @@ type ControlState struct {
 	// Members is what the group knows of its members' addresses, sorted by ID: every master
 	// records itself with its new epoch and the slaves it serves with its in-sync set, so that
 	// members learn the master's addresses and a leader outside the set can reach the set.
-	Members []Member
+	Members []MemberInfo
 }
 
-// Member is one broker of a Raft-elected group as the control state knows it.
-type Member struct {
+// MemberInfo is one broker of a Raft-elected group as the control state knows it.
+type MemberInfo struct {
 	ID       string // Raft server id (raftSelfId)
 	BrokerID int64  // the brokerId of its config (it registers as 0 while master)
 	Addr     string // client address, host:port
@@ -51,32 +51,32 @@ type Member struct {
 }
 
 // Member returns the entry of member id.
-func (s ControlState) Member(id string) (Member, bool) {
-	i, ok := slices.BinarySearchFunc(s.Members, id, func(m Member, id string) int { return strings.Compare(m.ID, id) })
+func (s ControlState) Member(id string) (MemberInfo, bool) {
+	i, ok := slices.BinarySearchFunc(s.Members, id, func(m MemberInfo, id string) int { return strings.Compare(m.ID, id) })
 	if !ok {
-		return Member{}, false
+		return MemberInfo{}, false
 	}
 	return s.Members[i], true
 }
 
 // MemberByBrokerID returns the entry whose BrokerID is id.
-func (s ControlState) MemberByBrokerID(id int64) (Member, bool) {
+func (s ControlState) MemberByBrokerID(id int64) (MemberInfo, bool) {
 	for _, m := range s.Members {
 		if m.BrokerID == id {
 			return m, true
 		}
 	}
-	return Member{}, false
+	return MemberInfo{}, false
 }
 
 // upsertMembers returns members with ms put in (replacing entries of the same ID), sorted.
-func upsertMembers(members []Member, ms []Member) []Member {
+func upsertMembers(members []MemberInfo, ms []MemberInfo) []MemberInfo {
 	out := slices.Clone(members)
 	for _, m := range ms {
 		if m.ID == "" {
 			continue
 		}
-		i, ok := slices.BinarySearchFunc(out, m.ID, func(x Member, id string) int { return strings.Compare(x.ID, id) })
+		i, ok := slices.BinarySearchFunc(out, m.ID, func(x MemberInfo, id string) int { return strings.Compare(x.ID, id) })
 		if ok {
 			if m.HAAddr == "" { // a slave's entry keeps the HA address it had as master
 				m.HAAddr = out[i].HAAddr
@@ -117,7 +117,7 @@ type Command struct {
 	SyncStateSet []string
 	// Members are put into the state's member table (both kinds): the new master itself, or
 	// the slaves of the in-sync set.
-	Members []Member
+	Members []MemberInfo
 }
 
 // Errors of Apply. A refused command leaves the state unchanged.
@@ -485,7 +485,7 @@ func (c Command) MarshalBinary() ([]byte, error) {
 }
 
 // appendMembers encodes members as a u32 count of (id, brokerId i64, addr, haAddr).
-func appendMembers(b []byte, members []Member) []byte {
+func appendMembers(b []byte, members []MemberInfo) []byte {
 	b = protocol.AppendU32(b, uint32(len(members)))
 	for _, m := range members {
 		b = protocol.AppendString(b, m.ID)
@@ -497,10 +497,10 @@ func appendMembers(b []byte, members []Member) []byte {
 }
 
 // readMembers decodes what appendMembers encoded.
-func readMembers(r *protocol.Reader) []Member {
-	var out []Member
+func readMembers(r *protocol.Reader) []MemberInfo {
+	var out []MemberInfo
 	for n := r.Count(16); n > 0; n-- {
-		out = append(out, Member{ID: r.Str(maxMemberID), BrokerID: r.I64(), Addr: r.Str(maxMemberID), HAAddr: r.Str(maxMemberID)})
+		out = append(out, MemberInfo{ID: r.Str(maxMemberID), BrokerID: r.I64(), Addr: r.Str(maxMemberID), HAAddr: r.Str(maxMemberID)})
 	}
 	return out
 }

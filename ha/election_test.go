@@ -317,13 +317,13 @@ func FuzzCommandUnmarshal(f *testing.F) {
 
 func TestNewEpochSetAndMembers(t *testing.T) {
 	s := ControlState{}
-	b1 := Member{ID: "b1", BrokerID: 1, Addr: "h:1", HAAddr: "h:2"}
-	s, err := s.Apply(Command{Kind: CmdNewEpoch, MasterID: "b1", StartOffset: 0, Members: []Member{b1}})
+	b1 := MemberInfo{ID: "b1", BrokerID: 1, Addr: "h:1", HAAddr: "h:2"}
+	s, err := s.Apply(Command{Kind: CmdNewEpoch, MasterID: "b1", StartOffset: 0, Members: []MemberInfo{b1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err = s.Apply(Command{Kind: CmdSetSyncStateSet, Epoch: 1, SyncStateSet: []string{"b1", "b2", "b3"},
-		Members: []Member{{ID: "b3", BrokerID: 3, Addr: "h:5"}, {ID: "b2", BrokerID: 2, Addr: "h:3"}}})
+		Members: []MemberInfo{{ID: "b3", BrokerID: 3, Addr: "h:5"}, {ID: "b2", BrokerID: 2, Addr: "h:3"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,8 +331,8 @@ func TestNewEpochSetAndMembers(t *testing.T) {
 		t.Fatalf("members not sorted: %v", got)
 	}
 	// b2 takes over without b1 (the dead master): the set keeps b3.
-	b2 := Member{ID: "b2", BrokerID: 2, Addr: "h:3", HAAddr: "h:4"}
-	next, err := s.Apply(Command{Kind: CmdNewEpoch, MasterID: "b2", StartOffset: 100, SyncStateSet: []string{"b3"}, Members: []Member{b2}})
+	b2 := MemberInfo{ID: "b2", BrokerID: 2, Addr: "h:3", HAAddr: "h:4"}
+	next, err := s.Apply(Command{Kind: CmdNewEpoch, MasterID: "b2", StartOffset: 100, SyncStateSet: []string{"b3"}, Members: []MemberInfo{b2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestNewEpochSetAndMembers(t *testing.T) {
 		t.Fatalf("b2's entry: %+v %v", m, ok)
 	}
 	// A slave entry without an HA address keeps the one its member had as master.
-	after, err := next.Apply(Command{Kind: CmdSetSyncStateSet, Epoch: 2, SyncStateSet: []string{"b2", "b1"}, Members: []Member{{ID: "b1", BrokerID: 1, Addr: "h:9"}}})
+	after, err := next.Apply(Command{Kind: CmdSetSyncStateSet, Epoch: 2, SyncStateSet: []string{"b2", "b1"}, Members: []MemberInfo{{ID: "b1", BrokerID: 1, Addr: "h:9"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestNewEpochSetAndMembers(t *testing.T) {
 		t.Fatalf("b9 joined with a new epoch: %v", err)
 	}
 	// Commands and snapshots carry the members.
-	c := Command{Kind: CmdNewEpoch, MasterID: "b2", StartOffset: 100, SyncStateSet: []string{"b3"}, Members: []Member{b2}}
+	c := Command{Kind: CmdNewEpoch, MasterID: "b2", StartOffset: 100, SyncStateSet: []string{"b3"}, Members: []MemberInfo{b2}}
 	raw, _ := c.MarshalBinary()
 	var back Command
 	if err := back.UnmarshalBinary(raw); err != nil || !reflect.DeepEqual(back, c) {
