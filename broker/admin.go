@@ -38,13 +38,13 @@ func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc
 		}
 		return b.raft.readIndex(h)
 	case protocol.CodeUpdateAndCreateTopic:
-		if b.role.Load().master == nil {
+		if r := b.role.Load(); r.master == nil {
 			// NB: topic configs reach a slave only through its sync with the master
 			// (syncWithMaster), which writes b.topics directly and does not come here.
 			return rpc.Reply{
 				Status:     protocol.StatusNotMaster,
 				Remark:     "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) + " is not the master: create or update topics on the master",
-				MasterAddr: b.master().clientAddr,
+				MasterAddr: r.Master.Addr,
 			}
 		}
 		var h protocol.TopicConfig
@@ -257,7 +257,7 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 		"brokerClusterName":      b.cfg.BrokerClusterName,
 		"commitLogDiskRatio":     diskRatio(b.cfg.StorePathRootDir),
 		"haListenAddr":           b.haAdvertised(),
-		"masterAddr":             b.master().clientAddr,
+		"masterAddr":             b.role.Load().Master.Addr,
 	}
 	if b.role.Load().master != nil {
 		delete(kv, "masterAddr") // this broker is the master; what it followed before is history

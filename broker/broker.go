@@ -38,7 +38,6 @@ type Broker struct {
 	consumers *consumerTable
 	stats     stats
 	metrics   *metrics // nil unless metricsPromExporterPort is set (metrics.go)
-	epoch     atomic.Uint32
 	stamp     commitlog.StampFunc
 	limits    protocol.BatchLimits
 	started   time.Time
@@ -62,14 +61,13 @@ type Broker struct {
 
 	// Replication (replication.go): a master's server for its slaves, or a slave's link to
 	// its master and what it knows of the master.
-	role       atomic.Pointer[role] // never nil after New
-	raft       *raftMember          // nil unless enableRaftHA
-	hwm        bool                 // consumers read up to the high watermark (highWatermark)
-	staticID   atomic.Int64         // the brokerId registered with static roles (electMaster swaps it)
-	lastHWM    atomic.Int64
-	masterAddr atomic.Pointer[masterInfo]
-	masterMu   sync.Mutex  // serialises learnMaster (registration and replication both call it)
-	slowBytes  int64       // reads further behind the log end than this are old (bytes)
+	role      atomic.Pointer[role] // never nil after New; stored only by roles (publish)
+	roles     *roleDriver          // the role loop: the member state machine and its driver
+	raft      *raftMember          // nil unless enableRaftHA
+	elected   uint32               // the epoch electMaster left a static member in (checkElected)
+	hwm       bool                 // consumers read up to the high watermark (highWatermark)
+	lastHWM   atomic.Int64
+	slowBytes int64       // reads further behind the log end than this are old (bytes)
 	loaded     atomic.Bool // the master's put rate is over slaveReadLoadMsgsPerSec
 	syncMu     sync.Mutex  // guards syncConn
 	syncConn   *rpc.Conn   // a slave's connection to its master for the config/offset sync
@@ -159,11 +157,9 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	b.slowBytes = slowReadBytes(&cfg)
 	empty := ""
 	b.addr.Store(&empty)
-	b.role.Store(&role{})
-	b.staticID.Store(cfg.BrokerID)
-	b.epoch.Store(elected)
+	b.elected = elected
 	b.stamp = func(dst []byte, phys, baseQueueOffset, storeTimestamp int64) {
-		protocol.StampBatch(dst, phys, baseQueueOffset, storeTimestamp, b.epoch.Load())
+		protocol.StampBatch(dst, phys, baseQueueOffset, storeTimestamp, b.role.Load().Epoch)
 	}
 	if cfg.EnableRaftHA {
 		if b.raft, err = newRaftMember(b); err != nil {
@@ -172,6 +168,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		}
 		b.hwm = cfg.BrokerRole == RoleSyncMaster
 	}
+	b.roles = newRoleDriver(b)
 	if met != nil {
 		met.register(b)
 	}
@@ -207,7 +204,6 @@ func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
 // the server accepts connections.
 func (b *Broker) Start() error {
 	b.started = time.Now()
-	b.newHA()
 	h := &handler{b: b}
 	loops := b.cfg.NumEventLoop
 	var releaseProcs func()

@@ -321,11 +321,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		emit(descRole, prometheus.GaugeValue, v, c.cluster, c.nodeID, name)
 	}
-	epoch := st.Epoch
-	if epoch == 0 {
-		epoch = max(r.epoch, b.epoch.Load()) // between roles in a Raft-elected group
-	}
-	node(descEpoch, float64(epoch))
+	node(descEpoch, float64(max(st.Epoch, r.Epoch)))
 	switch {
 	case r.master != nil:
 		node(descInSyncReplicas, float64(st.InSyncReplicas))

@@ -342,8 +342,8 @@ func TestMetricsRaft(t *testing.T) {
 	if got := s.value(t, "petrel_broker_role", append(node[:2:2], "role", RoleSyncMaster)...); got != 1 {
 		t.Errorf("master: role SYNC_MASTER %v", got)
 	}
-	if got := s.value(t, "petrel_epoch", node...); got < 1 || got != float64(m.epoch.Load()) {
-		t.Errorf("master: epoch %v, want %d (>= 1)", got, m.epoch.Load())
+	if got := s.value(t, "petrel_epoch", node...); got < 1 || got != float64(m.role.Load().Epoch) {
+		t.Errorf("master: epoch %v, want %d (>= 1)", got, m.role.Load().Epoch)
 	}
 	if got := s.value(t, "petrel_replication_in_sync_replicas", node...); got != 3 {
 		t.Errorf("master: in-sync replicas %v, want 3", got)

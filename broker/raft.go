@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,44 +28,32 @@ import (
 var ErrRestart = errors.New("broker: restart requested to truncate the log to the master's")
 
 // raftMember is a broker's part in a Raft-elected group (enableRaftHA; ARCHITECTURE.md
-// "Election"): its Raft node for the group's control state, its durable epoch starts, and the
-// loop that gives the broker its role. Only the loop changes the role.
-//
-// The loop reconciles the role with Raft every time leadership or the control state changes
-// (and every reconcileInterval):
-//   - the Raft leader asks ha.DecideLeader: the electable in-sync member with the longest log
-//     acts as master (Barrier, then a new epoch at its log end, then it accepts writes and
-//     registers as brokerId 0); a leader that should not be master hands leadership over;
+// "Election"): its Raft node for the group's control state, its durable epoch starts, confirmed
+// mark and truncation log, and the I/O the member state machine (ha.Member, driven by the role
+// loop, member.go) asks of a Raft-elected member:
+//   - the Raft leader asks the in-sync members for their logs (candidates) and ha.DecideLeader
+//     picks the master: the electable in-sync member with the longest log acts as master
+//     (startMaster: a barrier, a new epoch at its log end, then it accepts writes and registers
+//     as brokerId 0); a leader that should not be master hands leadership over;
 //   - a member that is not leader gives up the master role at once (a leader that lost its
 //     quorum steps down within the leader lease, before another can be elected), then follows
 //     the master the control state names. That master acknowledges its pulls only while its
 //     log is a prefix of the master's, and otherwise says where it diverged; the member then
-//     cuts its log there (handleDivergence, ha.PlanTruncation: after a read index, never below
-//     what the group confirmed, never twice for one epoch, out of the in-sync set first; the
-//     cut happens through a restart).
+//     cuts its log there (ha.PlanTruncation: after a read index, never below what the group
+//     confirmed, never twice for one epoch, out of the in-sync set first; the cut happens
+//     through a restart).
 type raftMember struct {
 	b      *Broker
 	selfID string
 	peers  []ha.RaftPeer
 	node   *ha.RaftNode
 	epochs *epochLog
-	kick   chan struct{}
-	stop   chan struct{}
-	wg     sync.WaitGroup
 	warn   ratelog.Limiter
-	// lastTransfer rate-limits leadership transfers; failedTarget is the member a transfer last
-	// failed to (left out of the candidates until failedUntil). Loop only.
-	lastTransfer time.Time
-	failedTarget string
-	failedUntil  time.Time
-	// barrierTerm is the Raft term in which this member, as leader, last passed a barrier: in
-	// that term its control state holds everything committed before the term. Loop only.
-	barrierTerm uint64
-	restarting  atomic.Bool
-	// hurriedAt is when the member shortened its Raft timeouts because the master's process
-	// looked gone (UnixNano, 0: not hurried); hurriedLeader the leader it had then.
-	hurriedAt     atomic.Int64
-	hurriedLeader atomic.Pointer[string]
+	// restarting is set once a truncation asked for the restart that carries it out.
+	restarting atomic.Bool
+	// diverging is set from a master's divergence answer until the role loop has taken it (the
+	// role then says Cutting): the member is not electable meanwhile.
+	diverging atomic.Bool
 	// confirmed is the highest offset this member knows the group confirmed; floor says it is
 	// enforced (a SYNC group, whose acknowledgements wait for the in-sync set): no cut below it,
 	// not electable while the log ends below it. cuts records the truncations made, so that a
@@ -72,33 +61,14 @@ type raftMember struct {
 	confirmed *confirmedMark
 	floor     bool // enforce confirmed: the group acknowledges synchronously
 	cuts      *truncationLog
-	// stopped, when set, says why this member stopped following its group (it alerts and
-	// replicates nothing until an operator acts); stoppedLog rate-limits the alert.
-	stopped    atomic.Pointer[string]
-	stoppedLog ratelog.Limiter // Interval set by newRaftMember
-	divergeLog ratelog.Limiter
-	// diverged is what the master answered when it found this log diverged from its own
-	// (set by the slave's goroutine, taken by the loop), nil when none.
-	diverged atomic.Pointer[divergence]
 }
 
 // testBeforeTruncate, when not nil, runs as a member starts cutting its log (tests look at the
 // group's state at that moment). Nil in production.
 var testBeforeTruncate func(m *raftMember)
 
-// divergence is a master's HAOutOfRange answer: its newest epoch at or before this log's and
-// where it ends there (TruncateTo, -1 when the master could not tell), the master's log bounds
-// and epoch.
-type divergence struct {
-	divergingEpoch uint32
-	truncateTo     int64
-	masterMin      int64
-	masterEnd      int64
-	epoch          uint32
-}
-
 const (
-	// reconcileInterval is how often the loop re-checks the role without an event.
+	// reconcileInterval is how often the role loop re-checks the role without an event.
 	reconcileInterval = 100 * time.Millisecond
 	// raftOpTimeout bounds a Barrier or a proposal of the loop.
 	raftOpTimeout = 2 * time.Second
@@ -134,16 +104,13 @@ func newRaftMember(b *Broker) (*raftMember, error) {
 		return nil, err
 	}
 	return &raftMember{
-		b:          b,
-		selfID:     b.cfg.RaftSelfID,
-		peers:      peers,
-		epochs:     el,
-		kick:       make(chan struct{}, 1),
-		stop:       make(chan struct{}),
-		confirmed:  cm,
-		floor:      b.cfg.BrokerRole == RoleSyncMaster,
-		cuts:       cuts,
-		stoppedLog: ratelog.Limiter{Interval: 10 * time.Second},
+		b:         b,
+		selfID:    b.cfg.RaftSelfID,
+		peers:     peers,
+		epochs:    el,
+		confirmed: cm,
+		floor:     b.cfg.BrokerRole == RoleSyncMaster,
+		cuts:      cuts,
 	}, nil
 }
 
@@ -155,7 +122,7 @@ func (m *raftMember) epochLog() *epochLog {
 	return m.epochs
 }
 
-// start starts the Raft node and the role loop.
+// start starts the Raft node (the role loop starts after it).
 func (m *raftMember) start() error {
 	var self string
 	for _, p := range m.peers {
@@ -170,7 +137,7 @@ func (m *raftMember) start() error {
 		HeartbeatTimeout: m.b.cfg.RaftHeartbeatTimeout,
 		ElectionTimeout:  m.b.cfg.RaftElectionTimeout,
 		Logger:           m.b.log.With("component", "raft"),
-		OnChange:         func(ha.ControlState) { m.poke() },
+		OnChange:         func(ha.ControlState) { m.b.roles.poke() },
 	})
 	if err != nil {
 		return fmt.Errorf("cannot start the Raft member %s on %s: %w", m.selfID, self, err)
@@ -184,16 +151,12 @@ func (m *raftMember) start() error {
 			}
 		}
 	}
-	m.wg.Add(1)
-	go m.loop()
 	m.b.log.Info("Raft member started", "raftSelfId", m.selfID, "raftAddr", self, "peers", len(m.peers))
 	return nil
 }
 
-// close stops the loop and the Raft node (the broker closes the role's replication).
+// close persists the confirmed mark and stops the Raft node (after the role loop stopped).
 func (m *raftMember) close() {
-	close(m.stop)
-	m.wg.Wait()
 	m.noteConfirmed(m.b.role.Load())
 	if err := m.confirmed.persist(time.Now(), true); err != nil {
 		m.b.log.Warn("confirmed mark not persisted", "err", err)
@@ -205,71 +168,12 @@ func (m *raftMember) close() {
 	}
 }
 
-func (m *raftMember) poke() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (m *raftMember) loop() {
-	defer m.wg.Done()
-	t := time.NewTicker(reconcileInterval)
-	defer t.Stop()
-	leaderCh := m.node.LeaderCh()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-leaderCh:
-		case <-m.kick:
-		case <-t.C:
-		}
-		if !m.restarting.Load() {
-			m.reconcile()
-		}
-	}
-}
-
-// onMasterGone runs on the slave's goroutine when the master's replication connection closed or
-// was refused: the master's process is likely gone, so this member shortens its Raft timeouts
-// to the leader lease (RaftNode.Hurry) instead of waiting the whole heartbeat timeout.
-func (m *raftMember) onMasterGone() {
-	if m.hurriedAt.Load() != 0 {
-		return
-	}
-	leader := m.node.LeaderID()
-	m.hurriedLeader.Store(&leader)
-	m.hurriedAt.Store(time.Now().UnixNano())
-	if err := m.node.Hurry(); err != nil {
-		m.b.log.Warn("cannot shorten the Raft timeouts", "err", err)
-	}
-}
-
-// relaxIfSettled restores the Raft timeouts once another leader is known, or after a while.
-func (m *raftMember) relaxIfSettled() {
-	at := m.hurriedAt.Load()
-	if at == 0 {
-		return
-	}
-	leader := m.node.LeaderID()
-	if (leader == "" || leader == *m.hurriedLeader.Load()) && time.Since(time.Unix(0, at)) < 5*time.Second {
-		return
-	}
-	if err := m.node.Relax(); err != nil {
-		m.b.log.Warn("cannot restore the Raft timeouts", "err", err)
-		return
-	}
-	m.hurriedAt.Store(0)
-}
-
-// reconcile brings the broker's role in line with Raft.
-func (m *raftMember) reconcile() {
+// observe is the role loop's view of Raft for the member (ha.Tick); it also raises and persists
+// the confirmed mark and warns about a brokerId two members share.
+func (m *raftMember) observe(d *roleDriver) ha.Event {
 	b := m.b
-	m.relaxIfSettled()
 	st := m.node.State()
-	r := b.role.Load()
-	m.noteConfirmed(r)
+	m.noteConfirmed(b.role.Load())
 	if err := m.confirmed.persist(time.Now(), false); err != nil {
 		m.warn.Warn(b.log, "confirmed mark not persisted", "err", err)
 	}
@@ -279,74 +183,7 @@ func (m *raftMember) reconcile() {
 				"brokerId", b.cfg.BrokerID, "other", mem.ID, "otherAddr", mem.Addr)
 		}
 	}
-	if st.MasterID != "" && st.MasterID != m.selfID {
-		if mem, ok := st.Member(st.MasterID); ok {
-			b.setMaster(masterInfo{clientAddr: mem.Addr, haAddr: mem.HAAddr})
-		}
-	}
-	if m.node.IsLeader() {
-		if r.master != nil && st.MasterID == m.selfID && st.Epoch == r.epoch {
-			return // acting as master of the current epoch
-		}
-		// A new leader may not have applied everything committed before its term yet (the
-		// in-sync set that names it, say): decide on the state after a barrier.
-		if term := m.node.Term(); term != m.barrierTerm {
-			if err := m.node.Barrier(raftOpTimeout); err != nil {
-				b.log.Warn("Raft barrier failed", "err", err)
-				return
-			}
-			m.barrierTerm = term
-			st = m.node.State()
-		}
-		cands := m.candidates(st)
-		switch act, target := ha.DecideLeader(m.selfID, st, cands); act {
-		case ha.ActMaster:
-			m.becomeMaster()
-		case ha.ActTransfer:
-			if time.Since(m.lastTransfer) < time.Second {
-				return
-			}
-			m.lastTransfer = time.Now()
-			b.log.Info("handing Raft leadership to the in-sync member with the longest log", "to", target, "candidates", cands, "syncStateSet", st.SyncStateSet)
-			if err := m.node.TransferLeadership(target); err != nil {
-				b.log.Warn("leadership transfer failed; leaving that member out for a while", "to", target, "err", err)
-				m.failedTarget, m.failedUntil = target, time.Now().Add(5*time.Second)
-			}
-		default:
-			m.warn.Warn(b.log, "no electable in-sync member reachable: waiting (no master)", "syncStateSet", st.SyncStateSet, "candidates", cands)
-		}
-		return
-	}
-	if r.master != nil {
-		m.demote(r, "no longer the Raft leader")
-		r = b.role.Load()
-	}
-	if why := m.stopped.Load(); why != nil {
-		m.stoppedLog.Error(b.log, "this member stopped following its group; it replicates nothing until an operator acts", "reason", *why)
-		return
-	}
-	if st.MasterID == "" || st.MasterID == m.selfID {
-		return // no master elected yet, or this member's old term: wait for the new epoch
-	}
-	if d := m.diverged.Load(); d != nil {
-		if m.handleDivergence(d) {
-			return
-		}
-		m.diverged.CompareAndSwap(d, nil)
-		if r = b.role.Load(); r.slave != nil {
-			r.slave.Kick() // the log stays as it is: pull again
-		}
-	}
-	if r.slave == nil {
-		m.becomeSlave(st)
-		return
-	}
-	if r.epoch != st.Epoch {
-		r.slave.ObserveEpoch(st.Epoch)
-		b.role.Store(&role{slave: r.slave, epoch: st.Epoch})
-		r.slave.Kick() // follow the new master now, not after a backoff
-		b.log.Info("following the new master", "master", st.MasterID, "epoch", st.Epoch)
-	}
+	return ha.Tick{Now: time.Now(), State: st, Leader: m.node.IsLeader(), Term: m.node.Term(), LeaderID: m.node.LeaderID()}
 }
 
 // noteConfirmed raises the member's confirmed mark from its role: a master's confirmed offset,
@@ -357,9 +194,25 @@ func (m *raftMember) reconcile() {
 func (m *raftMember) noteConfirmed(r *role) {
 	switch {
 	case r.master != nil:
-		m.confirmed.raise(r.master.ConfirmedOffset())
+		m.noteMaster(r.master)
 	case r.slave != nil:
-		m.confirmed.raise(min(r.slave.ConfirmedOffset(), m.b.store.LogEndOffset()))
+		m.noteSlave(r.slave)
+	}
+}
+
+// noteMaster raises the confirmed mark to a master's confirmed offset (nil-safe: a no-op in a
+// static group).
+func (m *raftMember) noteMaster(hm *ha.Master) {
+	if m != nil {
+		m.confirmed.raise(hm.ConfirmedOffset())
+	}
+}
+
+// noteSlave raises the confirmed mark to what the slave's log holds of the confirmed offset its
+// master last acknowledged (nil-safe).
+func (m *raftMember) noteSlave(s *ha.Slave) {
+	if m != nil {
+		m.confirmed.raise(min(s.ConfirmedOffset(), m.b.store.LogEndOffset()))
 	}
 }
 
@@ -372,85 +225,53 @@ func (m *raftMember) knownConfirmed() int64 {
 	return m.confirmed.get()
 }
 
-// electable reports whether this member may become master: it has not stopped, is not about to
-// cut its log (a divergence being handled, a restart asked for), and its log holds everything it
-// knows the group confirmed.
+// electable reports whether this member may become master (ha.Role.Electable): it has not
+// stopped, is not about to cut its log, and its log holds everything it knows confirmed.
 func (m *raftMember) electable() bool {
-	return m.stopped.Load() == nil && !m.restarting.Load() && m.diverged.Load() == nil &&
-		m.b.store.LogEndOffset() >= m.knownConfirmed()
+	return !m.restarting.Load() && !m.diverging.Load() &&
+		m.b.role.Load().Electable(m.b.store.LogEndOffset(), m.knownConfirmed())
 }
 
-// stopReason returns why the member stopped following its group, "" when it did not.
-func (m *raftMember) stopReason() string {
-	if m == nil {
-		return ""
-	}
-	if why := m.stopped.Load(); why != nil {
-		return *why
-	}
-	return ""
-}
-
-// becomeMaster takes the master role: the slave stops, the Raft barrier makes the control state
-// current, a new epoch starts at this member's log end, and writes are accepted.
-func (m *raftMember) becomeMaster() {
+// startMaster takes the master role (ha.StartMaster in a Raft-elected group): the Raft barrier
+// makes the control state current, a new epoch starts at this member's log end, and the
+// replication master serves it.
+func (m *raftMember) startMaster(d *roleDriver) ha.Event {
 	b := m.b
 	began := time.Now()
-	if r := b.role.Load(); r.slave != nil {
-		b.role.Store(&role{epoch: r.epoch})
-		r.slave.Close() // no replicated append after this
-		m.noteConfirmed(r)
-	}
 	if err := m.node.Barrier(raftOpTimeout); err != nil {
-		b.log.Warn("Raft barrier failed; not taking the master role yet", "err", err)
-		return
+		return ha.MasterStarted{Err: fmt.Errorf("Raft barrier failed: %w", err)}
 	}
 	st := m.node.State()
 	end := b.store.LogEndOffset()
-	var keep []string // the set this epoch starts with: the old one without the old master
-	var initial []ha.SyncMember
-	for _, id := range st.SyncStateSet {
-		if id == m.selfID || id == st.MasterID {
-			continue
-		}
-		keep = append(keep, id)
-		if mem, ok := st.Member(id); ok {
-			initial = append(initial, ha.SyncMember{MemberID: id, BrokerID: mem.BrokerID, Addr: mem.Addr})
-		}
-	}
+	keep, initial := ha.EpochSyncSet(st, m.selfID) // the set this epoch starts with: the old one without the old master
 	// The replication port listens before the epoch starts, so that the epoch names its address.
 	var hm *ha.Master
 	hm = b.newMasterHA(func(slaves []ha.SyncMember) error { return m.commitSyncSet(hm.Epoch(), slaves) }, initial, min(m.confirmed.get(), end))
 	hm.SetEpoch(st.Epoch) // fences pulls of a newer epoch until this one starts
 	if err := startWithRetry(hm); err != nil {
-		b.log.Error("cannot serve replication; not taking the master role", "err", err)
-		return
+		return ha.MasterStarted{Err: fmt.Errorf("cannot serve replication: %w", err)}
 	}
-	self := ha.MemberInfo{ID: m.selfID, BrokerID: b.cfg.BrokerID, Addr: b.Addr(), HAAddr: net.JoinHostPort(b.cfg.advertisedHost(), portOf(hm.Addr()))}
+	self := b.selfInfo(hm)
 	cmd := ha.Command{Kind: ha.CmdNewEpoch, MasterID: m.selfID, StartOffset: end, SyncStateSet: keep, Members: []ha.MemberInfo{self}}
 	if err := m.node.Propose(cmd, raftOpTimeout); err != nil {
-		b.log.Warn("cannot start a new epoch; not taking the master role", "err", err)
 		_ = hm.Close()
-		return
+		return ha.MasterStarted{Err: fmt.Errorf("cannot start a new epoch: %w", err)}
 	}
 	st = m.node.State()
 	if st.MasterID != m.selfID {
 		_ = hm.Close()
-		return
+		return ha.MasterStarted{Err: fmt.Errorf("the new epoch names %q as master", st.MasterID)}
 	}
 	if err := m.epochs.append(ha.EpochStart{Epoch: st.Epoch, StartOffset: end}); err != nil {
-		b.log.Error("cannot record the new epoch; not taking the master role", "epoch", st.Epoch, "err", err)
 		_ = hm.Close()
-		return
+		return ha.MasterStarted{Err: fmt.Errorf("cannot record epoch %d: %w", st.Epoch, err)}
 	}
-	epoch := st.Epoch
-	b.epoch.Store(epoch)
-	hm.SetEpoch(epoch)
+	hm.SetEpoch(st.Epoch)
 	b.adoptStoredTopics()
-	b.role.Store(&role{master: hm, epoch: epoch, mode: b.cfg.BrokerRole})
-	b.registrar.kick()
-	b.log.Info("acting as master", "epoch", epoch, "epochStart", end, "syncStateSet", st.SyncStateSet,
+	d.master = hm
+	b.log.Info("acting as master", "epoch", st.Epoch, "epochStart", end, "syncStateSet", st.SyncStateSet,
 		"took", time.Since(began).Round(time.Millisecond))
+	return ha.MasterStarted{Epoch: st.Epoch, Self: self}
 }
 
 // commitSyncSet commits the in-sync set of epoch through Raft (ha.MasterConfig.CommitSyncSet).
@@ -464,133 +285,56 @@ func (m *raftMember) commitSyncSet(epoch uint32, slaves []ha.SyncMember) error {
 	return m.node.Propose(ha.Command{Kind: ha.CmdSetSyncStateSet, Epoch: epoch, SyncStateSet: ids, Members: members}, raftOpTimeout)
 }
 
-// demote gives up the master role: sends are refused from now on, and sends waiting for
-// replication are answered (not confirmed).
-func (m *raftMember) demote(r *role, why string) {
-	m.b.role.Store(&role{epoch: r.epoch})
-	m.noteConfirmed(r)
-	_ = r.master.Close()
-	m.b.registrar.kick()
-	m.b.log.Warn("master role given up", "reason", why, "epoch", r.epoch)
-}
-
-// becomeSlave starts pulling from the master the control state names. Its log is not checked
-// against the group's epochs first: the master acknowledges a pull only when the log is a
-// prefix of its own and otherwise says where to cut (handleDivergence).
-func (m *raftMember) becomeSlave(st ha.ControlState) {
-	s := m.b.newSlaveHA()
-	s.ObserveEpoch(st.Epoch)
-	if err := s.Start(); err != nil {
-		m.b.log.Error("cannot start replication", "err", err)
-		return
-	}
-	m.b.role.Store(&role{slave: s, epoch: st.Epoch})
-	m.b.registrar.kick()
-	m.b.log.Info("following the master", "master", st.MasterID, "epoch", st.Epoch)
-}
-
 // onOutOfRange runs on the slave's goroutine when the master says this log is not a prefix of
-// its own: the loop decides what to cut (handleDivergence), the slave waits for its Kick.
+// its own: the role loop decides what to cut, the slave waits for its Kick.
 func (m *raftMember) onOutOfRange(h protocol.HAPullResponse) {
-	m.diverged.Store(&divergence{divergingEpoch: h.DivergingEpoch, truncateTo: h.TruncateTo, masterMin: h.MasterMin, masterEnd: h.MasterEnd, epoch: h.Epoch})
-	m.poke()
+	m.diverging.Store(true)
+	m.b.roles.post(ha.OutOfRange{Divergence: ha.Divergence{DivergingEpoch: h.DivergingEpoch, TruncateTo: h.TruncateTo, MasterMin: h.MasterMin, MasterEnd: h.MasterEnd, Epoch: h.Epoch}})
 }
 
-// handleDivergence decides what to do with a log the master said diverged from its own
-// (ha.PlanTruncation) and does it; it reports whether the member is busy with it (the caller
-// must not follow the master meanwhile). The decision is made only on control state that has
-// caught up with the Raft leader's commit (a read index), and only about a master of the
-// current epoch. A cut never goes below what the group confirmed, is never repeated for one
-// epoch, and, when this member is in the committed in-sync set, happens only once the master
-// has taken it out of the set.
-func (m *raftMember) handleDivergence(d *divergence) bool {
-	b := m.b
-	if !m.caughtUp() {
-		return true
-	}
-	st := m.node.State()
-	if d.epoch != st.Epoch || st.MasterID == m.selfID || st.MasterID == "" {
-		m.warn.Warn(b.log, "ignoring a divergence answer of a master that is not the current one", "answerEpoch", d.epoch, "epoch", st.Epoch, "master", st.MasterID)
-		return false
-	}
+// onMasterGone runs on the slave's goroutine when the master's replication connection closed or
+// was refused: the master's process is likely gone, so this member shortens its Raft timeouts
+// to the leader lease (RaftNode.Hurry) instead of waiting the whole heartbeat timeout.
+func (m *raftMember) onMasterGone() {
+	m.b.roles.post(ha.MasterGone{Now: time.Now(), LeaderID: m.node.LeaderID()})
+}
+
+// truncationInput is what ha.PlanTruncation needs of this member, read after a read index.
+func (m *raftMember) truncationInput() ha.TruncationInput {
 	cutEpoch, cutPoint := m.cuts.last()
-	in := ha.TruncationInput{
-		Self: m.selfID, State: st, Mine: m.epochs.list(),
-		LogMin: b.store.LogMinOffset(), LogEnd: b.store.LogEndOffset(),
-		DivergedAt: d.truncateTo, DivergingEpoch: d.divergingEpoch, MasterEnd: d.masterEnd,
+	return ha.TruncationInput{
+		Self: m.selfID, State: m.node.State(), Mine: m.epochs.list(),
+		LogMin: m.b.store.LogMinOffset(), LogEnd: m.b.store.LogEndOffset(),
 		KnownConfirmed: m.knownConfirmed(), LastCutEpoch: cutEpoch, LastCutPoint: cutPoint,
 	}
-	plan := ha.PlanTruncation(in)
-	switch plan.Action {
-	case ha.TruncNone:
-		// NB: no Kick: the slave pulls again after its divergedWait, not in a loop.
-		m.divergeLog.Error(b.log, "the master says this log diverged from its own but the epochs show nothing to cut; pulling again later",
-			"logEnd", in.LogEnd, "divergingEpoch", d.divergingEpoch, "truncateTo", d.truncateTo, "masterEnd", d.masterEnd,
-			"myEpochs", in.Mine, "groupEpochs", st.Epochs)
-		m.diverged.CompareAndSwap(d, nil)
-		return true
-	case ha.TruncStale:
-		m.warn.Warn(b.log, "the control state is older than this log; deciding once it has caught up", "reason", plan.Reason)
-		return true
-	case ha.TruncRefuse:
-		m.stopFollowing(plan.Reason, in)
-		return true
-	}
-	// A cut: nothing is replicated from here on, and a member of the committed in-sync set
-	// first leaves it, so that no acknowledgement relies on what it is about to discard.
-	if r := b.role.Load(); r.slave != nil {
-		b.role.Store(&role{epoch: r.epoch})
-		r.slave.Close()
-		m.noteConfirmed(r)
-	}
-	if plan.LeaveFirst {
-		mem, _ := st.Member(st.MasterID)
-		ctx, cancel := context.WithTimeout(context.Background(), leaveRequestTimeout)
-		err := ha.RequestLeave(ctx, mem.HAAddr, protocol.HALeaveRequest{
-			BrokerName: b.cfg.BrokerName, SlaveID: b.cfg.BrokerID, MemberID: m.selfID, Epoch: st.Epoch, TruncateTo: plan.Point})
-		cancel()
-		if err != nil {
-			m.warn.Warn(b.log, "cannot leave the in-sync set before cutting the log; retrying", "master", st.MasterID, "masterHAAddr", mem.HAAddr, "err", err)
-			return true
-		}
-		b.log.Info("left the in-sync set before cutting the log", "master", st.MasterID, "epoch", st.Epoch, "truncateTo", plan.Point)
-	}
-	if plan.Action == ha.TruncReset {
-		m.reset(st, d, in)
-		return true
-	}
-	m.truncate(st.Epoch, plan.Point, in)
-	return true
 }
 
 // reset discards the whole log, none of which is a prefix of the master's, and starts an empty
-// one at the master's min offset, recorded in the truncation log; the member then follows the
-// master and copies its log (the next reconcile). Unlike a cut it needs no restart: nothing of
-// the old log is kept to recover.
-func (m *raftMember) reset(st ha.ControlState, d *divergence, in ha.TruncationInput) {
+// one at base (the master's min offset), recorded in the truncation log; the member then
+// follows the master and copies its log. Unlike a cut it needs no restart: nothing of the old
+// log is kept to recover.
+func (m *raftMember) reset(epoch uint32, base int64, in ha.TruncationInput) error {
 	b := m.b
 	b.log.Warn("no part of this log is a prefix of the master's: discarding it and copying the master's",
-		"logMin", in.LogMin, "logEnd", in.LogEnd, "masterMin", d.masterMin, "epoch", st.Epoch, "myEpochs", in.Mine,
-		"divergingEpoch", d.divergingEpoch, "truncateTo", d.truncateTo, "knownConfirmed", in.KnownConfirmed)
-	if err := m.cuts.record(st.Epoch, in.LogMin, time.Now()); err != nil {
-		b.log.Error("cannot record the reset", "err", err)
-		return
+		"logMin", in.LogMin, "logEnd", in.LogEnd, "masterMin", base, "epoch", epoch, "myEpochs", in.Mine,
+		"divergingEpoch", in.DivergingEpoch, "truncateTo", in.DivergedAt, "knownConfirmed", in.KnownConfirmed)
+	if err := m.cuts.record(epoch, in.LogMin, time.Now()); err != nil {
+		return fmt.Errorf("cannot record the reset: %w", err)
 	}
 	if err := m.epochs.truncateTo(0); err != nil { // before the log: a crash leaves no epoch over an empty log
-		b.log.Error("cannot clear the epoch file", "err", err)
-		return
+		return fmt.Errorf("cannot clear the epoch file: %w", err)
 	}
-	if _, err := b.store.ResetTo(d.masterMin, false); err != nil {
-		b.log.Error("cannot reset the log", "base", d.masterMin, "err", err)
-		return
+	if _, err := b.store.ResetTo(base, false); err != nil {
+		return fmt.Errorf("cannot reset the log to %d: %w", base, err)
 	}
-	m.diverged.CompareAndSwap(d, nil)
+	m.diverging.Store(false)
+	return nil
 }
 
 // truncate cuts the log to point for group epoch epoch: a crash-safe truncation request
 // (commitlog.PrepareTruncate), recorded in the truncation log, carried out by a restart
 // (ErrRestart).
-func (m *raftMember) truncate(epoch uint32, point int64, in ha.TruncationInput) {
+func (m *raftMember) truncate(epoch uint32, point int64, in ha.TruncationInput) error {
 	b := m.b
 	if testBeforeTruncate != nil {
 		testBeforeTruncate(m)
@@ -599,8 +343,7 @@ func (m *raftMember) truncate(epoch uint32, point int64, in ha.TruncationInput) 
 		"logEnd", in.LogEnd, "truncateTo", point, "epoch", epoch, "myEpochs", in.Mine, "groupEpochs", in.State.Epochs,
 		"masterEnd", in.MasterEnd, "knownConfirmed", in.KnownConfirmed)
 	if err := b.store.PrepareTruncate(point); err != nil {
-		b.log.Error("cannot prepare the truncation", "err", err)
-		return // never follow a master with a diverged log
+		return fmt.Errorf("cannot prepare the truncation: %w", err) // never follow a master with a diverged log
 	}
 	if err := m.cuts.record(epoch, point, time.Now()); err != nil {
 		b.log.Error("cannot record the truncation", "err", err)
@@ -614,24 +357,54 @@ func (m *raftMember) truncate(epoch uint32, point int64, in ha.TruncationInput) 
 		default:
 		}
 	}
+	return nil
 }
 
-// stopFollowing makes this member stop following its group: a cut it would have to make is unsafe
-// (below what the group confirmed) or a loop (a second one for the same epoch). It replicates
-// nothing, is not electable, and alerts until an operator acts.
-func (m *raftMember) stopFollowing(reason string, in ha.TruncationInput) {
+// checkElect answers an electMaster request of a Raft-elected group that needs no hand-over
+// (done true), or fills in the target for the member (ev).
+func (m *raftMember) checkElect(h protocol.ElectMasterRequest, ev *ha.ElectMaster) (rpc.Reply, bool) {
 	b := m.b
-	if r := b.role.Load(); r.slave != nil {
-		b.role.Store(&role{epoch: r.epoch})
-		r.slave.Close()
+	st := m.node.State()
+	mem, ok := st.MemberByBrokerID(h.BrokerID)
+	if !ok {
+		var known []string
+		for _, m := range st.Members {
+			known = append(known, fmt.Sprintf("brokerId %d (%s, %s)", m.BrokerID, m.ID, m.Addr))
+		}
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "no member of %s has brokerId %d; members: %s", b.cfg.BrokerName, h.BrokerID, strings.Join(known, ", ")), true
 	}
-	why := reason
-	m.stopped.Store(&why)
-	b.registrar.kick()
-	b.log.Error("STOPPED: this member refuses to cut its log and stops following its group; inspect its log and epoch files "+
-		"(remove <storePathRootDir>/truncations to allow another cut) and restart it",
-		"reason", reason, "logEnd", in.LogEnd, "myEpochs", in.Mine, "groupEpochs", in.State.Epochs,
-		"divergedAt", in.DivergedAt, "knownConfirmed", in.KnownConfirmed, "lastCutEpoch", in.LastCutEpoch)
+	if st.MasterID == mem.ID {
+		return electedReply(st), true
+	}
+	if r := b.role.Load(); r.State != ha.MemberMaster || !m.node.IsLeader() {
+		if m.node.LeaderID() == "" {
+			return rpc.Errorf(protocol.StatusServiceNotAvailable, "%s has no Raft leader: fewer than a majority of its %d members are up; a master is elected once a majority runs", b.cfg.BrokerName, len(m.peers)), true
+		}
+		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "ask the master; in a Raft-elected group a master that is down is replaced automatically", MasterAddr: r.Master.Addr}, true
+	}
+	if !slices.Contains(st.SyncStateSet, mem.ID) {
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d (%s) is not in the in-sync set %v", h.BrokerID, mem.ID, st.SyncStateSet), true
+	}
+	ev.Target, ev.TargetID = mem.BrokerID, mem.ID
+	return rpc.Reply{}, false
+}
+
+// waitElected waits, off the role loop, until the control state names member id master after a
+// leadership transfer to it, and answers the electMaster request with it.
+func (m *raftMember) waitElected(id string, deadline time.Time) rpc.Reply {
+	for time.Now().Before(deadline) {
+		if st := m.node.State(); st.MasterID == id {
+			return electedReply(st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return rpc.Errorf(protocol.StatusSystemError, "leadership went to %s but it has not started its epoch in time (the master is still %q)", id, m.node.State().MasterID)
+}
+
+// electedReply answers electMaster with the master the control state names.
+func electedReply(st ha.ControlState) rpc.Reply {
+	cur, _ := st.Member(st.MasterID)
+	return rpc.Reply{Header: &protocol.ElectMasterResponse{BrokerID: cur.BrokerID, MasterAddr: cur.Addr, Epoch: st.Epoch, MasterHAAddr: cur.HAAddr}}
 }
 
 // caughtUp makes sure this member's control state is at least as new as the Raft leader's (a
@@ -691,14 +464,13 @@ func (m *raftMember) readIndex(h protocol.RaftReadIndexRequest) rpc.Reply {
 // read locally. Left out: unreachable members, the deposed master (its log may hold what it
 // never confirmed, and it lost its Raft leadership: it is down or cut off), and a member a
 // leadership transfer just failed to reach.
-func (m *raftMember) candidates(st ha.ControlState) map[string]ha.Candidate {
+func (m *raftMember) candidates(st ha.ControlState, exclude string) map[string]ha.Candidate {
 	cands := map[string]ha.Candidate{m.selfID: {LogEnd: m.b.store.LogEndOffset(), KnownConfirmed: m.knownConfirmed(), Electable: m.electable()}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, id := range st.SyncStateSet {
 		mem, ok := st.Member(id)
-		if id == m.selfID || !ok || mem.Addr == "" || id == st.MasterID ||
-			id == m.failedTarget && time.Now().Before(m.failedUntil) {
+		if id == m.selfID || !ok || mem.Addr == "" || id == st.MasterID || id == exclude {
 			continue
 		}
 		wg.Add(1)
@@ -835,15 +607,4 @@ func (l *epochLog) observe(prevEnd, start int64, data []byte) error {
 		off += size
 	}
 	return nil
-}
-
-// setMaster records the group's master as a Raft-elected member learns it from the control
-// state.
-func (b *Broker) setMaster(next masterInfo) {
-	b.masterMu.Lock()
-	defer b.masterMu.Unlock()
-	if b.master() != next {
-		b.log.Info("master learnt", "masterAddr", next.clientAddr, "masterHAAddr", next.haAddr)
-		b.masterAddr.Store(&next)
-	}
 }

@@ -144,7 +144,7 @@ func raftMaster(t *testing.T, bs []*Broker) *Broker {
 	eventuallyWithin(t, 15*time.Second, "a master with two in-sync slaves", func() bool {
 		m = nil
 		for _, b := range bs {
-			if r := b.role.Load(); r.master != nil && !r.handingOver && r.master.InSyncCount() == len(bs)-1 {
+			if r := b.role.Load(); r.master != nil && r.State == ha.MemberMaster && r.master.InSyncCount() == len(bs)-1 {
 				m = b
 			}
 		}
@@ -190,7 +190,7 @@ func TestRaftGroupInProcess(t *testing.T) {
 			t.Fatalf("send to a slave: %v, want NOT_MASTER naming %s", err, m.Addr())
 		}
 	}
-	oldEpoch := m.role.Load().epoch
+	oldEpoch := m.role.Load().Epoch
 
 	// The master goes away; another member takes over at a newer epoch with every message.
 	_ = m.Close()
@@ -205,7 +205,7 @@ func TestRaftGroupInProcess(t *testing.T) {
 		}
 		return false
 	})
-	if e := nm.role.Load().epoch; e <= oldEpoch {
+	if e := nm.role.Load().Epoch; e <= oldEpoch {
 		t.Fatalf("new master's epoch %d, old %d", e, oldEpoch)
 	}
 	c = dial(t, nm.Addr())
@@ -261,7 +261,7 @@ func TestElectedRoleGuardsRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := nb.epoch.Load(); e != 3 {
+	if e := nb.role.Load().Epoch; e != 3 {
 		t.Fatalf("epoch %d, want 3", e)
 	}
 	if err := nb.store.Close(); err != nil {

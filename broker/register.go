@@ -86,7 +86,7 @@ func (r *registrar) header() *protocol.BrokerHeader {
 		BrokerAddr:   r.b.Addr(),
 		HAServerAddr: r.b.haAdvertised(),
 		DataVersion:  r.b.topics.version.Load(),
-		Epoch:        r.b.role.Load().epoch,
+		Epoch:        r.b.role.Load().Epoch,
 	}
 }
 

@@ -16,13 +16,6 @@ import (
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
-// masterInfo is where a slave's master is: its client address (for redirects and the
-// config/offset sync) and its replication address.
-type masterInfo struct {
-	clientAddr string
-	haAddr     string
-}
-
 // haLog adapts the commit log to what replication needs (ha.MasterLog, ha.SlaveLog), mapping
 // the commit log's errors to ha's. In a Raft-elected group a slave also records the epochs of
 // the batches it appends (epochs).
@@ -74,20 +67,6 @@ func (l haLog) ResetTo(base int64, keep bool) (string, error) {
 	return l.s.ResetTo(base, keep)
 }
 
-// role is what the broker does in its group now: master (master set), slave (slave set), or,
-// in a Raft-elected group between roles, neither: sends are refused with NOT_MASTER. A role is
-// never modified; a change stores a new one (Broker.role), so a handler sees one consistent role.
-type role struct {
-	master *ha.Master
-	slave  *ha.Slave
-	epoch  uint32 // the group's epoch the role belongs to
-	// mode is a master's acknowledgement mode, RoleSyncMaster or RoleAsyncMaster.
-	mode string
-	// handingOver: a master handing its role to a slave (electMaster) refuses sends while the
-	// slave catches up, but still serves replication.
-	handingOver bool
-}
-
 // newMasterHA builds a replication master for this broker (not started). commit, initial and
 // confirmed are set in a Raft-elected group (ha.MasterConfig.CommitSyncSet, InitialSyncSet,
 // InitialConfirmed).
@@ -120,14 +99,14 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 	})
 }
 
-// newSlaveHA builds a replication slave for this broker (not started): it pulls from the
-// master b.master() names.
-func (b *Broker) newSlaveHA() *ha.Slave {
+// newSlaveHA builds a replication slave for this broker (not started), registering as
+// brokerID: it pulls from the master the role names.
+func (b *Broker) newSlaveHA(brokerID int64) *ha.Slave {
 	cfg := ha.SlaveConfig{
 		BrokerName:    b.cfg.BrokerName,
-		SlaveID:       b.registeredID(),
+		SlaveID:       brokerID,
 		SlaveAddr:     b.Addr,
-		MasterHAAddr:  func() string { return b.master().haAddr },
+		MasterHAAddr:  func() string { return b.role.Load().Master.HAAddr },
 		Log:           haLog{s: b.store, epochs: b.raft.epochLog()},
 		MaxChunkBytes: b.cfg.HAMaxChunkBytes,
 		MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
@@ -145,74 +124,54 @@ func (b *Broker) newSlaveHA() *ha.Slave {
 	return ha.NewSlave(cfg)
 }
 
-// newHA builds the replication side of a broker with static roles before the server accepts
-// requests, so that every handler sees it: a master's Master (serving its slaves on the HA
-// port), or a slave's Slave (pulling from its master). In a Raft-elected group the election
-// picks the role once the broker runs (raft.go).
-func (b *Broker) newHA() {
-	if b.raft != nil {
-		return
-	}
-	if b.cfg.isSlave() {
-		if a := b.cfg.HAMasterAddress; a != "" {
-			b.learnMaster("", a) // the client address comes with the master's first answer
-		}
-		s := b.newSlaveHA()
-		s.ObserveEpoch(b.epoch.Load())
-		b.role.Store(&role{slave: s, epoch: b.epoch.Load()})
-		return
-	}
-	m := b.newMasterHA(nil, nil, 0)
-	m.SetEpoch(b.epoch.Load())
-	b.role.Store(&role{master: m, mode: b.cfg.BrokerRole, epoch: b.epoch.Load()})
-}
-
 // roleName is the brokerRole the broker plays now: a master's mode, or SLAVE.
 func (b *Broker) roleName(r *role) string {
 	if r.master != nil {
-		return r.mode
+		return r.Mode
 	}
 	return RoleSlave
 }
 
-// startHA starts what newHA built, once the broker's client address is known: the master
-// listens on its HA port; the slave starts pulling. A slave, or any member of a Raft-elected
-// group, also syncs topic configs and consumer offsets with its master.
+// startHA starts the role loop once the broker's client address is known: a member of a
+// Raft-elected group starts its Raft node and gets its role from the election; a static one
+// takes its configured role (a master listens on its HA port, a slave starts pulling). A slave,
+// or any member of a Raft-elected group, also syncs topic configs and consumer offsets with its
+// master.
 func (b *Broker) startHA() error {
 	if b.raft != nil {
 		if err := b.raft.start(); err != nil {
 			return err
 		}
+		b.roles.start(nil)
 		b.bg.Add(1)
 		go b.slaveSyncLoop()
 		return nil
 	}
+	st := ha.StartStatic{Slave: b.cfg.isSlave(), Epoch: b.elected, BrokerID: b.cfg.BrokerID}
+	if st.Slave {
+		st.Master.HAAddr = b.cfg.HAMasterAddress // the client address comes with the master's first answer
+	}
+	b.roles.start(&st)
 	r := b.role.Load()
-	if r.slave != nil {
-		if err := r.slave.Start(); err != nil {
-			return fmt.Errorf("cannot start replication from the master: %w", err)
+	if st.Slave {
+		if r.slave == nil {
+			return fmt.Errorf("cannot start replication from the master")
 		}
 		b.bg.Add(1)
 		go b.slaveSyncLoop()
 		return nil
 	}
-	if err := r.master.Start(); err != nil {
-		return fmt.Errorf("cannot start replication on %s: %w", b.cfg.haListenAddr(), err)
+	if r.master == nil {
+		return fmt.Errorf("cannot start replication on %s", b.cfg.haListenAddr())
 	}
 	return nil
 }
 
-// closeHA stops replication (and the Raft member).
+// closeHA stops the role loop and replication (and the Raft member).
 func (b *Broker) closeHA() {
+	b.roles.close()
 	if b.raft != nil {
 		b.raft.close()
-	}
-	r := b.role.Load()
-	if r.slave != nil {
-		r.slave.Close()
-	}
-	if r.master != nil {
-		_ = r.master.Close()
 	}
 	b.syncMu.Lock()
 	if b.syncConn != nil {
@@ -235,16 +194,14 @@ func (b *Broker) haAdvertised() string {
 	return net.JoinHostPort(b.cfg.advertisedHost(), port)
 }
 
-// registeredID is the brokerId the broker registers under: 0 for the master of a Raft-elected
-// group, else its configured brokerId.
-func (b *Broker) registeredID() int64 {
-	if b.raft == nil {
-		return b.staticID.Load() // electMaster may have swapped it
-	}
-	if b.role.Load().master != nil {
-		return 0
-	}
-	return b.cfg.BrokerID
+// registeredID is the brokerId the broker registers under (ha.Role.BrokerID): 0 for a master
+// of a Raft-elected group or one electMaster promoted, else its configured brokerId (the one
+// electMaster gave it).
+func (b *Broker) registeredID() int64 { return b.role.Load().BrokerID }
+
+// selfInfo is this broker's entry as the master hm serves it.
+func (b *Broker) selfInfo(hm *ha.Master) ha.MemberInfo {
+	return ha.MemberInfo{ID: b.cfg.RaftSelfID, BrokerID: b.cfg.BrokerID, Addr: b.Addr(), HAAddr: net.JoinHostPort(b.cfg.advertisedHost(), portOf(hm.Addr()))}
 }
 
 // highWatermark returns the physical offset consumers may read up to: in a Raft-elected SYNC
@@ -269,39 +226,21 @@ func (b *Broker) highWatermark(r *role) int64 {
 	return v
 }
 
-// learnMaster records the group's master as the NameServers, the config or the master's own
-// replication answers name it; an empty address leaves what was known (the NameServer does not
-// know a master that is down). A slave configured with haMasterAddress keeps that replication
-// address.
+// learnMaster records the group's master as a static slave learns it from the NameServers or
+// the master's own replication answers (ha.MasterLearnt); an empty address leaves what was
+// known (the NameServer does not know a master that is down). A slave configured with
+// haMasterAddress keeps that replication address.
 func (b *Broker) learnMaster(clientAddr, haAddr string) {
-	if b.raft != nil || b.role.Load().master != nil {
-		return // a master, or a Raft-elected member: it learns the master from Raft (setMaster)
+	if b.raft != nil {
+		return // a Raft-elected member learns the master from Raft
 	}
-	b.masterMu.Lock()
-	defer b.masterMu.Unlock()
-	cur := b.master()
-	next := cur
-	if clientAddr != "" {
-		next.clientAddr = clientAddr
+	if b.cfg.HAMasterAddress != "" {
+		haAddr = b.cfg.HAMasterAddress
 	}
-	switch {
-	case b.cfg.HAMasterAddress != "":
-		next.haAddr = b.cfg.HAMasterAddress
-	case haAddr != "":
-		next.haAddr = haAddr
+	if r := b.role.Load(); r.master != nil || (clientAddr == "" || clientAddr == r.Master.Addr) && (haAddr == "" || haAddr == r.Master.HAAddr) {
+		return // a master, or nothing new
 	}
-	if next != cur {
-		b.log.Info("master learnt", "masterAddr", next.clientAddr, "masterHAAddr", next.haAddr)
-		b.masterAddr.Store(&next)
-	}
-}
-
-// master returns the slave's current knowledge of its master.
-func (b *Broker) master() masterInfo {
-	if p := b.masterAddr.Load(); p != nil {
-		return *p
-	}
-	return masterInfo{}
+	b.roles.post(ha.MasterLearnt{Addr: clientAddr, HAAddr: haAddr})
 }
 
 // wakeReplicated answers the pulls held on a slave for queues that replication just extended.
@@ -337,7 +276,7 @@ func (b *Broker) slaveSyncLoop() {
 }
 
 func (b *Broker) syncWithMaster() {
-	addr := b.master().clientAddr
+	addr := b.role.Load().Master.Addr
 	if addr == "" || b.role.Load().master != nil {
 		return // no master known, or this broker is the master now (Raft, electMaster)
 	}
@@ -425,8 +364,7 @@ func (b *Broker) haStatus() protocol.HAStatus {
 		st.Slaves = ms.Slaves
 	case r.slave != nil:
 		ss := r.slave.Status()
-		m := b.master()
-		st.MasterAddr, st.MasterHAAddr = m.clientAddr, m.haAddr
+		st.MasterAddr, st.MasterHAAddr = r.Master.Addr, r.Master.HAAddr
 		st.MasterEnd = ss.MasterEnd
 		st.Connected = ss.Connected
 		st.ConfirmedOffset = ss.ConfirmedOffset
@@ -439,7 +377,7 @@ func (b *Broker) haStatus() protocol.HAStatus {
 	if b.raft != nil {
 		st.KnownConfirmed = b.raft.knownConfirmed()
 		st.Electable = b.raft.electable()
-		st.Stopped = b.raft.stopReason()
+		st.Stopped = r.Stopped
 	}
 	return st
 }

@@ -288,7 +288,7 @@ func (hc *haCluster) waitMasterKnown(id int64) {
 	hc.t.Helper()
 	s, m := hc.b(id), hc.b(0)
 	eventually(hc.t, fmt.Sprintf("slave %d knows its master", id), func() bool {
-		return s.master().clientAddr == m.Addr()
+		return s.role.Load().Master.Addr == m.Addr()
 	})
 }
 

@@ -730,7 +730,7 @@ func TestConfigAndOffsetSync(t *testing.T) {
 	hc := newHACluster(t, RoleAsyncMaster, 1, func(c *Config) { c.HAMasterAddress = "" })
 	m, s := hc.b(0), hc.b(1)
 	hc.waitMasterKnown(1)
-	eventually(t, "slave learnt the master's replication address", func() bool { return s.master().haAddr == hc.masterHAAddr() })
+	eventually(t, "slave learnt the master's replication address", func() bool { return s.role.Load().Master.HAAddr == hc.masterHAAddr() })
 	mc, sc := dial(t, m.Addr()), dial(t, s.Addr())
 	createTopic(t, mc, "Data", 1)
 	send(t, mc, "Data", 0, "replicated through a NameServer-learnt address")

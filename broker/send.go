@@ -18,9 +18,8 @@ import (
 // by the flusher goroutine.
 func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 	r := b.role.Load()
-	if r.master == nil || r.handingOver {
-		m := b.master()
-		b.replyError(cs, f, protocol.StatusNotMaster, "broker "+b.cfg.BrokerName+"/"+strconv.FormatInt(b.cfg.BrokerID, 10)+" is not the master: send to the master", m.clientAddr)
+	if !r.IsMaster() {
+		b.replyError(cs, f, protocol.StatusNotMaster, "broker "+b.cfg.BrokerName+"/"+strconv.FormatInt(b.cfg.BrokerID, 10)+" is not the master: send to the master", r.Master.Addr)
 		return
 	}
 	if len(f.Header) != 0 {
@@ -63,7 +62,7 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
 		b.replyError(cs, f, protocol.StatusQueueNotExist, "queue id out of range of the topic's write queues", "")
 		return
 	}
-	syncRepl := r.mode == RoleSyncMaster
+	syncRepl := r.Mode == RoleSyncMaster
 	if syncRepl && b.cfg.MinInSyncReplicas > 1 {
 		// Checked before the append: these refusals mean "not stored".
 		if r.master.ConnectedSlaves() == 0 {
