@@ -20,15 +20,8 @@ import (
 type MemberState uint8
 
 // Member states. A member starts Between, and passes through Between on every change of role:
-// the old role's replication is stopped before the new one's starts.
-//
-//	           Follow ok                     StartMaster ok
-//	Between ─────────────► Slave   Between ─────────────────► Master ◄──┐
-//	   ▲  ▲                 │  │      ▲                          │  │    │ caught up, transfer
-//	   │  └─ cut, leader ───┘  │      └──── deposed, handed over ┘  │    │ or answer failed
-//	   │     lost, handed over │                                    ▼    │
-//	   │                       └─► Stopped (refused cut)       HandingOver
-//	   └─ reset done        Restarting (cut through a restart)
+// the old role's replication is stopped before the new one's starts. DESIGN.md ("One owner for a
+// member's role") tabulates the transitions.
 const (
 	// MemberBetween: no role. Sends are refused (NOT_MASTER) and nothing is replicated.
 	MemberBetween MemberState = iota
