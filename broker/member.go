@@ -73,7 +73,7 @@ func newRoleDriver(b *Broker) *roleDriver {
 		stop:     make(chan struct{}),
 		alertLog: ratelog.Limiter{Interval: 10 * time.Second},
 	}
-	b.role.Store(&role{Role: d.member.Role()})
+	d.publish(d.member.Role())
 	return d
 }
 

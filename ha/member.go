@@ -545,8 +545,8 @@ func (m *Member) Step(ev Event) []Action {
 
 // startStatic takes the configured role of a static member.
 func (m *Member) startStatic(a *actions, e StartStatic) {
-	r := Role{State: MemberBetween, Epoch: e.Epoch, BrokerID: e.BrokerID, Master: e.Master}
-	m.role = r
+	// Published before the slave starts: it reads its master's address from the role.
+	m.set(a, Role{State: MemberBetween, Epoch: e.Epoch, BrokerID: e.BrokerID, Master: e.Master})
 	if e.Slave {
 		a.add(Follow{Epoch: e.Epoch, Master: e.Master, BrokerID: e.BrokerID})
 		return
