@@ -261,7 +261,7 @@ func TestElectedRoleGuardsRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := nb.role.Load().Epoch; e != 3 {
+	if e := nb.elected; e != 3 { // the epoch its role starts in (startHA)
 		t.Fatalf("epoch %d, want 3", e)
 	}
 	if err := nb.store.Close(); err != nil {
