@@ -90,7 +90,8 @@ func TestLongPoll(t *testing.T) {
 	eventually(t, 2*time.Second, "a held pull", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return m.slaves[1] != nil && m.slaves[1].holding == 1
+		s, ok := m.tr.Slave(1)
+		return ok && s.Holding == 1
 	})
 	reads := cl.reads.Load()
 	time.Sleep(300 * time.Millisecond)
