@@ -53,7 +53,9 @@ type MasterConfig struct {
 	InSyncRejoinLagBytes int64
 	// Logger receives replication events; default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock of the in-sync rules; default time.Now.
+	// Now is the master's clock (default time.Now): the in-sync rules, the timeouts of
+	// WaitReplicated and the waits of held pulls and of HA_LEAVE are measured on it; timers only
+	// say when to look at them again.
 	Now func() time.Time
 	// ClientAddr, when set, returns the broker's client address (host:port, "" before it is
 	// known); every answer carries it so that slaves learn where their master serves clients.
@@ -335,7 +337,7 @@ func (m *Master) NotifyAppend(end int64) {
 // at once. cb runs on a Master goroutine and must be short (queueing an answer).
 func (m *Master) WaitReplicated(end int64, minAcks int, timeout time.Duration, cb func(err error)) {
 	w := waiterPool.Get().(*waiter)
-	w.end, w.minAcks, w.deadline, w.cb = end, max(minAcks, 0), time.Now().Add(timeout), cb
+	w.end, w.minAcks, w.deadline, w.cb = end, max(minAcks, 0), m.cfg.Now().Add(timeout), cb
 	earliest, closed := m.waiters.add(w)
 	if closed {
 		w.run(ErrClosed)
@@ -461,10 +463,10 @@ func (m *Master) service() {
 		limit, n := m.ackState()
 		ws = runAll(m.waiters.popReady(limit, n, ws), nil)
 		var next time.Time
-		ws, next = m.waiters.popExpired(time.Now(), ws)
+		ws, next = m.waiters.popExpired(m.cfg.Now(), ws)
 		ws = runAll(ws, ErrReplicationTimeout)
 		if !next.IsZero() && !next.Equal(armed) {
-			timer.Reset(time.Until(next))
+			timer.Reset(next.Sub(m.cfg.Now()))
 			armed = next
 		}
 	}
@@ -724,7 +726,7 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 		if m.end.Load() != seen {
 			continue // appended while we read: read again
 		}
-		left, ok := plan.hold(time.Now())
+		left, ok := plan.hold(m.cfg.Now())
 		if !ok {
 			continue // the wait is over: read once more and answer
 		}
@@ -781,7 +783,7 @@ func (m *Master) leave(req *rpc.Request) rpc.Reply {
 	case m.waitKick <- struct{}{}:
 	default:
 	}
-	deadline := time.Now().Add(leaveTimeout)
+	deadline := m.cfg.Now().Add(leaveTimeout)
 	for {
 		m.mu.Lock()
 		counted := m.tr.Counted(h.SlaveID)
@@ -789,7 +791,7 @@ func (m *Master) leave(req *rpc.Request) rpc.Reply {
 		if !counted {
 			return rpc.Reply{}
 		}
-		if time.Now().After(deadline) {
+		if m.cfg.Now().After(deadline) {
 			return rpc.Errorf(protocol.StatusSystemError, "the in-sync set without slave %d is not committed yet; retry", h.SlaveID)
 		}
 		select {
