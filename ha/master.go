@@ -629,8 +629,7 @@ func (m *Master) hold(sess *session, delta int) {
 // committed.
 const leaveTimeout = 3 * time.Second
 
-// handle serves one request of a replication connection: it does the reads, waits and answers
-// that the pull's plan (planPull) names.
+// handle serves one request of a replication connection.
 func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	if req.Code == protocol.CodeHALeave {
 		return m.leave(req)
@@ -642,8 +641,14 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	if err := h.ReadFrom(req.Header); err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s header: %v", req.Code, err)
 	}
+	return m.pull(req.Peer, &h)
+}
+
+// pull serves one pull: it does the reads, waits and answers that the pull's plan (planPull)
+// names.
+func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
 	epoch := m.Epoch()
-	in := pullInput{Req: &h, Group: m.cfg.BrokerName, Epoch: epoch, MaxChunkBytes: m.cfg.MaxChunkBytes, MaxWait: m.cfg.MaxWait}
+	in := pullInput{Req: h, Group: m.cfg.BrokerName, Epoch: epoch, MaxChunkBytes: m.cfg.MaxChunkBytes, MaxWait: m.cfg.MaxWait}
 	if m.cfg.Epochs != nil {
 		in.CheckEpochs, in.Epochs, in.LogEnd = true, m.cfg.Epochs(), m.cfg.Log.LogEndOffset()
 	}
@@ -652,18 +657,17 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	case pullMalformed:
 		return rpc.Errorf(protocol.StatusRequestMalformed, "slave id %d, offset %d", h.SlaveID, h.Offset)
 	case pullFenced:
-		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", req.Peer.RemoteAddr(),
+		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", p.RemoteAddr(),
 			"broker", h.BrokerName, "want", m.cfg.BrokerName, "epoch", h.Epoch, "masterEpoch", epoch)
 		resp := &protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, Result: protocol.HAFenced, TruncateTo: -1}
 		m.fillBounds(resp)
 		return rpc.Reply{Header: resp}
 	}
-	sess, err := m.sessionFor(req.Peer, &h)
+	sess, err := m.sessionFor(p, h)
 	if err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
 	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, TruncateTo: -1}
-	reply := rpc.Reply{Header: &sess.resp}
 	if act == pullDiverged {
 		m.warn.Warn(m.log, "slave's log diverged from this one; answering out of range with where to cut",
 			"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
@@ -672,82 +676,108 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 		sess.resp.TruncateTo = plan.TruncateTo
 		sess.resp.DivergingEpoch = plan.DivergingEpoch
 		m.fillBounds(&sess.resp)
-		return reply
+		return rpc.Reply{Header: &sess.resp}
 	}
 	for {
 		seen := m.end.Load()
-		readEnd := m.cfg.Log.LogEndOffset()
-		var start int64
-		var body []byte
-		var codec uint8
-		raw := 0
-		err := m.cfg.Log.ReadReplication(h.Offset, plan.MaxBytes, func(st int64, data []byte) error {
-			start, raw = st, len(data)
-			body, codec = sess.enc.encode(data)
-			return nil
-		})
-		step := plan.afterRead(err, raw)
+		rd := m.readLog(sess, h.Offset, plan.MaxBytes)
+		step := plan.afterRead(rd.err, rd.raw)
 		if step.Ack {
-			m.ack(sess, h.Offset, readEnd)
+			m.ack(sess, h.Offset, rd.readEnd)
 		} else if step.ReadFor {
-			m.readFor(sess, readEnd)
+			m.readFor(sess, rd.readEnd)
 		}
-		switch step.Action {
-		case pullOutOfRange:
-			m.warn.Warn(m.log, "slave asks from an offset this log does not have; answering out of range",
-				"slave", h.SlaveID, "offset", h.Offset, "err", err,
-				"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
-			sess.resp.Result = protocol.HAOutOfRange
-			m.fillBounds(&sess.resp)
-			return reply
-		case pullResync:
-			sess.resp.Result = protocol.HAResync
-			m.fillBounds(&sess.resp)
-			sess.resp.Offset = sess.resp.MasterMin
-			m.log.Warn("slave asks from an offset retention removed; telling it to resync",
-				"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
-			return reply
-		case pullReadError:
-			m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", err)
-			return rpc.Errorf(protocol.StatusSystemError, "cannot read the log at %d: %v", h.Offset, err)
-		case pullAnswer:
-			sess.resp.Result = protocol.HAOK
-			sess.resp.Offset = start
-			sess.resp.Codec = codec
-			sess.resp.RawLength = int32(raw)
-			m.fillBounds(&sess.resp)
-			sess.bytes.raw.Add(int64(raw))
-			sess.bytes.wire.Add(int64(len(body)))
-			reply.Body = body
-			return reply
+		if step.Action != pullHold {
+			return m.answer(sess, h, step.Action, rd)
 		}
-		// pullHold: nothing after the offset; hold the pull until an append or the wait ends.
-		ch := m.pollChan()
-		if m.end.Load() != seen {
-			continue // appended while we read: read again
-		}
-		left, ok := plan.hold(m.cfg.Now())
-		if !ok {
-			continue // the wait is over: read once more and answer
-		}
-		if sess.timer == nil {
-			sess.timer = time.NewTimer(left)
-		} else {
-			sess.timer.Reset(left)
-		}
-		m.hold(sess, 1)
-		select {
-		case <-ch:
-		case <-sess.timer.C:
-			plan.timedOut() // answer with whatever the next read finds, even nothing
-		case <-m.done:
-			sess.timer.Stop()
-			m.hold(sess, -1)
+		if !m.holdPull(sess, &plan, seen) {
 			return rpc.Errorf(protocol.StatusShuttingDown, "replication master is closing")
 		}
-		sess.timer.Stop()
-		m.hold(sess, -1)
 	}
+}
+
+// logRead is one read of the log for a pull: the log end read before it, where the data starts,
+// its uncompressed size, the encoded body and its codec, and the read's error.
+type logRead struct {
+	readEnd int64
+	start   int64
+	raw     int
+	body    []byte
+	codec   uint8
+	err     error
+}
+
+// readLog reads the log for sess from offset, at most maxBytes, and encodes what it finds.
+func (m *Master) readLog(sess *session, offset int64, maxBytes int) logRead {
+	rd := logRead{readEnd: m.cfg.Log.LogEndOffset()}
+	rd.err = m.cfg.Log.ReadReplication(offset, maxBytes, func(st int64, data []byte) error {
+		rd.start, rd.raw = st, len(data)
+		rd.body, rd.codec = sess.enc.encode(data)
+		return nil
+	})
+	return rd
+}
+
+// answer builds the answer to the pull h of sess that action (of a read, rd) names.
+func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAction, rd logRead) rpc.Reply {
+	reply := rpc.Reply{Header: &sess.resp}
+	switch action {
+	case pullOutOfRange:
+		m.warn.Warn(m.log, "slave asks from an offset this log does not have; answering out of range",
+			"slave", h.SlaveID, "offset", h.Offset, "err", rd.err,
+			"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
+		sess.resp.Result = protocol.HAOutOfRange
+		m.fillBounds(&sess.resp)
+	case pullResync:
+		sess.resp.Result = protocol.HAResync
+		m.fillBounds(&sess.resp)
+		sess.resp.Offset = sess.resp.MasterMin
+		m.log.Warn("slave asks from an offset retention removed; telling it to resync",
+			"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
+	case pullReadError:
+		m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", rd.err)
+		return rpc.Errorf(protocol.StatusSystemError, "cannot read the log at %d: %v", h.Offset, rd.err)
+	case pullAnswer:
+		sess.resp.Result = protocol.HAOK
+		sess.resp.Offset = rd.start
+		sess.resp.Codec = rd.codec
+		sess.resp.RawLength = int32(rd.raw)
+		m.fillBounds(&sess.resp)
+		sess.bytes.raw.Add(int64(rd.raw))
+		sess.bytes.wire.Add(int64(len(rd.body)))
+		reply.Body = rd.body
+	}
+	return reply
+}
+
+// holdPull holds a pull of sess that found nothing after its offset until an append or the end
+// of its wait (the plan's); seen is the append end before the read. It returns false when the
+// master closes meanwhile. When it returns true the log is read again.
+func (m *Master) holdPull(sess *session, plan *pullPlan, seen int64) bool {
+	ch := m.pollChan()
+	if m.end.Load() != seen {
+		return true // appended while we read: read again
+	}
+	left, ok := plan.hold(m.cfg.Now())
+	if !ok {
+		return true // the wait is over: read once more and answer
+	}
+	if sess.timer == nil {
+		sess.timer = time.NewTimer(left)
+	} else {
+		sess.timer.Reset(left)
+	}
+	m.hold(sess, 1)
+	defer m.hold(sess, -1)
+	defer sess.timer.Stop()
+	select {
+	case <-ch:
+	case <-sess.timer.C:
+		plan.timedOut() // answer with whatever the next read finds, even nothing
+	case <-m.done:
+		return false
+	}
+	return true
 }
 
 // leave serves CodeHALeave: the slave is about to cut its log, so it leaves the in-sync set now
