@@ -588,10 +588,13 @@ func TestInSyncLeaveAndRejoin(t *testing.T) {
 func TestRejoinUnderLoad(t *testing.T) {
 	mlog, slog := newMemLog(1<<20), newMemLog(1<<20)
 	p := startPair(t, mlog, slog, MasterConfig{InSyncMaxLagTime: 200 * time.Millisecond, InSyncMaxLagBytes: 1}, SlaveConfig{})
-	// The load goes on until the test stops it, so the slave joins and stays while writes go on.
+	// The load goes on until the test stops it (also when it fails), so the slave joins and
+	// stays while writes go on.
 	stop := make(chan struct{})
 	var appended atomic.Int64
 	var wg sync.WaitGroup
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(halt) // before the pair's cleanup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -615,8 +618,7 @@ func TestRejoinUnderLoad(t *testing.T) {
 	if p.m.InSyncCount() != 1 {
 		t.Fatal("the slave left the set under load")
 	}
-	close(stop)
-	wg.Wait()
+	halt()
 	p.waitEqual(t, 5*time.Second)
 }
 
