@@ -1,13 +1,10 @@
 package ha
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +53,9 @@ type MasterConfig struct {
 	InSyncRejoinLagBytes int64
 	// Logger receives replication events; default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock of the in-sync rules; default time.Now.
+	// Now is the master's clock (default time.Now): the in-sync rules, the timeouts of
+	// WaitReplicated and the waits of held pulls and of HA_LEAVE are measured on it; timers only
+	// say when to look at them again.
 	Now func() time.Time
 	// ClientAddr, when set, returns the broker's client address (host:port, "" before it is
 	// known); every answer carries it so that slaves learn where their master serves clients.
@@ -113,7 +112,6 @@ type SyncMember struct {
 // out WaitReplicated waiters.
 type Master struct {
 	cfg   MasterConfig
-	rules SyncRules
 	codec uint8
 	log   *slog.Logger
 	warn  ratelog.Limiter
@@ -121,13 +119,11 @@ type Master struct {
 	// end is the highest end passed to NotifyAppend: held pulls wake when it moves.
 	end   atomic.Int64
 	epoch atomic.Uint32
-	// ackLimit is the lowest offset acknowledged by a member of the in-sync set, MaxInt64 when
-	// the set is empty: every waiter whose end is at most ackLimit is complete.
-	ackLimit atomic.Int64
-	// confirmed is the highest offset held by at least MinAcks counted slaves (and the master),
-	// never lowered; confirmedLive is set while MinAcks is 0 and no slave counts, when the
-	// master alone confirms its whole log (ConfirmedOffset is then the log end). Both are
-	// written under mu (publishLocked).
+	// The tracker's results, published under mu (publishLocked) for readers that take no lock:
+	// the acknowledgement limit (every waiter whose end is at most it is complete), the confirmed
+	// offset and whether the master alone confirms its whole log (Tracker.Confirmed), the
+	// counted and the connected slaves, and the slaves for read suggestions.
+	ackLimit      atomic.Int64
 	confirmed     atomic.Int64
 	confirmedLive atomic.Bool
 	inSyncN       atomic.Int32
@@ -150,76 +146,37 @@ type Master struct {
 
 	waiters waitQueue
 
-	mu       sync.Mutex // guards the fields below
-	slaves   map[int64]*slaveState
-	sessions map[uint64]*session // by rpc.Peer ID
+	mu sync.Mutex // guards the fields below
+	// tr is what the master knows of its slaves and the in-sync set; sessions are the open
+	// connections (by rpc.Peer ID); bytes the replication byte counters of each slave (by
+	// brokerId), kept as long as the tracker lists the slave.
+	tr       Tracker
+	sessions map[uint64]*session
+	bytes    map[int64]*slaveBytes
 	started  bool
 	closed   bool
 	srv      *rpc.Server
 	addr     string
-	// committed is the in-sync set (slave member ids, sorted) last committed through
-	// CommitSyncSet.
-	committed []string
 }
 
-// slaveState is the master's record of one slave (by SlaveID). Guarded by Master.mu, except the
-// byte counters.
-type slaveState struct {
-	id           int64
-	addr         string // client address
-	haAddr       string // remote address of its replication connection
-	acked        int64  // -1: nothing acknowledged
-	readEnd      int64  // master's end when it last read for the slave; -1 before the first read
-	readAt       time.Time
-	lastSeen     time.Time
-	lastCaughtUp time.Time
-	// lastFull is the last time the slave held everything the master had when it last read for
-	// it (acked >= readEnd) or had a pull held (nothing new): the time lag of Status is
-	// measured from it.
-	lastFull time.Time
-	inSync   bool
-	// counted: the slave counts for acknowledgements (ackLimit, inSyncN). Equal to inSync
-	// without CommitSyncSet; with it, see MasterConfig.CommitSyncSet.
-	counted  bool
-	memberID string
-	// graceUntil: a slave of MasterConfig.InitialSyncSet stays in the set until then although it
-	// has acknowledged nothing to this master yet.
-	graceUntil time.Time
-	regressed  bool
-	// leaving: the slave asked to leave the set before cutting its log (CodeHALeave); it stays
-	// out, whatever it acknowledges, until it connects again.
-	leaving   bool
-	session   uint64 // peer id of its current connection, 0 when none
-	holding   int    // pulls of the slave being held
-	rawBytes  atomic.Int64
-	wireBytes atomic.Int64
-}
-
-func (s *slaveState) progressLocked(now time.Time) SlaveProgress {
-	p := SlaveProgress{
-		Acked:        s.acked,
-		ReadEnd:      s.readEnd,
-		ReadAt:       s.readAt,
-		LastSeen:     s.lastSeen,
-		LastCaughtUp: s.lastCaughtUp,
-		Regressed:    s.regressed,
-		Connected:    s.session != 0,
-	}
-	if s.holding > 0 {
-		p.LastSeen = now
-	}
-	return p
+// slaveBytes counts the bytes replicated to one slave: uncompressed and on the wire. The
+// connection's goroutine adds to them without Master.mu.
+type slaveBytes struct {
+	raw  atomic.Int64
+	wire atomic.Int64
 }
 
 // session is one slave connection. Its fields are used only by the connection's goroutine,
-// except slave, which is set under Master.mu.
+// except slaveID and bytes, which are set under Master.mu before the connection's first pull
+// is served.
 type session struct {
-	peer  *rpc.Peer
-	slave *slaveState
-	enc   chunkEncoder
-	resp  protocol.HAPullResponse // the reply header: read by the server after the handler returns
-	timer *time.Timer
-	ready []*waiter // scratch for completed waiters
+	peer    *rpc.Peer
+	slaveID int64
+	bytes   *slaveBytes
+	enc     chunkEncoder
+	resp    protocol.HAPullResponse // the reply header: read by the server after the handler returns
+	timer   *time.Timer
+	ready   []*waiter // scratch for completed waiters
 }
 
 // NewMaster returns a Master; Start makes it listen.
@@ -246,26 +203,28 @@ func NewMaster(cfg MasterConfig) *Master {
 		cfg.Now = time.Now
 	}
 	m := &Master{
-		cfg: cfg,
-		rules: SyncRules{
-			MaxLagBytes:    cfg.InSyncMaxLagBytes,
-			MaxLagTime:     cfg.InSyncMaxLagTime,
-			RejoinLagBytes: cfg.InSyncRejoinLagBytes,
-		},
+		cfg:        cfg,
 		log:        cfg.Logger.With("component", "ha-master"),
 		appendKick: make(chan struct{}, 1),
 		setKick:    make(chan struct{}, 1),
 		waitKick:   make(chan struct{}, 1),
 		done:       make(chan struct{}),
-		slaves:     make(map[int64]*slaveState),
 		sessions:   make(map[uint64]*session),
+		bytes:      make(map[int64]*slaveBytes),
 	}
-	m.ackLimit.Store(math.MaxInt64)
-	m.confirmed.Store(max(cfg.InitialConfirmed, 0))
-	m.reads.Store(&[]SlaveRead{})
-	m.seedSyncSet()
+	m.tr = MakeTracker(TrackerConfig{
+		Rules: SyncRules{
+			MaxLagBytes:    cfg.InSyncMaxLagBytes,
+			MaxLagTime:     cfg.InSyncMaxLagTime,
+			RejoinLagBytes: cfg.InSyncRejoinLagBytes,
+		},
+		MinAcks:          cfg.MinAcks,
+		CommitSet:        cfg.CommitSyncSet != nil,
+		InitialSet:       cfg.InitialSyncSet,
+		InitialConfirmed: cfg.InitialConfirmed,
+	}, cfg.Now())
 	m.mu.Lock()
-	m.publishLocked() // NB: only a master that counts no slave from the start confirms its log alone
+	m.publishLocked()
 	m.mu.Unlock()
 	return m
 }
@@ -378,7 +337,7 @@ func (m *Master) NotifyAppend(end int64) {
 // at once. cb runs on a Master goroutine and must be short (queueing an answer).
 func (m *Master) WaitReplicated(end int64, minAcks int, timeout time.Duration, cb func(err error)) {
 	w := waiterPool.Get().(*waiter)
-	w.end, w.minAcks, w.deadline, w.cb = end, max(minAcks, 0), time.Now().Add(timeout), cb
+	w.end, w.minAcks, w.deadline, w.cb = end, max(minAcks, 0), m.cfg.Now().Add(timeout), cb
 	earliest, closed := m.waiters.add(w)
 	if closed {
 		w.run(ErrClosed)
@@ -431,28 +390,24 @@ func (m *Master) Status() protocol.HAStatus {
 		Connected:       true,
 	}
 	m.mu.Lock()
-	for _, s := range m.slaves {
-		p := s.progressLocked(now)
-		lagMs := int64(0)
-		if LagBytes(p, logEnd) > 0 && s.holding == 0 && !s.lastFull.IsZero() {
-			lagMs = now.Sub(s.lastFull).Milliseconds()
+	defer m.mu.Unlock()
+	for _, s := range m.tr.Slaves() { // by brokerId
+		ss := protocol.SlaveStatus{
+			BrokerID:    s.BrokerID,
+			Addr:        s.Addr,
+			HAAddr:      s.HAAddr,
+			AckedOffset: s.Acked,
+			LagBytes:    LagBytes(s.Progress(now), logEnd),
+			LagMs:       s.LagTime(now, logEnd).Milliseconds(),
+			InSync:      s.InSync,
+			Connected:   s.Session != 0,
 		}
-		st.Slaves = append(st.Slaves, protocol.SlaveStatus{
-			BrokerID:    s.id,
-			Addr:        s.addr,
-			HAAddr:      s.haAddr,
-			AckedOffset: s.acked,
-			LagBytes:    LagBytes(p, logEnd),
-			LagMs:       lagMs,
-			InSync:      s.inSync,
-			Connected:   s.session != 0,
-			RawBytes:    s.rawBytes.Load(),
-			WireBytes:   s.wireBytes.Load(),
-		})
+		if b := m.bytes[s.BrokerID]; b != nil {
+			ss.RawBytes, ss.WireBytes = b.raw.Load(), b.wire.Load()
+		}
+		st.Slaves = append(st.Slaves, ss)
 	}
-	st.InSyncReplicas = int32(m.inSyncN.Load()) + 1
-	m.mu.Unlock()
-	slices.SortFunc(st.Slaves, func(a, b protocol.SlaveStatus) int { return cmp.Compare(a.BrokerID, b.BrokerID) })
+	st.InSyncReplicas = int32(m.tr.CountedSlaves()) + 1
 	return st
 }
 
@@ -508,10 +463,10 @@ func (m *Master) service() {
 		limit, n := m.ackState()
 		ws = runAll(m.waiters.popReady(limit, n, ws), nil)
 		var next time.Time
-		ws, next = m.waiters.popExpired(time.Now(), ws)
+		ws, next = m.waiters.popExpired(m.cfg.Now(), ws)
 		ws = runAll(ws, ErrReplicationTimeout)
 		if !next.IsZero() && !next.Equal(armed) {
-			timer.Reset(time.Until(next))
+			timer.Reset(next.Sub(m.cfg.Now()))
 			armed = next
 		}
 	}
@@ -521,87 +476,55 @@ func (m *Master) service() {
 func (m *Master) tick() {
 	end := m.cfg.Log.LogEndOffset()
 	m.mu.Lock()
-	now := m.cfg.Now()
-	changed := false
-	for _, s := range m.slaves {
-		if s.holding > 0 {
-			s.lastSeen = now
-			s.lastFull = now
-			if CaughtUp(s.progressLocked(now), end, m.rules) {
-				s.lastCaughtUp = now
-			}
-		}
-		changed = m.evalLocked(s, end, now) || changed
-	}
-	if changed {
+	defer m.mu.Unlock()
+	if changes := m.tr.Tick(end, m.cfg.Now()); len(changes) > 0 {
+		m.verdictsChangedLocked(changes)
 		m.publishLocked()
 	}
-	m.mu.Unlock()
 }
 
-// evalLocked applies the in-sync rules to s and reports whether its membership changed.
-// m.mu must be held.
-func (m *Master) evalLocked(s *slaveState, end int64, now time.Time) bool {
-	if s.leaving {
-		s.regressed = false
-		return false // out since it asked to leave (leave)
+// verdictsChangedLocked logs the tracker's verdict changes (extra: more key-value pairs for the
+// line) and, in a Raft-elected group, wakes the committer of the set. m.mu must be held.
+func (m *Master) verdictsChangedLocked(changes []VerdictChange, extra ...any) {
+	for _, c := range changes {
+		args := []any{"slave", c.BrokerID, "inSync", c.InSync, "reason", string(c.Reason)}
+		args = append(args, extra...)
+		if c.Reason == ReasonDisconnected || c.Reason == ReasonLeaving {
+			args = append(args, "acked", c.Acked)
+		} else { // a verdict of the in-sync rules
+			args = append(args, "lagBytes", c.LagBytes, "acked", c.Acked, "masterEnd", c.MasterEnd)
+		}
+		m.log.Info("in-sync set changed", append(args, "countedSlaves", c.Counted)...)
 	}
-	if s.acked < 0 && now.Before(s.graceUntil) {
-		return false // a member of the committed set this master started with, not heard yet
+	if len(changes) > 0 && m.cfg.CommitSyncSet != nil {
+		select {
+		case m.setKick <- struct{}{}:
+		default:
+		}
 	}
-	p := s.progressLocked(now)
-	next, why := NextInSync(s.inSync, p, end, now, m.rules)
-	s.regressed = false
-	if next == s.inSync {
-		return false
-	}
-	n := m.setInSyncLocked(s, next)
-	m.log.Info("in-sync set changed", "slave", s.id, "inSync", next, "reason", string(why),
-		"lagBytes", LagBytes(p, end), "acked", s.acked, "masterEnd", end, "countedSlaves", n)
-	return true
 }
 
-// ackState returns ackLimit and the in-sync count as one consistent pair (both change under
-// m.mu: evalLocked moves the count before publishLocked moves the limit).
+// ackState returns ackLimit and the in-sync count as one consistent pair (both are published
+// under m.mu).
 func (m *Master) ackState() (limit int64, inSync int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.ackLimit.Load(), int(m.inSyncN.Load())
 }
 
-// publishLocked recomputes ackLimit, the confirmed offset and the SlavesForRead snapshot. m.mu
-// must be held.
+// publishLocked publishes the tracker's acknowledgement limit, confirmed offset, counted and
+// connected slaves and the SlavesForRead snapshot. m.mu must be held.
 func (m *Master) publishLocked() {
-	limit := int64(math.MaxInt64)
-	counted := 0
-	reads := make([]SlaveRead, 0, len(m.slaves))
-	for _, s := range m.slaves {
-		if s.counted {
-			limit = min(limit, s.acked)
-			counted++
-		}
-		reads = append(reads, SlaveRead{BrokerID: s.id, InSync: s.inSync && s.session != 0, Acked: s.acked})
-	}
-	slices.SortFunc(reads, func(a, b SlaveRead) int { return cmp.Compare(a.BrokerID, b.BrokerID) })
-	m.ackLimit.Store(limit)
-	live := m.cfg.MinAcks <= 0 && counted == 0
-	switch {
-	case live:
-	case m.confirmedLive.Load():
-		// The master alone confirmed its whole log until now: that stays confirmed.
-		m.raiseConfirmed(m.cfg.Log.LogEndOffset())
-	case counted >= m.cfg.MinAcks:
-		m.raiseConfirmed(limit)
-	}
+	m.ackLimit.Store(m.tr.AckLimit())
+	m.inSyncN.Store(int32(m.tr.CountedSlaves()))
+	m.connected.Store(int32(m.tr.ConnectedSlaves()))
+	// NB: the offset before the flag: a reader that sees the master stop confirming alone sees
+	// the offset that kept what it confirmed.
+	off, live := m.tr.Confirmed()
+	m.confirmed.Store(off)
 	m.confirmedLive.Store(live)
+	reads := m.tr.SlavesForRead()
 	m.reads.Store(&reads)
-}
-
-// raiseConfirmed moves the confirmed offset up to off (never down). m.mu must be held.
-func (m *Master) raiseConfirmed(off int64) {
-	if off > m.confirmed.Load() && off != math.MaxInt64 {
-		m.confirmed.Store(off)
-	}
 }
 
 // sessionFor returns the session of the request's connection, binding it to the slave on the
@@ -610,47 +533,36 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if sess := m.sessions[p.ID()]; sess != nil {
-		if sess.slave.id != h.SlaveID {
-			return nil, fmt.Errorf("slave id %d on a connection of slave %d", h.SlaveID, sess.slave.id)
+		if sess.slaveID != h.SlaveID {
+			return nil, fmt.Errorf("slave id %d on a connection of slave %d", h.SlaveID, sess.slaveID)
 		}
 		return sess, nil
 	}
-	now := m.cfg.Now()
-	s := m.slaves[h.SlaveID]
-	if s == nil {
-		s = &slaveState{id: h.SlaveID, acked: -1, readEnd: -1, lastCaughtUp: now}
-		m.slaves[h.SlaveID] = s
-	} else if s.session != 0 {
+	prev, tookOver := m.tr.Connect(SlaveConn{Session: p.ID(), BrokerID: h.SlaveID, MemberID: h.MemberID,
+		Addr: h.SlaveAddr, HAAddr: p.RemoteAddr()}, m.cfg.Now())
+	if tookOver {
 		// A slave that reconnects before its old connection was seen closing, or a second
 		// broker configured with the same brokerId: the new connection takes over and the old
 		// one is closed, so that no connection replicates under a record it no longer owns
 		// (two slaves with one id then keep taking over from each other, loudly).
 		m.warn.Warn(m.log, "slave connected again while its previous connection is open; the new one takes over and the old one is closed",
-			"slave", s.id, "old", s.haAddr, "new", p.RemoteAddr())
-		if old := m.sessionOf(s.session); old != nil {
+			"slave", h.SlaveID, "old", prev.HAAddr, "new", p.RemoteAddr())
+		if old := m.sessions[prev.Session]; old != nil {
 			_ = old.peer.Close()
 		}
 	}
-	if s.session == 0 {
-		m.connected.Add(1)
+	b := m.bytes[h.SlaveID]
+	if b == nil {
+		b = new(slaveBytes)
+		m.bytes[h.SlaveID] = b
 	}
-	s.session = p.ID()
-	s.leaving = false // a new connection: the slave has cut its log (or never did) and may rejoin
-	s.addr = h.SlaveAddr
-	s.memberID = h.MemberID
-	s.haAddr = p.RemoteAddr()
-	s.lastSeen = now
-	s.holding = 0
-	sess := &session{peer: p, slave: s}
+	sess := &session{peer: p, slaveID: h.SlaveID, bytes: b}
 	sess.enc.codec = m.codec
 	m.sessions[p.ID()] = sess
-	m.log.Info("slave connected", "slave", s.id, "addr", s.addr, "haAddr", s.haAddr)
+	m.log.Info("slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "haAddr", p.RemoteAddr())
 	m.publishLocked()
 	return sess, nil
 }
-
-// sessionOf returns the session of connection id, nil if none. m.mu must be held.
-func (m *Master) sessionOf(id uint64) *session { return m.sessions[id] }
 
 // onDisconnect forgets a closed connection (rpc server callback, after its last request).
 func (m *Master) onDisconnect(p *rpc.Peer) {
@@ -664,23 +576,15 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 	if sess.timer != nil {
 		sess.timer.Stop()
 	}
-	s := sess.slave
-	if s.session != p.ID() {
+	res := m.tr.Disconnect(p.ID(), m.cfg.Log.LogEndOffset())
+	if !res.Current {
 		return // taken over by a newer connection
 	}
-	s.session = 0
-	s.holding = 0
-	m.connected.Add(-1)
-	m.log.Info("slave disconnected", "slave", s.id, "haAddr", s.haAddr, "acked", s.acked, "inSync", s.inSync)
-	if s.inSync {
-		// A closed connection is a clear sign: the slave leaves the set now rather than after
-		// InSyncMaxLagTime of silence, so SYNC sends stop waiting for it at once.
-		n := m.setInSyncLocked(s, false)
-		m.log.Info("in-sync set changed", "slave", s.id, "inSync", false, "reason", "disconnected",
-			"acked", s.acked, "countedSlaves", n)
-	}
-	if s.acked < 0 && !s.counted {
-		delete(m.slaves, s.id) // never acknowledged anything: not worth listing
+	s := res.Slave
+	m.log.Info("slave disconnected", "slave", s.BrokerID, "haAddr", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
+	m.verdictsChangedLocked(res.Changes)
+	if res.Removed {
+		delete(m.bytes, s.BrokerID)
 	}
 	m.publishLocked()
 	select {
@@ -694,26 +598,12 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 // log end read for this request; the evaluation uses the previous one (see SlaveProgress).
 func (m *Master) ack(sess *session, offset, readEnd int64) {
 	m.mu.Lock()
-	s := sess.slave
-	now := m.cfg.Now()
-	if s.acked >= 0 && offset < s.acked {
-		s.regressed = true
+	res := m.tr.Ack(sess.peer.ID(), offset, readEnd, m.cfg.Log.LogEndOffset(), m.cfg.Now())
+	if res.Regressed {
 		m.log.Warn("slave's acknowledged offset went back; it no longer counts for what it lost",
-			"slave", s.id, "from", s.acked, "to", offset)
+			"slave", res.BrokerID, "from", res.From, "to", offset)
 	}
-	if s.readEnd < 0 {
-		s.readEnd, s.readAt = readEnd, now
-	}
-	if offset >= s.readEnd {
-		s.lastFull = now
-	}
-	s.acked = offset
-	s.lastSeen = now
-	if CaughtUp(s.progressLocked(now), readEnd, m.rules) {
-		s.lastCaughtUp = now
-	}
-	m.evalLocked(s, readEnd, now)
-	s.readEnd, s.readAt = readEnd, now
+	m.verdictsChangedLocked(res.Changes)
 	m.publishLocked()
 	limit, n := m.ackLimit.Load(), int(m.inSyncN.Load())
 	m.mu.Unlock()
@@ -724,23 +614,14 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 // caught up once it acknowledges that end (SlaveProgress.ReadEnd).
 func (m *Master) readFor(sess *session, readEnd int64) {
 	m.mu.Lock()
-	if sess.slave.session == sess.peer.ID() {
-		sess.slave.readEnd, sess.slave.readAt = readEnd, m.cfg.Now()
-	}
+	m.tr.ReadFor(sess.peer.ID(), readEnd, m.cfg.Now())
 	m.mu.Unlock()
 }
 
 // hold marks a pull of sess as held (delta +1) or no longer held (-1).
 func (m *Master) hold(sess *session, delta int) {
 	m.mu.Lock()
-	if sess.slave.session == sess.peer.ID() {
-		sess.slave.holding += delta
-		// A pull held, or woken by an append, finds the slave holding everything.
-		sess.slave.lastFull = m.cfg.Now()
-		if delta < 0 {
-			sess.slave.lastSeen = sess.slave.lastFull
-		}
-	}
+	m.tr.Hold(sess.peer.ID(), delta, m.cfg.Now())
 	m.mu.Unlock()
 }
 
@@ -760,126 +641,143 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 	if err := h.ReadFrom(req.Header); err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s header: %v", req.Code, err)
 	}
-	if h.SlaveID <= 0 || h.Offset < 0 {
-		return rpc.Errorf(protocol.StatusRequestMalformed, "slave id %d, offset %d", h.SlaveID, h.Offset)
-	}
+	return m.pull(req.Peer, &h)
+}
+
+// pull serves one pull: it does the reads, waits and answers that the pull's plan (planPull)
+// names.
+func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
 	epoch := m.Epoch()
-	if h.BrokerName != m.cfg.BrokerName || h.Epoch > epoch {
-		// NB: fenced before the connection is bound to a slave record, so a stray pull naming
-		// a real slave's id never takes over (and, on close, disconnects) that slave.
-		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", req.Peer.RemoteAddr(),
+	in := pullInput{Req: h, Group: m.cfg.BrokerName, Epoch: epoch, MaxChunkBytes: m.cfg.MaxChunkBytes, MaxWait: m.cfg.MaxWait}
+	if m.cfg.Epochs != nil {
+		in.CheckEpochs, in.Epochs, in.LogEnd = true, m.cfg.Epochs(), m.cfg.Log.LogEndOffset()
+	}
+	plan, act := planPull(in)
+	switch act {
+	case pullMalformed:
+		return rpc.Errorf(protocol.StatusRequestMalformed, "slave id %d, offset %d", h.SlaveID, h.Offset)
+	case pullFenced:
+		m.warn.Warn(m.log, "fencing a replication pull", "slave", h.SlaveID, "remote", p.RemoteAddr(),
 			"broker", h.BrokerName, "want", m.cfg.BrokerName, "epoch", h.Epoch, "masterEpoch", epoch)
 		resp := &protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, Result: protocol.HAFenced, TruncateTo: -1}
 		m.fillBounds(resp)
 		return rpc.Reply{Header: resp}
 	}
-	sess, err := m.sessionFor(req.Peer, &h)
+	sess, err := m.sessionFor(p, h)
 	if err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
 	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, TruncateTo: -1}
-	reply := rpc.Reply{Header: &sess.resp}
-	if h.LastEpoch != 0 && m.cfg.Epochs != nil {
-		if epoch, end := DivergingEpoch(m.cfg.Epochs(), m.cfg.Log.LogEndOffset(), h.LastEpoch); epoch != h.LastEpoch || h.Offset > end {
-			// NB: acknowledges nothing: the slave's log past end is not this master's, or its
-			// newest epoch is one this master never had.
-			m.warn.Warn(m.log, "slave's log diverged from this one; answering out of range with where to cut",
-				"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
-				"divergingEpoch", epoch, "epochEnd", end)
-			sess.resp.Result = protocol.HAOutOfRange
-			sess.resp.TruncateTo = end
-			sess.resp.DivergingEpoch = epoch
-			m.fillBounds(&sess.resp)
-			return reply
-		}
+	if act == pullDiverged {
+		m.warn.Warn(m.log, "slave's log diverged from this one; answering out of range with where to cut",
+			"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
+			"divergingEpoch", plan.DivergingEpoch, "epochEnd", plan.TruncateTo)
+		sess.resp.Result = protocol.HAOutOfRange
+		sess.resp.TruncateTo = plan.TruncateTo
+		sess.resp.DivergingEpoch = plan.DivergingEpoch
+		m.fillBounds(&sess.resp)
+		return rpc.Reply{Header: &sess.resp}
 	}
-	maxBytes := m.cfg.MaxChunkBytes
-	if h.MaxBytes > 0 && int(h.MaxBytes) < maxBytes {
-		maxBytes = int(h.MaxBytes)
-	}
-	wait := min(time.Duration(max(h.WaitMs, 0))*time.Millisecond, m.cfg.MaxWait)
-	acked, waited := false, false
-	var deadline time.Time
 	for {
 		seen := m.end.Load()
-		readEnd := m.cfg.Log.LogEndOffset()
-		var start int64
-		var body []byte
-		var codec uint8
-		raw := 0
-		err := m.cfg.Log.ReadReplication(h.Offset, maxBytes, func(st int64, data []byte) error {
-			start, raw = st, len(data)
-			body, codec = sess.enc.encode(data)
-			return nil
-		})
-		switch {
-		case errors.Is(err, ErrBeyondEnd), errors.Is(err, ErrNotBatchBoundary):
-			// NB: acknowledges nothing: the slave's log does not match ours at that offset.
-			m.warn.Warn(m.log, "slave asks from an offset this log does not have; answering out of range",
-				"slave", h.SlaveID, "offset", h.Offset, "err", err,
-				"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
-			sess.resp.Result = protocol.HAOutOfRange
-			m.fillBounds(&sess.resp)
-			return reply
-		case errors.Is(err, ErrBelowMin):
-			sess.resp.Result = protocol.HAResync
-			m.fillBounds(&sess.resp)
-			sess.resp.Offset = sess.resp.MasterMin
-			m.log.Warn("slave asks from an offset retention removed; telling it to resync",
-				"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
-			return reply
-		case err != nil:
-			m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", err)
-			return rpc.Errorf(protocol.StatusSystemError, "cannot read the log at %d: %v", h.Offset, err)
+		rd := m.readLog(sess, h.Offset, plan.MaxBytes)
+		step := plan.afterRead(rd.err, rd.raw)
+		if step.Ack {
+			m.ack(sess, h.Offset, rd.readEnd)
+		} else if step.ReadFor {
+			m.readFor(sess, rd.readEnd)
 		}
-		if !acked {
-			m.ack(sess, h.Offset, readEnd)
-			acked = true
-		} else if raw > 0 {
-			m.readFor(sess, readEnd)
+		if step.Action != pullHold {
+			return m.answer(sess, h, step.Action, rd)
 		}
-		if raw > 0 || waited || wait <= 0 {
-			sess.resp.Result = protocol.HAOK
-			sess.resp.Offset = start
-			sess.resp.Codec = codec
-			sess.resp.RawLength = int32(raw)
-			m.fillBounds(&sess.resp)
-			sess.slave.rawBytes.Add(int64(raw))
-			sess.slave.wireBytes.Add(int64(len(body)))
-			reply.Body = body
-			return reply
-		}
-		// Nothing after the offset: hold the pull until an append or the wait ends.
-		ch := m.pollChan()
-		if m.end.Load() != seen {
-			continue // appended while we read: read again
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(wait)
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			waited = true
-			continue
-		}
-		if sess.timer == nil {
-			sess.timer = time.NewTimer(left)
-		} else {
-			sess.timer.Reset(left)
-		}
-		m.hold(sess, 1)
-		select {
-		case <-ch:
-		case <-sess.timer.C:
-			waited = true // answer with whatever the next read finds, even nothing
-		case <-m.done:
-			sess.timer.Stop()
-			m.hold(sess, -1)
+		if !m.holdPull(sess, &plan, seen) {
 			return rpc.Errorf(protocol.StatusShuttingDown, "replication master is closing")
 		}
-		sess.timer.Stop()
-		m.hold(sess, -1)
 	}
+}
+
+// logRead is one read of the log for a pull: the log end read before it, where the data starts,
+// its uncompressed size, the encoded body and its codec, and the read's error.
+type logRead struct {
+	readEnd int64
+	start   int64
+	raw     int
+	body    []byte
+	codec   uint8
+	err     error
+}
+
+// readLog reads the log for sess from offset, at most maxBytes, and encodes what it finds.
+func (m *Master) readLog(sess *session, offset int64, maxBytes int) logRead {
+	rd := logRead{readEnd: m.cfg.Log.LogEndOffset()}
+	rd.err = m.cfg.Log.ReadReplication(offset, maxBytes, func(st int64, data []byte) error {
+		rd.start, rd.raw = st, len(data)
+		rd.body, rd.codec = sess.enc.encode(data)
+		return nil
+	})
+	return rd
+}
+
+// answer builds the answer to the pull h of sess that action (of a read, rd) names.
+func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAction, rd logRead) rpc.Reply {
+	reply := rpc.Reply{Header: &sess.resp}
+	switch action {
+	case pullOutOfRange:
+		m.warn.Warn(m.log, "slave asks from an offset this log does not have; answering out of range",
+			"slave", h.SlaveID, "offset", h.Offset, "err", rd.err,
+			"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
+		sess.resp.Result = protocol.HAOutOfRange
+		m.fillBounds(&sess.resp)
+	case pullResync:
+		sess.resp.Result = protocol.HAResync
+		m.fillBounds(&sess.resp)
+		sess.resp.Offset = sess.resp.MasterMin
+		m.log.Warn("slave asks from an offset retention removed; telling it to resync",
+			"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
+	case pullReadError:
+		m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", rd.err)
+		return rpc.Errorf(protocol.StatusSystemError, "cannot read the log at %d: %v", h.Offset, rd.err)
+	case pullAnswer:
+		sess.resp.Result = protocol.HAOK
+		sess.resp.Offset = rd.start
+		sess.resp.Codec = rd.codec
+		sess.resp.RawLength = int32(rd.raw)
+		m.fillBounds(&sess.resp)
+		sess.bytes.raw.Add(int64(rd.raw))
+		sess.bytes.wire.Add(int64(len(rd.body)))
+		reply.Body = rd.body
+	}
+	return reply
+}
+
+// holdPull holds a pull of sess that found nothing after its offset until an append or the end
+// of its wait (the plan's); seen is the append end before the read. It returns false when the
+// master closes meanwhile. When it returns true the log is read again.
+func (m *Master) holdPull(sess *session, plan *pullPlan, seen int64) bool {
+	ch := m.pollChan()
+	if m.end.Load() != seen {
+		return true // appended while we read: read again
+	}
+	left, ok := plan.hold(m.cfg.Now())
+	if !ok {
+		return true // the wait is over: read once more and answer
+	}
+	if sess.timer == nil {
+		sess.timer = time.NewTimer(left)
+	} else {
+		sess.timer.Reset(left)
+	}
+	m.hold(sess, 1)
+	defer m.hold(sess, -1)
+	defer sess.timer.Stop()
+	select {
+	case <-ch:
+	case <-sess.timer.C:
+		plan.timedOut() // answer with whatever the next read finds, even nothing
+	case <-m.done:
+		return false
+	}
+	return true
 }
 
 // leave serves CodeHALeave: the slave is about to cut its log, so it leaves the in-sync set now
@@ -899,36 +797,31 @@ func (m *Master) leave(req *rpc.Request) rpc.Reply {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "this is the master of %s in epoch %d, not of %s in epoch %d", m.cfg.BrokerName, epoch, h.BrokerName, h.Epoch)
 	}
 	m.mu.Lock()
-	s := m.slaves[h.SlaveID]
-	if s == nil {
+	known, changes, err := m.tr.Leave(h.SlaveID, h.MemberID, m.cfg.Log.LogEndOffset())
+	if err != nil {
+		m.mu.Unlock()
+		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+	}
+	if !known {
 		m.mu.Unlock()
 		return rpc.Reply{} // never counted
 	}
-	if h.MemberID != "" && s.memberID != "" && h.MemberID != s.memberID {
-		m.mu.Unlock()
-		return rpc.Errorf(protocol.StatusRequestMalformed, "slave %d is member %s, not %s", h.SlaveID, s.memberID, h.MemberID)
-	}
-	s.leaving = true
-	if s.inSync {
-		n := m.setInSyncLocked(s, false)
-		m.log.Info("in-sync set changed", "slave", s.id, "inSync", false, "reason", "leaving to cut its log",
-			"truncateTo", h.TruncateTo, "acked", s.acked, "countedSlaves", n)
-	}
+	m.verdictsChangedLocked(changes, "truncateTo", h.TruncateTo)
 	m.publishLocked()
 	m.mu.Unlock()
 	select {
 	case m.waitKick <- struct{}{}:
 	default:
 	}
-	deadline := time.Now().Add(leaveTimeout)
+	deadline := m.cfg.Now().Add(leaveTimeout)
 	for {
 		m.mu.Lock()
-		counted := s.counted
+		counted := m.tr.Counted(h.SlaveID)
 		m.mu.Unlock()
 		if !counted {
 			return rpc.Reply{}
 		}
-		if time.Now().After(deadline) {
+		if m.cfg.Now().After(deadline) {
 			return rpc.Errorf(protocol.StatusSystemError, "the in-sync set without slave %d is not committed yet; retry", h.SlaveID)
 		}
 		select {

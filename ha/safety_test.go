@@ -130,7 +130,9 @@ func TestConfirmedNeedsMinAcks(t *testing.T) {
 	if got := m.ConfirmedOffset(); got != 2*(100+memHeader) {
 		t.Fatalf("confirmed %d with no slave, want the initial %d", got, 2*(100+memHeader))
 	}
-	s := startSlave(t, slog, m.Addr(), SlaveConfig{})
+	// NB: a master notices a closed connection only once the pull it holds is answered, so the
+	// slave's pulls wait little: its Close below takes it out of the set within WaitMs.
+	s := startSlave(t, slog, m.Addr(), SlaveConfig{WaitMs: 100})
 	eventually(t, 5*time.Second, "confirmed reaches the log end", func() bool { return m.ConfirmedOffset() == mlog.LogEndOffset() })
 	held := m.ConfirmedOffset()
 	_ = s.Close()

@@ -3,8 +3,8 @@ package ha
 import "time"
 
 // The in-sync set (RocketMQ 5's SyncStateSet, Kafka's ISR) as pure functions of explicit inputs
-// (etcd-raft's R1: no goroutine, no clock, no I/O). The Master calls them on every acknowledgement
-// and on a periodic tick, with its clock.
+// (etcd-raft's R1: no goroutine, no clock, no I/O). The in-sync tracker (Tracker) applies them on
+// every acknowledgement and on the Master's periodic tick, with the Master's clock.
 
 // SyncRules are the thresholds of the in-sync set.
 type SyncRules struct {
@@ -43,7 +43,8 @@ type SlaveProgress struct {
 	Connected bool
 }
 
-// SyncReason says why NextInSync decided what it did; it goes into the log line of a change.
+// SyncReason says why a slave's verdict changed (NextInSync's reasons, and the tracker's
+// ReasonDisconnected and ReasonLeaving); it goes into the log line of a change.
 type SyncReason string
 
 // Reasons.
@@ -63,7 +64,7 @@ func LagBytes(s SlaveProgress, masterEnd int64) int64 {
 }
 
 // CaughtUp reports whether the slave counts as caught up now: it holds everything the master had
-// when it last read for it, or it lags at most MaxLagBytes behind masterEnd. The Master records
+// when it last read for it, or it lags at most MaxLagBytes behind masterEnd. The tracker records
 // the time of every acknowledgement (and tick with a held pull) for which this holds as
 // LastCaughtUp.
 func CaughtUp(s SlaveProgress, masterEnd int64, rules SyncRules) bool {
