@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 func TestNatsNames(t *testing.T) {
@@ -88,12 +90,7 @@ func TestNatsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := testutil.FreePorts(t, 1)[0]
 	var serverLog strings.Builder
 	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", t.TempDir())
 	cmd.Stdout, cmd.Stderr = &serverLog, &serverLog
@@ -116,7 +113,7 @@ func TestNatsRun(t *testing.T) {
 		}
 	}
 
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cfg := Config{
 		Driver:       DriverNats,
 		NatsURL:      "nats://" + addr,

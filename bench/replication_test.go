@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // TestEmbeddedReplicated runs the loghub replay, verified, against the embedded broker group (a
@@ -32,7 +34,7 @@ func TestEmbeddedReplicated(t *testing.T) {
 		t.Fatalf("embedded group: %s", emb.describe())
 	}
 
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	res, err := Run(t.Context(), Config{
 		PayloadDir:  "testdata/loghub",
@@ -86,7 +88,7 @@ func TestEmbeddedReplicated(t *testing.T) {
 
 	for _, id := range []int64{1, 2, 0, -1} {
 		t.Run(fmt.Sprintf("consume-only/read-broker-id=%d", id), func(t *testing.T) {
-			var out syncBuffer
+			var out testutil.SyncBuffer
 			cfg := Config{ConsumeOnly: true, NameServers: emb.nameServers(), TopicID: "rep", Out: &out, Logger: log}
 			if id >= 0 {
 				cfg.SetReadBrokerID(id)
@@ -123,7 +125,7 @@ func TestEmbeddedNoSlaves(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.log"), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cfg := Config{PayloadDir: dir, Verify: true, SegmentSize: 16 << 20, Out: &out, Logger: testLogger(t)}
 	cfg.SetEmbeddedSlaves(0)
 	res, err := Run(t.Context(), cfg)

@@ -1,54 +1,26 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/petrel-mq/petrel/broker"
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// gnet (the embedded broker) starts these and never stops them.
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
-
-// syncBuffer collects a run's output; the test reads it after the run.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -81,7 +53,7 @@ testDurationMinutes: 1
 // runFake runs cfg against fc (nil: cfg.newCluster) and returns the result and the output.
 func runFake(t *testing.T, ctx context.Context, cfg Config, fc *fakeCluster) (*Result, string) {
 	t.Helper()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cfg.Out = &out
 	cfg.Logger = testLogger(t)
 	if fc != nil {
@@ -509,7 +481,7 @@ func TestConfigErrors(t *testing.T) {
 // TestEmbeddedLoghubReplay is `make run`: every loghub line through an embedded NameServer and
 // broker, verified.
 func TestEmbeddedLoghubReplay(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	res, err := Run(t.Context(), Config{
 		PayloadDir: "testdata/loghub",
 		Verify:     true,
@@ -533,7 +505,7 @@ func TestEmbeddedLoghubReplay(t *testing.T) {
 // TestEmbeddedWorkload runs an OMB workload file unchanged (rate 50,000 msg/s, 16 queues, 100 B
 // payload) for 2 s against the embedded cluster, verified, with a JSON result.
 func TestEmbeddedWorkload(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	res, err := Run(t.Context(), Config{
 		WorkloadFile:     "workloads/1-topic-16-partition-100b.yaml",
@@ -599,12 +571,7 @@ func TestBrokerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testutil.FreePorts(t, 1)[0]
 	bc := broker.DefaultConfig()
 	bc.NamesrvAddr = ns.Addr()
 	bc.BindAddress = "127.0.0.1"
@@ -625,7 +592,7 @@ func TestBrokerRestart(t *testing.T) {
 	b := start()
 	defer func() { b.Close() }()
 
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	type outcome struct {
 		res *Result
 		err error

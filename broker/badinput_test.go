@@ -1,37 +1,17 @@
 package broker
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
-
-// logCapture collects the broker's log lines so tests can check that a closed connection was
-// logged with its reason.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logCapture) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logCapture) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // TestBadInput sends hostile bytes on raw connections. Each one gets a clear error status or a
 // closed connection with a log line; a well-behaved client on another connection keeps being
@@ -138,7 +118,7 @@ func TestBadInput(t *testing.T) {
 
 // TestBadInputLogged checks that a closed connection leaves a log line naming the reason.
 func TestBadInputLogged(t *testing.T) {
-	var logs logCapture
+	var logs testutil.SyncBuffer
 	cfg := testConfig(t.TempDir())
 	b, err := New(cfg, slogTo(&logs))
 	if err != nil {
@@ -157,11 +137,5 @@ func TestBadInputLogged(t *testing.T) {
 	_, _ = nc.Write(p)
 	_, _ = io.ReadAll(nc)
 	nc.Close()
-	deadline := time.Now().Add(2 * time.Second)
-	for !strings.Contains(logs.String(), "frame larger than the maximum frame size") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line for the oversized frame; logs:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	logs.WaitForLine(t, "frame larger than the maximum frame size")
 }

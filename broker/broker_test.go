@@ -11,19 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
@@ -523,13 +517,8 @@ func TestConsumerHeartbeats(t *testing.T) {
 		t.Fatalf("after unregister: %s", got)
 	}
 	c2.Close() // the connection b-client heartbeat on closes: it leaves at once
-	deadline := time.Now().Add(2 * time.Second)
-	for list() != "[]" {
-		if time.Now().After(deadline) {
-			t.Fatalf("client of a closed connection still listed: %s", list())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Long before channelExpiredTimeout (120 s) could forget it.
+	testutil.Eventually(t, "the client of the closed connection to leave the group", func() bool { return list() == "[]" })
 }
 
 // TestPipelinedSendsAndPulls: sends and pulls written back to back on one connection arrive in
@@ -620,10 +609,10 @@ func TestRegistersAgainWhenANameServerRestarts(t *testing.T) {
 		}
 		return false
 	}
-	eventuallyWithin(t, 10*time.Second, "the first registration", func() bool { return registered(ns) })
+	testutil.EventuallyWithin(t, 10*time.Second, "the first registration", func() bool { return registered(ns) })
 	_ = ns.Close()
 	ns2 := namesrv.New(namesrv.Config{ListenAddr: addr, Logger: testLogger(t)})
-	eventuallyWithin(t, 10*time.Second, "the NameServer to listen again", func() bool { return ns2.Start() == nil })
+	testutil.EventuallyWithin(t, 10*time.Second, "the NameServer to listen again", func() bool { return ns2.Start() == nil })
 	defer ns2.Close()
-	eventuallyWithin(t, 10*time.Second, "the broker to register with the restarted NameServer", func() bool { return registered(ns2) })
+	testutil.EventuallyWithin(t, 10*time.Second, "the broker to register with the restarted NameServer", func() bool { return registered(ns2) })
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -37,16 +38,6 @@ func buildBrokerBinary(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 type brokerProc struct {
 	t    *testing.T
 	bin  string
@@ -57,7 +48,7 @@ type brokerProc struct {
 }
 
 func newBrokerProc(t *testing.T, bin, dir string) *brokerProc {
-	port := freePort(t)
+	port := testutil.FreePorts(t, 1)[0]
 	conf := filepath.Join(dir, "broker.conf")
 	content := fmt.Sprintf(`brokerClusterName=CrashCluster
 brokerName=broker-crash

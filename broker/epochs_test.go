@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/petrel-mq/petrel/commitlog"
 	"github.com/petrel-mq/petrel/ha"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -122,25 +122,6 @@ func TestEpochStartsAtOneOffsetAcrossASegmentRoll(t *testing.T) {
 	}
 }
 
-// closedAddrs returns n loopback addresses nothing listens on.
-func closedAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
-
 // TestStaleControlStateNeverCuts: a member restarts with a Raft snapshot of epoch 5 (it has not
 // applied the rest of the Raft log yet) while its log and epoch file hold epochs up to 9, and
 // the other members are out of reach. Deciding from that state would cut everything since
@@ -148,7 +129,7 @@ func closedAddrs(t *testing.T, n int) []string {
 // known to be caught up with the leader's, and no master has said its log diverged.
 func TestStaleControlStateNeverCuts(t *testing.T) {
 	dir := t.TempDir()
-	addrs := closedAddrs(t, 6) // Raft b1..b3, then the client and HA addresses of b2 and b3
+	addrs := testutil.FreeAddrs(t, 6) // Raft b1..b3, then the client and HA addresses of b2 and b3
 	peers := fmt.Sprintf("b1-%s;b2-%s;b3-%s", addrs[0], addrs[1], addrs[2])
 	cfg := haTestConfig(dir, RoleSyncMaster, 1)
 	cfg.EnableRaftHA, cfg.RaftSelfID, cfg.RaftPeers, cfg.MinInSyncReplicas = true, "b1", peers, 2
@@ -197,7 +178,7 @@ func TestStaleControlStateNeverCuts(t *testing.T) {
 	b := startBroker(t, cfg)
 	defer b.Close()
 	// It follows the master the state names (pulling fails: b2 is not there)...
-	eventuallyWithin(t, 10*time.Second, "the member to follow b2", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the member to follow b2", func() bool {
 		select {
 		case err := <-b.Fatal():
 			t.Fatalf("the member asked for a restart: %v", err)
@@ -243,7 +224,7 @@ func TestOnlyAMasterMovesOffsets(t *testing.T) {
 			continue
 		}
 		// A slave asked past what it holds, or below it: not here.
-		eventuallyWithin(t, 10*time.Second, "the slave to hold the topic and its messages", func() bool {
+		testutil.EventuallyWithin(t, 10*time.Second, "the slave to hold the topic and its messages", func() bool {
 			return b.topics.get([]byte("moved")) != nil && b.store.MaxOffset([]byte("moved"), 0) == 10
 		})
 		sc := dial(t, b.Addr())
@@ -262,7 +243,7 @@ func TestOnlyAMasterMovesOffsets(t *testing.T) {
 			_ = b.Close()
 		}
 	}
-	eventuallyWithin(t, 10*time.Second, "the master to give its role up", func() bool { return m.role.Load().master == nil })
+	testutil.EventuallyWithin(t, 10*time.Second, "the master to give its role up", func() bool { return m.role.Load().master == nil })
 	for _, off := range []int64{5, 50, 10_000} {
 		h := pullSome(t, c, "moved", 0, off, 10, 0)
 		if h.Result == protocol.PullOffsetMoved {
@@ -297,12 +278,12 @@ func divergedSlave(t *testing.T) (bs []*Broker, m, s *Broker, point int64) {
 			break
 		}
 	}
-	eventuallyWithin(t, 10*time.Second, "the slave to hold the first messages", func() bool { return s.store.MaxOffset([]byte("cut"), 0) == 5 })
+	testutil.EventuallyWithin(t, 10*time.Second, "the slave to hold the first messages", func() bool { return s.store.MaxOffset([]byte("cut"), 0) == 5 })
 	point = s.store.LogEndOffset()
 	for i := range 5 {
 		send(t, c, "cut", 0, fmt.Sprintf("b%d", i))
 	}
-	eventuallyWithin(t, 10*time.Second, "the slave to hold every message", func() bool { return s.store.MaxOffset([]byte("cut"), 0) == 10 })
+	testutil.EventuallyWithin(t, 10*time.Second, "the slave to hold every message", func() bool { return s.store.MaxOffset([]byte("cut"), 0) == 10 })
 	raftMaster(t, bs) // both slaves in the set
 	return bs, m, s, point
 }
@@ -328,7 +309,7 @@ func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
 	t.Cleanup(func() { testBeforeTruncate = nil })
 	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
 	var err error
-	eventuallyWithin(t, 10*time.Second, "the member to ask for its restart", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the member to ask for its restart", func() bool {
 		select {
 		case err = <-s.Fatal():
 			return true
@@ -363,7 +344,7 @@ func TestSecondCutForAnEpochStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
-	eventuallyWithin(t, 10*time.Second, "the member to stop", func() bool { return s.haStatus().Stopped != "" })
+	testutil.EventuallyWithin(t, 10*time.Second, "the member to stop", func() bool { return s.haStatus().Stopped != "" })
 	hs := s.haStatus()
 	if hs.Electable || !strings.Contains(hs.Stopped, "already cut") {
 		t.Fatalf("status of the stopped member: %+v", hs)

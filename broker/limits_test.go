@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -221,7 +222,7 @@ func TestDiskFullWarningRateLimited(t *testing.T) {
 		return f.Truncate(size)
 	}
 	defer func() { testPreallocate = nil }()
-	var logs logCapture
+	var logs testutil.SyncBuffer
 	cfg := testConfig(t.TempDir())
 	cfg.MappedFileSizeCommitLog = 64 << 10
 	b, err := New(cfg, slogTo(&logs))

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // scrape is one parsed /metrics answer (Prometheus text format): series by metric name.
@@ -138,7 +140,7 @@ func TestMetricsAndPprof(t *testing.T) {
 	traffic := append(node[:4:4], "node_type", "master")
 	var s scrape
 	// The ASYNC_FLUSH flusher runs every 500 ms: wait for one flush to be timed.
-	eventually(t, "a timed flush", func() bool {
+	testutil.Eventually(t, "a timed flush", func() bool {
 		s = scrapeMetrics(t, b)
 		return len(s.find("petrel_flush_latency_seconds_count")) == 1 && s.value(t, "petrel_flush_latency_seconds_count", node...) > 0
 	})
@@ -273,7 +275,7 @@ func TestMetricsReplication(t *testing.T) {
 	}
 
 	sNode := []string{"node_id", "broker-a/1"}
-	eventually(t, "the slave hears the master's log end", func() bool {
+	testutil.Eventually(t, "the slave hears the master's log end", func() bool {
 		s = scrapeMetrics(t, sl)
 		return len(s.find("petrel_replication_behind_master_bytes", sNode...)) == 1 &&
 			s.value(t, "petrel_replication_behind_master_bytes", sNode...) == 0
@@ -301,7 +303,7 @@ func TestMetricsReplication(t *testing.T) {
 		send(t, c, "rt", 0, fmt.Sprint("late", i))
 	}
 	lag := float64(m.store.LogEndOffset() - caughtUp)
-	eventually(t, "the master sees the slave gone", func() bool {
+	testutil.Eventually(t, "the master sees the slave gone", func() bool {
 		s = scrapeMetrics(t, m)
 		return s.value(t, "petrel_replication_connected", slave1...) == 0 &&
 			s.value(t, "petrel_replication_in_sync", slave1...) == 0 &&
@@ -325,7 +327,7 @@ func TestMetricsRaft(t *testing.T) {
 		}
 	}()
 	m := raftMaster(t, bs)
-	eventually(t, "one Raft leader among the members' metrics", func() bool {
+	testutil.Eventually(t, "one Raft leader among the members' metrics", func() bool {
 		leaders := 0.0
 		for _, b := range bs {
 			s := scrapeMetrics(t, b)

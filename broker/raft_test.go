@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/ha"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -108,18 +108,9 @@ func TestRaftConfigValidation(t *testing.T) {
 // NameServer): SYNC_MASTER, minInSyncReplicas=2. tweaks adjust every member's config.
 func raftMembers(t *testing.T, tweaks ...func(*Config)) []*Broker {
 	t.Helper()
-	var lns []net.Listener
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-	}
 	var peers []string
-	for i, ln := range lns {
-		peers = append(peers, fmt.Sprintf("b%d-%s", i+1, ln.Addr()))
-		ln.Close()
+	for i, addr := range testutil.FreeAddrs(t, 3) {
+		peers = append(peers, fmt.Sprintf("b%d-%s", i+1, addr))
 	}
 	dir := t.TempDir()
 	var bs []*Broker
@@ -141,7 +132,7 @@ func raftMembers(t *testing.T, tweaks ...func(*Config)) []*Broker {
 func raftMaster(t *testing.T, bs []*Broker) *Broker {
 	t.Helper()
 	var m *Broker
-	eventuallyWithin(t, 15*time.Second, "a master with two in-sync slaves", func() bool {
+	testutil.EventuallyWithin(t, 15*time.Second, "a master with two in-sync slaves", func() bool {
 		m = nil
 		for _, b := range bs {
 			if r := b.role.Load(); r.master != nil && r.State == ha.MemberMaster && r.master.InSyncCount() == len(bs)-1 {
@@ -196,7 +187,7 @@ func TestRaftGroupInProcess(t *testing.T) {
 	_ = m.Close()
 	rest := slices.DeleteFunc(slices.Clone(bs), func(b *Broker) bool { return b == m })
 	var nm *Broker
-	eventuallyWithin(t, 15*time.Second, "a new master", func() bool {
+	testutil.EventuallyWithin(t, 15*time.Second, "a new master", func() bool {
 		for _, b := range rest {
 			if r := b.role.Load(); r.master != nil {
 				nm = b
@@ -213,7 +204,7 @@ func TestRaftGroupInProcess(t *testing.T) {
 	slices.Sort(acked)
 	// Served once every in-sync member holds them (the high watermark).
 	var got []string
-	eventuallyWithin(t, 10*time.Second, "the acknowledged messages readable on the new master", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the acknowledged messages readable on the new master", func() bool {
 		got = got[:0]
 		for q := int32(0); q < 2; q++ {
 			got = append(got, pull(t, c, "raft", q, 0, 0).bodies...)
@@ -227,7 +218,7 @@ func TestRaftGroupInProcess(t *testing.T) {
 	raftMaster(t, bs)
 	h := protocol.ElectMasterRequest{BrokerName: nm.cfg.BrokerName, BrokerID: bs[idx].cfg.BrokerID}
 	var rep rpc.Reply
-	eventuallyWithin(t, 10*time.Second, "electMaster to succeed", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "electMaster to succeed", func() bool {
 		// SERVICE_NOT_AVAILABLE until the returned member is in the committed in-sync set.
 		rep = nm.electMaster(h)
 		if rep.Status != protocol.StatusSuccess && rep.Status != protocol.StatusServiceNotAvailable {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
@@ -25,46 +26,12 @@ import (
 // on loopback, each broker with its own store under t.TempDir(). Ports are picked by the kernel
 // on the first start and kept, so a member restarts where the others expect it.
 
-// eventually polls cond until it holds or the deadline passes (then the test fails).
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	eventuallyWithin(t, 20*time.Second, what, cond)
-}
-
-func eventuallyWithin(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// hasLine reports whether one logged line contains every part.
-func (l *logCapture) hasLine(parts ...string) bool {
-	for _, line := range strings.Split(l.String(), "\n") {
-		all := true
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				all = false
-				break
-			}
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
 // haCluster is a NameServer and one broker group: brokerId 0 the master, > 0 slaves.
 type haCluster struct {
 	t    *testing.T
 	ns   *namesrv.Server
 	dir  string
-	logs *logCapture // every member's log lines (Info and above), printed when the test fails
+	logs *testutil.SyncBuffer // every member's log lines (Info and above), printed when the test fails
 
 	mu      sync.Mutex
 	brokers map[int64]*Broker
@@ -90,7 +57,7 @@ func haTestConfig(dir, role string, id int64) Config {
 // nil, adjusts every member's config before its first start (cfg.BrokerID tells which).
 func newHACluster(t *testing.T, masterRole string, slaves int, tweak func(*Config)) *haCluster {
 	t.Helper()
-	hc := &haCluster{t: t, dir: t.TempDir(), logs: &logCapture{}, brokers: map[int64]*Broker{}, cfgs: map[int64]Config{}}
+	hc := &haCluster{t: t, dir: t.TempDir(), logs: &testutil.SyncBuffer{}, brokers: map[int64]*Broker{}, cfgs: map[int64]Config{}}
 	hc.ns = namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: hc.logger("namesrv")})
 	if err := hc.ns.Start(); err != nil {
 		t.Fatal(err)
@@ -232,7 +199,7 @@ func inSync(m *Broker) map[int64]bool {
 func (hc *haCluster) waitInSync(ids ...int64) {
 	hc.t.Helper()
 	m := hc.b(0)
-	eventually(hc.t, fmt.Sprintf("in-sync set = %v", ids), func() bool {
+	testutil.Eventually(hc.t, fmt.Sprintf("in-sync set = %v", ids), func() bool {
 		set := inSync(m)
 		n := 0
 		for _, v := range set {
@@ -259,7 +226,7 @@ func (hc *haCluster) waitCaughtUp(ids ...int64) {
 	m := hc.b(0)
 	for _, id := range ids {
 		s := hc.b(id)
-		eventually(hc.t, fmt.Sprintf("slave %d caught up", id), func() bool {
+		testutil.Eventually(hc.t, fmt.Sprintf("slave %d caught up", id), func() bool {
 			end := m.store.LogEndOffset()
 			if s.store.LogEndOffset() != end {
 				return false
@@ -278,7 +245,7 @@ func (hc *haCluster) waitCaughtUp(ids ...int64) {
 func (hc *haCluster) waitTopic(id int64, topic string) {
 	hc.t.Helper()
 	b := hc.b(id)
-	eventually(hc.t, fmt.Sprintf("topic %s on member %d", topic, id), func() bool {
+	testutil.Eventually(hc.t, fmt.Sprintf("topic %s on member %d", topic, id), func() bool {
 		return b.topics.get([]byte(topic)) != nil
 	})
 }
@@ -287,7 +254,7 @@ func (hc *haCluster) waitTopic(id int64, topic string) {
 func (hc *haCluster) waitMasterKnown(id int64) {
 	hc.t.Helper()
 	s, m := hc.b(id), hc.b(0)
-	eventually(hc.t, fmt.Sprintf("slave %d knows its master", id), func() bool {
+	testutil.Eventually(hc.t, fmt.Sprintf("slave %d knows its master", id), func() bool {
 		return s.role.Load().Master.Addr == m.Addr()
 	})
 }

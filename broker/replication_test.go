@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -135,7 +136,7 @@ func TestReplicationByteIdentical(t *testing.T) {
 func consumePinned(t *testing.T, hc *haCluster, topic string, id int64, want map[int32]map[int64]string) {
 	t.Helper()
 	c, admin := hc.newAdmin()
-	eventually(t, "route of "+topic+" lists the slaves", func() bool {
+	testutil.Eventually(t, "route of "+topic+" lists the slaves", func() bool {
 		r, err := admin.TopicRoute(ctx5s(t), topic)
 		return err == nil && len(r.BrokerDatas) == 1 && len(r.BrokerDatas[0].Addrs) == 3
 	})
@@ -256,7 +257,7 @@ func TestSyncMasterAcksAfterReplication(t *testing.T) {
 	}
 	// Sends run before, while and after slave 2 closes.
 	waitSent := func(n int64) {
-		eventually(t, fmt.Sprintf("%d sends", n), func() bool { return sent.Load() >= n || len(errs) > 0 })
+		testutil.Eventually(t, fmt.Sprintf("%d sends", n), func() bool { return sent.Load() >= n || len(errs) > 0 })
 	}
 	waitSent(100)
 	ac.drop(2)
@@ -438,7 +439,7 @@ func TestSlaveRefusesSends(t *testing.T) {
 	oldMaster, oldSlave := hc.cfgs[0], hc.cfgs[1]
 	newMaster, newSlave := oldSlave, oldMaster
 	newMaster.BrokerRole, newMaster.BrokerID, newMaster.HAMasterAddress = RoleAsyncMaster, 0, ""
-	newMaster.HAListenPort = freePort(t)
+	newMaster.HAListenPort = testutil.FreePorts(t, 1)[0]
 	newSlave.BrokerRole, newSlave.BrokerID, newSlave.HAListenPort = RoleSlave, 1, 0
 	newSlave.HAMasterAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(newMaster.HAListenPort))
 	hc.cfgs[0], hc.cfgs[1] = newMaster, newSlave
@@ -479,8 +480,8 @@ func TestSlaveRefusesSends(t *testing.T) {
 func TestReplicationLogsNameComponentOnce(t *testing.T) {
 	hc := newHACluster(t, RoleAsyncMaster, 1, nil)
 	hc.waitInSync(1)
-	eventually(t, "replication log lines of both roles", func() bool {
-		return hc.logs.hasLine("slave connected", "component=ha-master") && hc.logs.hasLine("connected to the master", "component=ha-slave")
+	testutil.Eventually(t, "replication log lines of both roles", func() bool {
+		return hc.logs.HasLine("slave connected", "component=ha-master") && hc.logs.HasLine("connected to the master", "component=ha-slave")
 	})
 	for _, line := range strings.Split(hc.logs.String(), "\n") {
 		if n := strings.Count(line, "component="); n > 1 {
@@ -533,7 +534,7 @@ func TestSlaveRefusesTopicUpdates(t *testing.T) {
 	if err := mc.CallDecode(ctx5s(t), protocol.CodeUpdateAndCreateTopic, &upd, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "slave has the master's topic update", func() bool {
+	testutil.Eventually(t, "slave has the master's topic update", func() bool {
 		tp := s.topics.get([]byte("Cfg"))
 		return tp != nil && tp.cfg == upd
 	})
@@ -608,7 +609,7 @@ func TestPullSuggestions(t *testing.T) {
 	// The master closes: slave 2 serves everything it holds and keeps slow consumers.
 	hc.stop(0)
 	s2 := hc.b(2)
-	eventually(t, "slave sees its master gone", func() bool { return !s2.role.Load().slave.Connected() })
+	testutil.Eventually(t, "slave sees its master gone", func() bool { return !s2.role.Load().slave.Connected() })
 	if got := pullQueue(t, sc, "Sug", 0, max0); !maps.Equal(got, want0) {
 		t.Fatalf("slave without its master served %d messages, the master had %d; contents differ", len(got), len(want0))
 	}
@@ -632,7 +633,7 @@ func TestPullSuggestions(t *testing.T) {
 		p, err := pullE(sc, "Sug", 0, max0, 15000)
 		held <- result{p, err}
 	}()
-	eventually(t, "pull held on the slave", func() bool {
+	testutil.Eventually(t, "pull held on the slave", func() bool {
 		tp := s2.topics.get([]byte("Sug"))
 		return tp != nil && tp.waiters.n.Load() == 1
 	})
@@ -730,7 +731,7 @@ func TestConfigAndOffsetSync(t *testing.T) {
 	hc := newHACluster(t, RoleAsyncMaster, 1, func(c *Config) { c.HAMasterAddress = "" })
 	m, s := hc.b(0), hc.b(1)
 	hc.waitMasterKnown(1)
-	eventually(t, "slave learnt the master's replication address", func() bool { return s.role.Load().Master.HAAddr == hc.masterHAAddr() })
+	testutil.Eventually(t, "slave learnt the master's replication address", func() bool { return s.role.Load().Master.HAAddr == hc.masterHAAddr() })
 	mc, sc := dial(t, m.Addr()), dial(t, s.Addr())
 	createTopic(t, mc, "Data", 1)
 	send(t, mc, "Data", 0, "replicated through a NameServer-learnt address")
@@ -744,7 +745,7 @@ func TestConfigAndOffsetSync(t *testing.T) {
 		t.Fatalf("slave's topic config %+v, master's %+v", got, cfg)
 	}
 	_, admin := hc.newAdmin()
-	eventually(t, "slave's route registration carries the topic", func() bool {
+	testutil.Eventually(t, "slave's route registration carries the topic", func() bool {
 		tl, err := admin.AllTopicConfig(ctx5s(t), s.Addr())
 		if err != nil {
 			return false
@@ -766,7 +767,7 @@ func TestConfigAndOffsetSync(t *testing.T) {
 		return off
 	}
 	commitOffset(t, mc, "grp", "Synced", 2, 40)
-	eventually(t, "slave has the master's commit", func() bool { return query(s) == 40 })
+	testutil.Eventually(t, "slave has the master's commit", func() bool { return query(s) == 40 })
 	commitOffset(t, mc, "grp", "Synced", 2, 30) // never backwards
 	commitOffset(t, sc, "grp", "Synced", 2, 35)
 	if query(m) != 40 || query(s) != 40 {
@@ -780,7 +781,7 @@ func TestConfigAndOffsetSync(t *testing.T) {
 	if got := query(m); got < 40 { // 77 if the slave's sync came first
 		t.Fatalf("restarted master has offset %d, it had 40", got)
 	}
-	eventually(t, "returned master has the slave's larger commit", func() bool { return query(m) == 77 })
+	testutil.Eventually(t, "returned master has the slave's larger commit", func() bool { return query(m) == 77 })
 	// A topic created while the slave is down reaches it when it returns; its offset survives
 	// the restart.
 	hc.stop(1)
@@ -795,7 +796,7 @@ func TestConfigAndOffsetSync(t *testing.T) {
 		t.Fatalf("restarted slave has offset %d, it had 77", got)
 	}
 	hc.waitTopic(1, "Later")
-	eventually(t, "returned slave has the master's larger commit", func() bool { return query(s) == 90 })
+	testutil.Eventually(t, "returned slave has the master's larger commit", func() bool { return query(s) == 90 })
 	if bw := w.finish(); len(bw) > 0 {
 		t.Fatalf("offsets moved backwards: %v", bw)
 	}
@@ -842,7 +843,7 @@ func TestResyncWipedSlave(t *testing.T) {
 	hc.waitCaughtUp(1)
 	hc.stop(1)
 	produceMix(t, mc, topics, 250)
-	eventually(t, "master's retention removes the oldest segments", func() bool {
+	testutil.Eventually(t, "master's retention removes the oldest segments", func() bool {
 		return m.store.LogMinOffset() > 0
 	})
 	if err := os.RemoveAll(hc.cfg(1).StorePathRootDir); err != nil {
@@ -951,7 +952,7 @@ func TestResyncSlaveAhead(t *testing.T) {
 			}
 		}
 	}()
-	eventually(t, "refused sends without the slave", func() bool { return refused.Load() > 0 })
+	testutil.Eventually(t, "refused sends without the slave", func() bool { return refused.Load() > 0 })
 	if n := ok.Load(); n != 0 {
 		t.Fatalf("%d sends acknowledged with minInSyncReplicas=2 and no slave", n)
 	}
@@ -963,14 +964,14 @@ func TestResyncSlaveAhead(t *testing.T) {
 	}
 	s := hc.start(1)
 	ac.set(1, s) // from now on every success must be held by the slave
-	if !hc.logs.hasLine("commitlog: recovered", "member=b1", fmt.Sprintf("endOffset=%d ", slaveEnd)) {
+	if !hc.logs.HasLine("commitlog: recovered", "member=b1", fmt.Sprintf("endOffset=%d ", slaveEnd)) {
 		t.Fatalf("the slave did not restart with its %d-byte log", slaveEnd)
 	}
-	eventually(t, "slave resynced", func() bool {
-		return s.role.Load().slave.Status().Resyncs >= 1 && hc.logs.hasLine("RESYNC: this slave's log is ahead of the master's", "member=b1")
+	testutil.Eventually(t, "slave resynced", func() bool {
+		return s.role.Load().slave.Status().Resyncs >= 1 && hc.logs.HasLine("RESYNC: this slave's log is ahead of the master's", "member=b1")
 	})
 	hc.waitInSync(1)
-	eventually(t, "sends succeed with the slave back", func() bool { return ok.Load() >= 20 })
+	testutil.Eventually(t, "sends succeed with the slave back", func() bool { return ok.Load() >= 20 })
 	close(stop)
 	wg.Wait()
 	if len(failures) > 0 {
@@ -1049,8 +1050,8 @@ func TestHAPortBadInput(t *testing.T) {
 		}
 		local := nc.LocalAddr().String()
 		nc.Close()
-		eventually(t, tc.name+": closed connection logged", func() bool {
-			return hc.logs.hasLine("closing connection: bad frame", "remote="+local, "reason=")
+		testutil.Eventually(t, tc.name+": closed connection logged", func() bool {
+			return hc.logs.HasLine("closing connection: bad frame", "remote="+local, "reason=")
 		})
 		sendSome("after " + tc.name)
 	}
@@ -1090,7 +1091,7 @@ func TestHAPortBadInput(t *testing.T) {
 			}
 		}
 	}
-	if !hc.logs.hasLine("fencing a replication pull", "broker=broker-z", "slave=7") {
+	if !hc.logs.HasLine("fencing a replication pull", "broker=broker-z", "slave=7") {
 		t.Fatal("the fenced pull was not logged")
 	}
 
@@ -1142,9 +1143,9 @@ func TestHAPortStrayPullWithSlaveID(t *testing.T) {
 	}
 	local := nc.LocalAddr().String()
 	nc.Close()
-	eventually(t, "the master saw the stray connection close", func() bool {
-		return hc.logs.hasLine("fencing a replication pull", "broker=broker-z") &&
-			(hc.logs.hasLine("slave disconnected", "haAddr="+local) || !hc.logs.hasLine("haAddr="+local))
+	testutil.Eventually(t, "the master saw the stray connection close", func() bool {
+		return hc.logs.HasLine("fencing a replication pull", "broker=broker-z") &&
+			(hc.logs.HasLine("slave disconnected", "haAddr="+local) || !hc.logs.HasLine("haAddr="+local))
 	})
 	for i := 0; i < 5; i++ {
 		if _, err := sendBatch(mc, buildBatch("Stray", 0, "two")); err != nil {
@@ -1174,7 +1175,7 @@ func TestConsumeFromSlavesWhenMasterDown(t *testing.T) {
 	hc.stop(0)
 
 	c, admin := hc.newAdmin()
-	eventually(t, "route without the master still has the queues", func() bool {
+	testutil.Eventually(t, "route without the master still has the queues", func() bool {
 		r, err := admin.TopicRoute(ctx5s(t), "Orphan")
 		return err == nil && len(r.QueueDatas) == 1 && len(r.BrokerDatas) == 1 && r.BrokerDatas[0].MasterAddr() == "" && len(r.BrokerDatas[0].Addrs) == 2
 	})
@@ -1201,7 +1202,7 @@ func TestConsumeFromSlavesWhenMasterDown(t *testing.T) {
 	// The consumer committed its offsets to a slave; the master gets them when it returns.
 	m = hc.start(0)
 	for q, msgs := range want {
-		eventually(t, fmt.Sprintf("master has queue %d's committed offset", q), func() bool {
+		testutil.Eventually(t, fmt.Sprintf("master has queue %d's committed offset", q), func() bool {
 			off, ok := m.offsets.get([]byte("orphans"), []byte("Orphan"), q)
 			return ok && off == int64(len(msgs))
 		})
@@ -1256,7 +1257,7 @@ func TestBrokerStatusShowsReplication(t *testing.T) {
 	}
 	// The slave learns the master's client address from its first answer (which a held pull
 	// may delay by up to half the in-sync lag time) or from the NameServer.
-	eventually(t, "the slave's runtime info names its master", func() bool {
+	testutil.Eventually(t, "the slave's runtime info names its master", func() bool {
 		s := kv(1)
 		return s["haMasterConnected"] == "true" && s["masterAddr"] == hc.b(0).Addr()
 	})

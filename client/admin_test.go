@@ -3,11 +3,11 @@ package client
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -67,7 +67,7 @@ func TestAdmin(t *testing.T) {
 	produce(t, p, "T", 0, 80)
 	col := newCollector(t)
 	stop := runConsumer(t, newTestConsumer(t, c, "G", "T"), col.handle)
-	eventually(t, "consumed", func() bool { return col.count() >= 80 })
+	testutil.Eventually(t, "consumed", func() bool { return col.count() >= 80 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -125,14 +125,9 @@ func TestAdmin(t *testing.T) {
 // TestAdminErrorNamesTarget: an error names the broker by address, with its group name in
 // parentheses only when it has one.
 func TestAdminErrorNamesTarget(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	_ = ln.Close()
+	dead := testutil.FreeAddrs(t, 1)[0]
 	c := newTestClient(t, "127.0.0.1:1")
-	_, err = NewAdmin(c).CreateTopic(testCtx(t, 10*time.Second), dead, protocol.TopicConfig{Topic: "zt", ReadQueueNums: 1, WriteQueueNums: 1})
+	_, err := NewAdmin(c).CreateTopic(testCtx(t, 10*time.Second), dead, protocol.TopicConfig{Topic: "zt", ReadQueueNums: 1, WriteQueueNums: 1})
 	if want := `cannot create topic "zt" on ` + dead + ": "; err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "()") {
 		t.Fatalf("err = %v; want it to start %q", err, want)
 	}
@@ -156,7 +151,7 @@ func TestAdminConsumerClients(t *testing.T) {
 	co := newTestConsumer(t, c, "G", "T")
 	runConsumer(t, co, func(context.Context, []MessageExt) error { return nil })
 	for _, topic := range []string{"T", ""} {
-		eventually(t, "the consumer listed", func() bool {
+		testutil.Eventually(t, "the consumer listed", func() bool {
 			ids, err := admin.ConsumerClients(ctx, "G", topic)
 			return err == nil && len(ids) == 1 && ids[0] == co.ClientID()
 		})

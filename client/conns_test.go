@@ -2,7 +2,6 @@ package client
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -14,33 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
-
-// lockedBuffer collects log output written from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *lockedBuffer) count(sub string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), sub)
-}
 
 // rawBroker is a raw TCP server speaking just enough of the protocol to answer every request
 // with an empty success. A connection accepted while answering is false is never answered nor
@@ -173,7 +149,7 @@ const silentWarning = "closing a connection that received nothing"
 // connection sooner, are off.)
 func TestSilentConnectionIsReplaced(t *testing.T) {
 	rb := startRawBroker(t)
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	c := newTestClient(t, "127.0.0.1:1", WithRequestTimeout(300*time.Millisecond), WithLivenessProbe(0, 0),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	admin := NewAdmin(c)
@@ -203,18 +179,17 @@ func TestSilentConnectionIsReplaced(t *testing.T) {
 		t.Fatal("the end of a long poll's ctx closed the connection")
 	}
 
-	start := time.Now()
 	err = admin.UpdateConsumerOffset(ctx, rb.addr(), "G", "T", 0, 1)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("first call on the hung connection: %v", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("the call took %v: the minute-long ctx lifted the 300ms request timeout", d)
+	if ctx.Err() != nil {
+		t.Fatal("the call ended with the minute-long ctx: it lifted the 300ms request timeout")
 	}
 	if isOpen(conn) {
 		t.Fatal("the silent connection is still open")
 	}
-	if n := logs.count(silentWarning); n != 1 {
+	if n := logs.Count(silentWarning); n != 1 {
 		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 
@@ -228,7 +203,7 @@ func TestSilentConnectionIsReplaced(t *testing.T) {
 	if n := rb.accepted.Load(); n != 2 {
 		t.Fatalf("%d connections accepted, want 2 (the hung one and its replacement)", n)
 	}
-	if n := logs.count(silentWarning); n != 1 {
+	if n := logs.Count(silentWarning); n != 1 {
 		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 }
@@ -238,7 +213,7 @@ func TestSilentConnectionIsReplaced(t *testing.T) {
 func TestSlowConnectionIsKept(t *testing.T) {
 	rb := startRawBroker(t)
 	rb.answering.Store(true)
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	c := newTestClient(t, "127.0.0.1:1", WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	admin := NewAdmin(c)
 	ctx := testCtx(t, time.Minute)
@@ -264,7 +239,7 @@ func TestSlowConnectionIsKept(t *testing.T) {
 	if n := rb.accepted.Load(); n != 1 {
 		t.Fatalf("%d connections accepted, want 1", n)
 	}
-	if n := logs.count(silentWarning); n != 0 {
+	if n := logs.Count(silentWarning); n != 0 {
 		t.Fatalf("unexpected warning:\n%s", logs.String())
 	}
 }
@@ -329,7 +304,7 @@ const deadWarning = "closing a dead connection"
 // connection serves.
 func TestLivenessClosesHungConnection(t *testing.T) {
 	rb := startRawBroker(t)
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	c := newTestClient(t, "127.0.0.1:1", WithRequestTimeout(time.Minute), WithLivenessProbe(20*time.Millisecond, 50*time.Millisecond),
 		WithReconnectBackoff(time.Hour, time.Hour),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
@@ -350,8 +325,8 @@ func TestLivenessClosesHungConnection(t *testing.T) {
 		t.Fatal("closed without a probe")
 	}
 	// The warning follows the end of the requests.
-	eventually(t, "the warning", func() bool { return logs.count(deadWarning) > 0 })
-	if n := logs.count(deadWarning); n != 1 {
+	testutil.Eventually(t, "the warning", func() bool { return logs.Count(deadWarning) > 0 })
+	if n := logs.Count(deadWarning); n != 1 {
 		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 	admin := NewAdmin(c)
@@ -374,7 +349,7 @@ func TestLivenessClosesHungConnection(t *testing.T) {
 func TestLivenessKeepsHeldRequests(t *testing.T) {
 	rb := startRawBroker(t)
 	rb.answering.Store(true)
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	c := newTestClient(t, "127.0.0.1:1", WithLivenessProbe(20*time.Millisecond, 200*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	ctx := testCtx(t, time.Minute)
@@ -387,7 +362,7 @@ func TestLivenessKeepsHeldRequests(t *testing.T) {
 	<-rb.held
 	<-rb.held
 	// Many probe rounds pass while the requests are held.
-	eventually(t, "10 probes answered", func() bool { return rb.probes.Load() >= 10 })
+	testutil.Eventually(t, "10 probes answered", func() bool { return rb.probes.Load() >= 10 })
 	rb.releaseHeld()
 	far := time.Now().Add(time.Minute)
 	for name, call := range map[string]*pendingCall{"commit": commit, "pull": pull} {
@@ -397,7 +372,7 @@ func TestLivenessKeepsHeldRequests(t *testing.T) {
 		}
 		resp.Release()
 	}
-	if !isOpen(conn) || rb.accepted.Load() != 1 || logs.count(deadWarning) != 0 {
+	if !isOpen(conn) || rb.accepted.Load() != 1 || logs.Count(deadWarning) != 0 {
 		t.Fatalf("the live connection was closed (open %v, %d accepted):\n%s", isOpen(conn), rb.accepted.Load(), logs.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -113,9 +114,9 @@ func TestConsumeAllInOrderAndResume(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithPullMaxMessages(100))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "everything consumed", func() bool { return col.count() >= 2000 })
+	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 2000 })
 	produce(t, p, "T", 2000, 2500)
-	eventually(t, "new messages consumed", func() bool { return col.count() >= 2500 })
+	testutil.Eventually(t, "new messages consumed", func() bool { return col.count() >= 2500 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestConsumeAllInOrderAndResume(t *testing.T) {
 		t.Fatalf("lag %d, %v", lag, err)
 	}
 	stop2 := runConsumer(t, co2, col2.handle)
-	eventually(t, "the new messages", func() bool { return col2.count() >= 100 })
+	testutil.Eventually(t, "the new messages", func() bool { return col2.count() >= 100 })
 	time.Sleep(50 * time.Millisecond)
 	if err := stop2(); err != nil {
 		t.Fatal(err)
@@ -161,12 +162,12 @@ func TestConsumeAllInOrderAndResume(t *testing.T) {
 	// Another group starts from the first message; ConsumeFromLast from the end.
 	col3 := newCollector(t)
 	stop3 := runConsumer(t, newTestConsumer(t, c, "G3", "T"), col3.handle)
-	eventually(t, "a new group reads everything", func() bool { return col3.count() >= 2600 })
+	testutil.Eventually(t, "a new group reads everything", func() bool { return col3.count() >= 2600 })
 	_ = stop3()
 	col4 := newCollector(t)
 	co4 := newTestConsumer(t, c, "G4", "T", WithConsumeFrom(ConsumeFromLast))
 	stop4 := runConsumer(t, co4, col4.handle)
-	eventually(t, "ConsumeFromLast positions", func() bool {
+	testutil.Eventually(t, "ConsumeFromLast positions", func() bool {
 		ps := co4.Progress()
 		for _, p := range ps {
 			if p.Consumed < 0 {
@@ -176,7 +177,7 @@ func TestConsumeAllInOrderAndResume(t *testing.T) {
 		return len(ps) == 6
 	})
 	produce(t, p, "T", 2600, 2610)
-	eventually(t, "ConsumeFromLast gets new messages", func() bool { return col4.count() >= 10 })
+	testutil.Eventually(t, "ConsumeFromLast gets new messages", func() bool { return col4.count() >= 10 })
 	_ = stop4()
 	if col4.count() != 10 {
 		t.Fatalf("ConsumeFromLast got %d", col4.count())
@@ -243,7 +244,7 @@ func TestConsumerSkipsMessagesBelowOffset(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, "consumed", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 4 })
+	testutil.Eventually(t, "consumed", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 4 })
 	_ = stop()
 	if fmt.Sprint(got) != "[6 7 8 9]" {
 		t.Fatalf("got %v", got)
@@ -269,7 +270,7 @@ func TestConsumerHandlerRetry(t *testing.T) {
 		}
 		return col.handle(ctx, msgs)
 	})
-	eventually(t, "consumed after retries", func() bool { return col.count() >= 20 })
+	testutil.Eventually(t, "consumed after retries", func() bool { return col.count() >= 20 })
 	_ = stop()
 	if col.count() != 20 {
 		t.Fatalf("%d deliveries", col.count())
@@ -299,8 +300,8 @@ func TestConsumerCorruptBatch(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "the corrupt batch detected", func() bool { return co.Stats().CorruptBatches == 1 })
-	eventually(t, "the other queue consumed", func() bool { return col.count() >= 15 })
+	testutil.Eventually(t, "the corrupt batch detected", func() bool { return co.Stats().CorruptBatches == 1 })
+	testutil.Eventually(t, "the other queue consumed", func() bool { return col.count() >= 15 })
 	time.Sleep(50 * time.Millisecond)
 	_ = stop()
 	if col.count() != 15 {
@@ -347,12 +348,12 @@ func TestConsumerOffsetMoved(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "moved to the max offset", func() bool {
+	testutil.Eventually(t, "moved to the max offset", func() bool {
 		ps := co.Progress()
 		return len(ps) == 1 && ps[0].Consumed == 5
 	})
 	produce(t, p, "T", 5, 8)
-	eventually(t, "new messages", func() bool { return col.count() >= 3 })
+	testutil.Eventually(t, "new messages", func() bool { return col.count() >= 3 })
 	_ = stop()
 	// After OFFSET_MOVED the broker's position wins, even below the old commit.
 	off, err := admin.QueryConsumerOffset(ctx, a.addr, "G", "T", 0)
@@ -384,7 +385,7 @@ func TestConsumerOffsetMovedForward(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "messages 3 and 4 consumed", func() bool { return col.count() >= 2 })
+	testutil.Eventually(t, "messages 3 and 4 consumed", func() bool { return col.count() >= 2 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -436,11 +437,11 @@ func TestConsumerFollowsSuggestion(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	produce(t, p, "T", 10, 20)
-	eventually(t, "all consumed", func() bool { return co.Stats().Delivered >= 20 })
+	testutil.Eventually(t, "all consumed", func() bool { return co.Stats().Delivered >= 20 })
 	// The slave goes away: back to the master.
 	slave.stop()
 	produce(t, p, "T", 20, 30)
-	eventually(t, "consumed from the master after the slave left", func() bool { return co.Stats().Delivered >= 30 })
+	testutil.Eventually(t, "consumed from the master after the slave left", func() bool { return co.Stats().Delivered >= 30 })
 	_ = stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -463,13 +464,13 @@ func TestConsumerSurvivesBrokerRestart(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "first half", func() bool { return col.count() >= 100 })
+	testutil.Eventually(t, "first half", func() bool { return col.count() >= 100 })
 	a.restart()
-	eventually(t, "producing after the restart", func() bool {
+	testutil.Eventually(t, "producing after the restart", func() bool {
 		_, err := p.SendSync(testCtx(t, time.Second), &Message{Topic: "T", Body: []byte("after")})
 		return err == nil
 	})
-	eventually(t, "consuming after the restart", func() bool { return col.count() >= 101 })
+	testutil.Eventually(t, "consuming after the restart", func() bool { return col.count() >= 101 })
 	_ = stop()
 }
 
@@ -483,7 +484,7 @@ func TestConsumerWaitsForTopic(t *testing.T) {
 	fc.addGroup("a", 0, map[string]int32{"T": 1})
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 3)
-	eventually(t, "consumed once the topic exists", func() bool { return col.count() >= 3 })
+	testutil.Eventually(t, "consumed once the topic exists", func() bool { return col.count() >= 3 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +505,7 @@ func TestConsumerClose(t *testing.T) {
 	co := newTestConsumer(t, c, "G", "T", WithCommitInterval(time.Hour))
 	errc := make(chan error, 1)
 	go func() { errc <- co.Run(context.Background(), col.handle) }()
-	eventually(t, "consumed", func() bool { return col.count() >= 10 })
+	testutil.Eventually(t, "consumed", func() bool { return col.count() >= 10 })
 	if err := co.Close(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -530,25 +531,25 @@ func TestConsumerClose(t *testing.T) {
 func TestConsumerPullFailureLogIsRateLimited(t *testing.T) {
 	fc := newFakeCluster(t)
 	a := fc.addGroup("a", 0, map[string]int32{"T": 8})[0]
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	c := newTestClient(t, fc.addr, WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 80)
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithRetryDelay(50*time.Millisecond))
 	runConsumer(t, co, col.handle)
-	eventually(t, "everything consumed", func() bool { return col.count() >= 80 })
+	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 80 })
 	before := co.Stats().PullErrors
 	a.stop()
-	eventually(t, "many pull failures", func() bool { return co.Stats().PullErrors >= before+80 })
+	testutil.Eventually(t, "many pull failures", func() bool { return co.Stats().PullErrors >= before+80 })
 	// The pullers' messages; the keys are the broker's address or, once the route has dropped
 	// the group, the group's name: at most one line each so far.
 	n := 0
 	for _, what := range []string{"cannot connect to pull", "pull failed", "broker group has no live member", "no route", "cannot find the queue's start offset"} {
-		n += logs.count("msg=\"" + what)
+		n += logs.Count("msg=\"" + what)
 	}
 	if n == 0 || n > 2 {
-		t.Fatalf("%d pull failure warnings for %d failures, want 1 or 2:\n%s", n, co.Stats().PullErrors-before, logs.buf.String())
+		t.Fatalf("%d pull failure warnings for %d failures, want 1 or 2:\n%s", n, co.Stats().PullErrors-before, logs.String())
 	}
 }
 

@@ -136,8 +136,9 @@
 //	queueSeq.mu -> rpc Conn.mu (the frame is queued on the connection under the queue's
 //	               sequence lock; nothing else is taken under it, and it is never held across
 //	               a dial or a wait for an answer)
-//	routeSlot.mu -> connPool.mu, poolConn.mu (a route fetch holds routeSlot.mu across the
-//	                NameServer request; poolConn.mu is never held across a dial)
+//	routeSlot.mu -> connPool.mu, poolConn.mu, rpc Conn.mu (a route fetch holds routeSlot.mu
+//	                across the NameServer request, its dial included: the one client lock
+//	                held across a network call; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
 //	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu,
 //	Producer.detectMu, servedCounts.mu: leaves

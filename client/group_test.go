@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // groupLog records what the consumers of one group delivered, to check the group as a whole:
@@ -143,7 +145,7 @@ func (g *groupLog) owners(mq MessageQueue) []string {
 // sizes given (in consumer order).
 func waitShares(t testing.TB, want []MessageQueue, cos []*Consumer, sizes ...int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("assignments of sizes %v", sizes), func() bool {
+	testutil.Eventually(t, fmt.Sprintf("assignments of sizes %v", sizes), func() bool {
 		var all []MessageQueue
 		for i, co := range cos {
 			a := co.Assignment()
@@ -195,7 +197,7 @@ func TestConsumerGroupSharesQueues(t *testing.T) {
 	waitShares(t, queues, cos, 2, 2, 2)
 
 	produce(t, p, "T", 0, 600)
-	eventually(t, "every message", func() bool { return g.count() >= 600 })
+	testutil.Eventually(t, "every message", func() bool { return g.count() >= 600 })
 	time.Sleep(50 * time.Millisecond)
 	g.checkExactlyOnce(0, 600)
 	for _, co := range cos {
@@ -214,7 +216,7 @@ func TestConsumerGroupSharesQueues(t *testing.T) {
 	rest := slices.DeleteFunc(slices.Clone(cos), func(co *Consumer) bool { return co == co3 })
 	waitShares(t, queues, rest, 3, 3)
 	produce(t, p, "T", 600, 1200)
-	eventually(t, "every message after the leave", func() bool { return g.count() >= 1200 })
+	testutil.Eventually(t, "every message after the leave", func() bool { return g.count() >= 1200 })
 	time.Sleep(50 * time.Millisecond)
 	g.checkExactlyOnce(0, 1200)
 }
@@ -234,7 +236,7 @@ func TestConsumerKeepsAssignment(t *testing.T) {
 	a.failMembers.Store(true)
 	b.failMembers.Store(true)
 	produce(t, p, "T", 0, 100)
-	eventually(t, "consumed while the list fails", func() bool { return g.count() >= 100 })
+	testutil.Eventually(t, "consumed while the list fails", func() bool { return g.count() >= 100 })
 	time.Sleep(300 * time.Millisecond) // a few rebalances
 	if got := co.Assignment(); !slices.Equal(got, queues) {
 		t.Fatalf("assignment changed while the list failed: %v", got)
@@ -245,12 +247,12 @@ func TestConsumerKeepsAssignment(t *testing.T) {
 	beats := a.heartbeats.Load()
 	a.forget()
 	b.forget()
-	eventually(t, "heartbeat again", func() bool { return len(a.groupMembers("G")) == 1 && len(b.groupMembers("G")) == 1 })
+	testutil.Eventually(t, "heartbeat again", func() bool { return len(a.groupMembers("G")) == 1 && len(b.groupMembers("G")) == 1 })
 	if a.heartbeats.Load() == beats {
 		t.Fatal("no new heartbeat")
 	}
 	produce(t, p, "T", 100, 200)
-	eventually(t, "consumed after", func() bool { return g.count() >= 200 })
+	testutil.Eventually(t, "consumed after", func() bool { return g.count() >= 200 })
 	time.Sleep(50 * time.Millisecond)
 	if got := co.Assignment(); !slices.Equal(got, queues) {
 		t.Fatalf("assignment changed: %v", got)
@@ -270,21 +272,21 @@ func TestConsumerFollowsNewBroker(t *testing.T) {
 	g := newGroupLog(t)
 	co := newTestConsumer(t, c, "G", "T", WithHeartbeatInterval(time.Hour), WithRebalanceInterval(100*time.Millisecond))
 	runConsumer(t, co, g.handler("co"))
-	eventually(t, "group a's queues", func() bool { return len(co.Assignment()) == 2 })
+	testutil.Eventually(t, "group a's queues", func() bool { return len(co.Assignment()) == 2 })
 	b := fc.addGroup("b", 1, map[string]int32{"T": 3})
-	eventually(t, "group b's queues", func() bool { return len(co.Assignment()) == 5 })
+	testutil.Eventually(t, "group b's queues", func() bool { return len(co.Assignment()) == 5 })
 	// The heartbeat to b and the rebalance that takes b's queues are independent: the member
 	// list may come from broker a, which knows the consumer already, so the assignment can grow
 	// before b is heartbeaten. Either way b hears from the consumer well before the hour-long
 	// HeartbeatInterval.
 	for _, bb := range b { // master and slave
-		eventually(t, fmt.Sprintf("a heartbeat to broker %s/%d", bb.name, bb.id), func() bool {
+		testutil.Eventually(t, fmt.Sprintf("a heartbeat to broker %s/%d", bb.name, bb.id), func() bool {
 			return bb.heartbeats.Load() > 0 && len(bb.groupMembers("G")) == 1
 		})
 	}
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 200)
-	eventually(t, "consumed from both groups", func() bool { return g.count() >= 200 })
+	testutil.Eventually(t, "consumed from both groups", func() bool { return g.count() >= 200 })
 	time.Sleep(50 * time.Millisecond)
 	g.checkExactlyOnce(0, 200)
 }
@@ -301,18 +303,18 @@ func TestConsumerTakesAQueueBackWhereItLeftIt(t *testing.T) {
 	g := newGroupLog(t)
 	co := newTestConsumer(t, c, "G", "T", WithCommitInterval(time.Hour), WithRebalanceInterval(100*time.Millisecond))
 	runConsumer(t, co, g.handler("co"))
-	eventually(t, "four queues", func() bool { return len(co.Assignment()) == 4 })
+	testutil.Eventually(t, "four queues", func() bool { return len(co.Assignment()) == 4 })
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 200)
-	eventually(t, "everything consumed", func() bool { return g.count() >= 200 })
+	testutil.Eventually(t, "everything consumed", func() bool { return g.count() >= 200 })
 	addr := b.addr
 	b.stop()
-	eventually(t, "group b's queues released", func() bool { return len(co.Assignment()) == 2 })
+	testutil.Eventually(t, "group b's queues released", func() bool { return len(co.Assignment()) == 2 })
 	b.start(addr)
-	eventually(t, "group b's queues taken back", func() bool { return len(co.Assignment()) == 4 })
+	testutil.Eventually(t, "group b's queues taken back", func() bool { return len(co.Assignment()) == 4 })
 	produce(t, p, "T", 200, 300)
 	// A redelivery comes before the new messages of its queue, so once every new message is in
 	// any redelivery is too.
-	eventually(t, "every message consumed", func() bool { return g.distinct() >= 300 })
+	testutil.Eventually(t, "every message consumed", func() bool { return g.distinct() >= 300 })
 	g.checkExactlyOnce(0, 300)
 }

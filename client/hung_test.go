@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // fixedRate sends at a fixed rate until stop is closed: every tick one asynchronous message,
@@ -83,7 +85,7 @@ func TestHungGroupKeepsHealthyGroupsRate(t *testing.T) {
 	f.run(t, p, stop, &wg)
 	// Buffered on b's queues, a message of 100 bytes takes about 150 bytes of the 32 KiB: a
 	// producer whose buffer b could fill would stall after a few hundred messages.
-	eventually(t, "1000 asynchronous and 50 synchronous messages stored on a", func() bool {
+	testutil.Eventually(t, "1000 asynchronous and 50 synchronous messages stored on a", func() bool {
 		return f.asyncOnA.Load() >= 1000 && f.syncOnA.Load() >= 50
 	})
 	if b.received.Load() == 0 {
@@ -117,9 +119,9 @@ func TestHungGroupsBacklogMovesAfterLiveness(t *testing.T) {
 	defer release()
 	defer close(stop)
 	f.run(t, p, stop, &wg)
-	eventually(t, "b's requests ended as unknown outcomes", func() bool { return f.unknown.Load() > 0 })
+	testutil.Eventually(t, "b's requests ended as unknown outcomes", func() bool { return f.unknown.Load() > 0 })
 	after := f.asyncOnA.Load()
-	eventually(t, "1000 more messages stored on a", func() bool { return f.asyncOnA.Load() >= after+1000 })
+	testutil.Eventually(t, "1000 more messages stored on a", func() bool { return f.asyncOnA.Load() >= after+1000 })
 	// A hung fake broker reads only the first request of a connection: the first batch, then
 	// only the fault detector's probes (each on a connection of its own, as the one before was
 	// found dead).
@@ -167,5 +169,5 @@ func TestStuckQueueDoesNotTakeEveryMessage(t *testing.T) {
 		time.Sleep(100 * time.Microsecond) // a few messages per linger time
 	}
 	// Round-robin over eight queues, four of them a's: about half the messages belong to a.
-	eventually(t, "a quarter of the messages stored on a", func() bool { return onA.Load() >= n/4 })
+	testutil.Eventually(t, "a quarter of the messages stored on a", func() bool { return onA.Load() >= n/4 })
 }

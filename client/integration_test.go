@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 )
@@ -103,7 +104,7 @@ func (rc *realCluster) startBroker(name string) *broker.Broker {
 func (rc *realCluster) waitRegistered(c *Client, groups int) {
 	rc.t.Helper()
 	admin := NewAdmin(c)
-	eventually(rc.t, "brokers registered", func() bool {
+	testutil.Eventually(rc.t, "brokers registered", func() bool {
 		ms, err := admin.ClusterMasters(context.Background(), "DefaultCluster")
 		return err == nil && len(ms) >= groups
 	})
@@ -164,7 +165,7 @@ func TestIntegrationProduceConsume(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "ITG", "IT", WithPollTimeout(500*time.Millisecond))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "everything consumed", func() bool { return col.count() >= 3200 })
+	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 3200 })
 	time.Sleep(100 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func TestIntegrationProduceConsume(t *testing.T) {
 		t.Fatalf("lag %d %v", lag, err)
 	}
 	stop2 := runConsumer(t, co2, col2.handle)
-	eventually(t, "the new messages", func() bool { return col2.count() >= 100 })
+	testutil.Eventually(t, "the new messages", func() bool { return col2.count() >= 100 })
 	time.Sleep(100 * time.Millisecond)
 	if err := stop2(); err != nil {
 		t.Fatal(err)
@@ -283,11 +284,11 @@ func TestIntegrationBrokerRestart(t *testing.T) {
 		t.Logf("DIAG acked %d failed %d unknown %d last error: %v", nAcked.Load(), nFailed.Load(), nUnknown.Load(), lastErr)
 		lastErrMu.Unlock()
 	}()
-	eventually(t, "acks before the restart", func() bool { return nAcked.Load() >= 200 })
+	testutil.Eventually(t, "acks before the restart", func() bool { return nAcked.Load() >= 200 })
 	rc.stopBroker("broker-a")
 	before := nAcked.Load()
 	rc.startBroker("broker-a")
-	eventually(t, "acks after the restart", func() bool { return nAcked.Load() >= before+200 })
+	testutil.Eventually(t, "acks after the restart", func() bool { return nAcked.Load() >= before+200 })
 	close(stopProducing)
 	<-producing
 	t.Logf("acked %d, failed %d, unknown %d", nAcked.Load(), nFailed.Load(), nUnknown.Load())
@@ -296,7 +297,7 @@ func TestIntegrationBrokerRestart(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "RTG", "RT", WithPollTimeout(500*time.Millisecond))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "every acknowledged message consumed", func() bool {
+	testutil.Eventually(t, "every acknowledged message consumed", func() bool {
 		missing := 0
 		col.mu.Lock()
 		acked.Range(func(k, _ any) bool {
@@ -344,7 +345,7 @@ func TestIntegrationManySmallBatches(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "SmallG", "Small")
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "every single-message batch consumed", func() bool { return col.count() >= n })
+	testutil.Eventually(t, "every single-message batch consumed", func() bool { return col.count() >= n })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +361,7 @@ func TestIntegrationManySmallBatches(t *testing.T) {
 func TestIntegrationLivenessKeepsLongPolls(t *testing.T) {
 	rc := startRealCluster(t)
 	b := rc.startBroker("broker-a")
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	c := newTestClient(t, rc.ns.Addr(), WithLivenessProbe(20*time.Millisecond, 500*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	admin := NewAdmin(c)
@@ -372,19 +373,19 @@ func TestIntegrationLivenessKeepsLongPolls(t *testing.T) {
 	col := newCollector(t)
 	stop := runConsumer(t, newTestConsumer(t, c, "G", "LP", WithPollTimeout(30*time.Second)), col.handle)
 	defer func() { _ = stop() }()
-	eventually(t, "a pull held by the broker", func() bool {
+	testutil.Eventually(t, "a pull held by the broker", func() bool {
 		conn := connTo(c, b.Addr())
 		return conn != nil && conn.Waiting() > 0
 	})
 	conn := connTo(c, b.Addr())
 	probes := c.pool.probesSent.Load()
-	eventually(t, "20 probe rounds", func() bool { return c.pool.probesSent.Load() >= probes+20 })
-	if connTo(c, b.Addr()) != conn || logs.count(deadWarning) != 0 {
+	testutil.Eventually(t, "20 probe rounds", func() bool { return c.pool.probesSent.Load() >= probes+20 })
+	if connTo(c, b.Addr()) != conn || logs.Count(deadWarning) != 0 {
 		t.Fatalf("the connection holding the long poll was replaced:\n%s", logs.String())
 	}
 	p := newTestProducer(t, c)
 	produceSync(t, p, "LP", 0, 1)
-	eventually(t, "the message consumed", func() bool { return col.count() == 1 })
+	testutil.Eventually(t, "the message consumed", func() bool { return col.count() == 1 })
 	if connTo(c, b.Addr()) != conn {
 		t.Fatal("the connection was replaced")
 	}

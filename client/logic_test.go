@@ -9,17 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// gnet's worker pool, if a broker is started in-process by an integration test.
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 func testRoute() *topicRoute {
 	data := protocol.TopicRouteData{
@@ -403,10 +397,10 @@ func TestByteBudget(t *testing.T) {
 		got <- n
 	}()
 	// A later small request waits behind it (FIFO).
-	eventually(t, "the big waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
+	testutil.Eventually(t, "the big waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
 	small := make(chan error, 1)
 	go func() { _, err := b.acquire(ctx, 10); small <- err }()
-	eventually(t, "the small waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 2 })
+	testutil.Eventually(t, "the small waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 2 })
 	b.release(60)
 	if n := <-got; n != 100 {
 		t.Fatalf("capped acquire took %d", n)
@@ -430,7 +424,7 @@ func TestByteBudget(t *testing.T) {
 	}
 	failed := make(chan error, 1)
 	go func() { _, err := b.acquire(ctx, 50); failed <- err }()
-	eventually(t, "the waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
+	testutil.Eventually(t, "the waiter queues", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
 	b.close()
 	if err := <-failed; !errors.Is(err, ErrProducerClosed) {
 		t.Fatal(err)

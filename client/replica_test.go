@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -58,7 +59,7 @@ func TestConsumerNotHereGoesToMaster(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithPullMaxMessages(2))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "everything consumed", func() bool { return col.count() >= 20 })
+	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 20 })
 	st := co.Stats()
 	if st.ServedBy[1].NotHere == 0 || st.ServedBy[1].Messages != 3 || st.ServedBy[0].Messages != 17 {
 		t.Fatalf("served by %+v; want the slave to serve 2..4 and answer NOT_HERE past them", st.ServedBy)
@@ -67,7 +68,7 @@ func TestConsumerNotHereGoesToMaster(t *testing.T) {
 	slave.hasUpTo.Store(-1)
 	masterPulls := master.pulls.Load()
 	produceSync(t, p, "T", 20, 40)
-	eventually(t, "new messages consumed", func() bool { return col.count() >= 40 })
+	testutil.Eventually(t, "new messages consumed", func() bool { return col.count() >= 40 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestConsumerSwitchesMembersWithoutSkipOrRepeat(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithPullMaxMessages(3))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "everything consumed", func() bool { return col.count() >= 600 })
+	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 600 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestConsumerNotHereWithMasterUnreachableBacksOff(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithRetryDelay(500*time.Millisecond))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "the slave's messages consumed", func() bool { return col.count() >= 5 })
+	testutil.Eventually(t, "the slave's messages consumed", func() bool { return col.count() >= 5 })
 	before := slave.pulls.Load()
 	time.Sleep(2 * time.Second)
 	pulls := slave.pulls.Load() - before
@@ -176,7 +177,7 @@ func TestConsumerReadsSlavesWhenMasterDead(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "everything consumed from the slaves", func() bool { return col.count() >= 100 })
+	testutil.Eventually(t, "everything consumed from the slaves", func() bool { return col.count() >= 100 })
 	time.Sleep(200 * time.Millisecond) // nothing more comes
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestConsumerReadsSlavesWhenMasterDead(t *testing.T) {
 	for _, s := range g[1:] {
 		s.unlinked.Store(false)
 	}
-	eventually(t, "producing to the master again", func() bool {
+	testutil.Eventually(t, "producing to the master again", func() bool {
 		_, err := p.SendSync(testCtx(t, time.Second), &Message{Topic: "T", Body: []byte(fmt.Sprintf("m%06d", 100))})
 		return err == nil
 	})
@@ -204,7 +205,7 @@ func TestConsumerReadsSlavesWhenMasterDead(t *testing.T) {
 	col2 := newCollector(t)
 	co2 := newTestConsumer(t, c, "G", "T")
 	stop2 := runConsumer(t, co2, col2.handle)
-	eventually(t, "the new messages consumed", func() bool { return col2.count() >= 10 })
+	testutil.Eventually(t, "the new messages consumed", func() bool { return col2.count() >= 10 })
 	time.Sleep(100 * time.Millisecond)
 	if err := stop2(); err != nil {
 		t.Fatal(err)
@@ -227,13 +228,13 @@ func TestConsumerPinnedToOneMember(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithReadBrokerID(2), WithPullMaxMessages(4))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "what the pinned slave holds consumed", func() bool { return col.count() >= 20 })
+	testutil.Eventually(t, "what the pinned slave holds consumed", func() bool { return col.count() >= 20 })
 	time.Sleep(300 * time.Millisecond)
 	if n := col.count(); n != 20 {
 		t.Fatalf("%d delivered while the pinned slave holds 20", n)
 	}
 	s2.hasUpTo.Store(-1)
-	eventually(t, "everything consumed", func() bool { return col.count() >= 50 })
+	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 50 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +267,9 @@ func TestConsumerIgnoresSlaveOffsetMovedBackwards(t *testing.T) {
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithPullMaxMessages(2))
 	stop := runConsumer(t, co, col.handle)
-	eventually(t, "everything consumed", func() bool { return col.count() >= 10 })
+	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 10 })
 	produceSync(t, p, "T", 10, 15)
-	eventually(t, "new messages consumed", func() bool { return col.count() >= 15 })
+	testutil.Eventually(t, "new messages consumed", func() bool { return col.count() >= 15 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +328,7 @@ func TestProducerSkipsGroupWithDeadMaster(t *testing.T) {
 	// The master returns: sends come back to its group once its fault backoff ends.
 	ga[0].start(ga[0].addr)
 	fc.setHidden(ga[0], false)
-	eventually(t, "sends to group a again", func() bool { return send(10)["a"] > 0 })
+	testutil.Eventually(t, "sends to group a again", func() bool { return send(10)["a"] > 0 })
 }
 
 func TestProducerFollowsNotMasterFromSlave(t *testing.T) {

@@ -381,17 +381,6 @@ func readAt(t tb, path string, off int64, n int) []byte {
 	return b
 }
 
-func waitFor(t tb, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // tb is the part of testing.TB the helpers need; *rapid.T has it too.
 type tb interface {
 	Helper()

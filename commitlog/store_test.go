@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 		childMain(dir)
 		return
 	}
-	goleak.VerifyTestMain(m)
+	testutil.VerifyTestMain(m)
 }
 
 func TestFlushModeString(t *testing.T) {
@@ -350,9 +351,9 @@ func TestRetentionRefcountDefersUnmap(t *testing.T) {
 	}
 	rr.Release()
 	q := s.lookupQueue([]byte("a"), 0)
-	waitFor(t, "queue flush", func() bool { return q.flushedIdx.Load() == q.count.Load() })
+	testutil.Eventually(t, "queue flush", func() bool { return q.flushedIdx.Load() == q.count.Load() })
 	s.runRetention()
-	waitFor(t, "segment removal", func() bool {
+	testutil.Eventually(t, "segment removal", func() bool {
 		_, err := os.Stat(first)
 		return os.IsNotExist(err)
 	})
@@ -459,7 +460,7 @@ func TestAsyncFlush(t *testing.T) {
 	for range 20 {
 		appendRec(t, s, m, "a", 0, 1, make([]byte, 1000))
 	}
-	waitFor(t, "dirty-bytes flush", func() bool { return s.FlushedOffset() > 16<<10 })
+	testutil.Eventually(t, "dirty-bytes flush", func() bool { return s.FlushedOffset() > 16<<10 })
 	// WaitFlushed in async mode for an already durable offset completes promptly.
 	done := make(chan error, 1)
 	s.WaitFlushed(s.FlushedOffset(), func(err error) { done <- err })

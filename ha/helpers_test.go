@@ -11,12 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 // testLogger logs to the test's output when -v, and nowhere otherwise.
 func testLogger(t testing.TB) *slog.Logger {
@@ -75,16 +73,10 @@ func fill(l *memLog, first, count, size int) int64 {
 	return l.LogEndOffset()
 }
 
-// eventually fails the test unless cond holds within d, checking every few milliseconds.
+// eventually fails the test unless cond holds within d (testutil.EventuallyWithin).
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.EventuallyWithin(t, d, what, cond)
 }
 
 // countingLog counts ReadReplication calls of a MasterLog.

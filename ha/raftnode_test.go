@@ -2,36 +2,19 @@ package ha
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
-)
 
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
+	"github.com/petrel-mq/petrel/internal/testutil"
+)
 
 // TestRaftNodeDurableFailover: three members with durable stores on real TCP; the leader is
 // stopped, another member leads within the election timeout and commits a new epoch; the stopped
 // member restarts from its own raft.db and catches up to the same state.
 func TestRaftNodeDurableFailover(t *testing.T) {
-	addrs := freeAddrs(t, 3)
+	addrs := testutil.FreeAddrs(t, 3)
 	var peers []RaftPeer
 	for i, a := range addrs {
 		peers = append(peers, RaftPeer{ID: fmt.Sprintf("b%d", i+1), Addr: a})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -208,7 +209,7 @@ func (s *memSink) Close() error  { return nil }
 // TestReadIndex: the leader's read index, waited for on a follower, makes the follower's state
 // at least as new as the leader's; a follower gives no read index.
 func TestReadIndex(t *testing.T) {
-	addrs := freeAddrs(t, 3)
+	addrs := testutil.FreeAddrs(t, 3)
 	var peers []RaftPeer
 	for i, a := range addrs {
 		peers = append(peers, RaftPeer{ID: fmt.Sprintf("b%d", i+1), Addr: a})

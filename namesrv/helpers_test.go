@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 // fakeClock is a Config.Now that tests move by hand.
 type fakeClock struct {
@@ -146,18 +146,6 @@ func getClusterInfo(t testing.TB, c *rpc.Conn) protocol.ClusterInfo {
 		t.Fatalf("cluster info: %v", err)
 	}
 	return ci
-}
-
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // rawHeader sends arbitrary bytes as a request header.

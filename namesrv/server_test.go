@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -157,7 +158,7 @@ func TestExpiryByScanner(t *testing.T) {
 	}
 
 	clk.Advance(60*time.Second + time.Millisecond) // master silent for 120.001 s, slave for 60.001 s
-	eventually(t, "the master expires", func() bool { return len(s.LiveBrokers()) == 1 })
+	testutil.Eventually(t, "the master expires", func() bool { return len(s.LiveBrokers()) == 1 })
 	rd := mustRoute(t, c, "TopicA")
 	want := protocol.TopicRouteData{
 		QueueDatas:  []protocol.QueueData{wantQueue("g1")},
@@ -171,7 +172,7 @@ func TestExpiryByScanner(t *testing.T) {
 	}
 
 	clk.Advance(60 * time.Second)
-	eventually(t, "the slave expires", func() bool { return len(s.LiveBrokers()) == 0 })
+	testutil.Eventually(t, "the slave expires", func() bool { return len(s.LiveBrokers()) == 0 })
 	if _, err := getRoute(t, c, "TopicA"); !errors.Is(err, protocol.StatusTopicNotExist) {
 		t.Errorf("route after every member expired: %v", err)
 	}
@@ -189,7 +190,7 @@ func TestRemovalOnConnectionClose(t *testing.T) {
 	mustRegister(t, sc, g1s, nil)
 
 	_ = mc.Close()
-	eventually(t, "the master is removed", func() bool { return len(s.LiveBrokers()) == 1 })
+	testutil.Eventually(t, "the master is removed", func() bool { return len(s.LiveBrokers()) == 1 })
 	rd := mustRoute(t, query, "TopicA")
 	want := protocol.TopicRouteData{
 		QueueDatas:  []protocol.QueueData{wantQueue("g1")},
@@ -212,7 +213,7 @@ func TestRemovalOnConnectionClose(t *testing.T) {
 	}
 
 	_ = sc2.Close()
-	eventually(t, "the slave is removed", func() bool { return len(s.LiveBrokers()) == 0 })
+	testutil.Eventually(t, "the slave is removed", func() bool { return len(s.LiveBrokers()) == 0 })
 	if _, err := getRoute(t, query, "TopicA"); !errors.Is(err, protocol.StatusTopicNotExist) {
 		t.Errorf("route after the group's last connection closed: %v", err)
 	}
@@ -576,7 +577,7 @@ func TestConcurrentBrokers(t *testing.T) {
 	wg.Wait()
 	checkInvariants(t, s.table)
 	clk.Advance(time.Second)
-	eventually(t, "every broker expires", func() bool { return len(s.LiveBrokers()) == 0 })
+	testutil.Eventually(t, "every broker expires", func() bool { return len(s.LiveBrokers()) == 0 })
 	if ci := s.ClusterInfo(); len(ci.Brokers) != 0 {
 		t.Errorf("cluster info after expiry: %+v", ci)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -30,7 +31,7 @@ func TestWriteElected(t *testing.T) {
 // TestElectMasterRejects: bad arguments fail before any request (the NameServer is dead).
 func TestElectMasterRejects(t *testing.T) {
 	t.Parallel()
-	c, a, err := NewAdmin(context.Background(), deadAddr(t), 0, nil)
+	c, a, err := NewAdmin(context.Background(), testutil.FreeAddrs(t, 1)[0], 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestElectMasterRejects(t *testing.T) {
 // accepts no connection, until the test ends.
 func (tc *testCluster) registerMember(name string, id int64) string {
 	tc.t.Helper()
-	dead := deadAddr(tc.t)
+	dead := testutil.FreeAddrs(tc.t, 1)[0]
 	conn, err := rpc.Dial(context.Background(), tc.ns.Addr(), rpc.Options{})
 	if err != nil {
 		tc.t.Fatal(err)
@@ -92,7 +93,7 @@ func TestElectMasterTargets(t *testing.T) {
 	}
 	// No master: the member itself is asked; an id that is not live is unknown.
 	slave := tc.registerMember("broker-d", 2)
-	eventually(t, "broker-d registered", func() bool {
+	testutil.Eventually(t, "broker-d registered", func() bool {
 		ci, err := tc.admin.ClusterInfo(context.Background())
 		if err != nil {
 			return false

@@ -4,27 +4,20 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/petrel-mq/petrel/broker"
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 // Tests run the commands against a real NameServer and real brokers, in-process on loopback,
 // with data under t.TempDir().
@@ -92,7 +85,7 @@ func startCluster(t *testing.T, brokerNames ...string) *testCluster {
 	t.Cleanup(func() { _ = c.Close() })
 	tc.client, tc.admin = c, a
 	if len(brokerNames) > 0 {
-		eventually(t, "brokers registered", func() bool {
+		testutil.Eventually(t, "brokers registered", func() bool {
 			ms, err := a.ClusterMasters(context.Background(), "DefaultCluster")
 			return err == nil && len(ms) == len(brokerNames)
 		})
@@ -139,7 +132,7 @@ func (tc *testCluster) send(topic string, bodies ...string) []client.SendResult 
 // whose registering connection closes).
 func (tc *testCluster) registerDeadBroker(name string) string {
 	tc.t.Helper()
-	dead := deadAddr(tc.t)
+	dead := testutil.FreeAddrs(tc.t, 1)[0]
 	conn, err := rpc.Dial(context.Background(), tc.ns.Addr(), rpc.Options{})
 	if err != nil {
 		tc.t.Fatal(err)
@@ -153,32 +146,10 @@ func (tc *testCluster) registerDeadBroker(name string) string {
 	return dead
 }
 
-// deadAddr returns a loopback address nothing listens on.
-func deadAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 func ctx5s(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // lines splits output into lines, without the empty last one.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/petrel-mq/petrel/broker"
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -101,7 +102,7 @@ func TestUpdateTopicRejects(t *testing.T) {
 		{"address without port", with(func(o *UpdateTopicOptions) { o.BrokerAddr = "127.0.0.1" }), "want host:port"},
 		{"cluster with colon", with(func(o *UpdateTopicOptions) { o.Cluster = "a:b" }), "use -b"},
 		{"unknown cluster", with(func(o *UpdateTopicOptions) { o.Cluster = "NoSuchCluster" }), "NoSuchCluster"},
-		{"dead broker", with(func(o *UpdateTopicOptions) { o.BrokerAddr = deadAddr(t) }), "cannot create topic"},
+		{"dead broker", with(func(o *UpdateTopicOptions) { o.BrokerAddr = testutil.FreeAddrs(t, 1)[0] }), "cannot create topic"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
@@ -408,7 +409,7 @@ func TestBrokerStatus(t *testing.T) {
 		{"", "", "give -b"},
 		{addrA, "DefaultCluster", "not both"},
 		{"", "NoSuchCluster", "NoSuchCluster"},
-		{deadAddr(t), "", "cannot get the runtime info"},
+		{testutil.FreeAddrs(t, 1)[0], "", "cannot get the runtime info"},
 	} {
 		out.Reset()
 		err := BrokerStatus(ctx5s(t), &out, tc.admin, c.addr, c.cluster)
@@ -445,7 +446,7 @@ func TestTopicList(t *testing.T) {
 // fails with ErrNameServerUnavailable and prints nothing.
 func TestNameServerUnreachable(t *testing.T) {
 	t.Parallel()
-	c, a, err := NewAdmin(context.Background(), deadAddr(t), time.Second, testWriter{t})
+	c, a, err := NewAdmin(context.Background(), testutil.FreeAddrs(t, 1)[0], time.Second, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}

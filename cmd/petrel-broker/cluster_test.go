@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -25,18 +24,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 // binaries builds petrel-broker and petrel-namesrv once per test binary.
 var binaries = sync.OnceValues(func() (string, error) {
@@ -66,31 +59,6 @@ func binDir(t *testing.T) string {
 	return dir
 }
 
-// freePorts returns n distinct free loopback ports below Linux's ephemeral range (32768 and up
-// by default): a port the kernel hands out for outgoing connections can be taken by one while a
-// broker is down, or before a Raft member opens its replication port at its first election, as
-// the sample configs explain.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var lns []net.Listener
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 10000 {
-			t.Fatal("no free port below 32768")
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			continue
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
-
 // proc is one broker or NameServer process.
 type proc struct {
 	t    *testing.T
@@ -100,25 +68,7 @@ type proc struct {
 	ha   string // a broker's replication address
 	cmd  *exec.Cmd
 	done chan error
-	log  *lockedBuffer
-}
-
-// lockedBuffer keeps a process's log (shown when a test fails).
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log  *testutil.SyncBuffer // the process's output, shown when a test fails
 }
 
 func (p *proc) start() {
@@ -181,16 +131,7 @@ func (p *proc) signal(sig syscall.Signal) {
 	if sig == syscall.SIGSTOP {
 		// kill(2) returns before every thread has stopped: wait for the stopped state, or a
 		// thread still running could serve one more request.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if allStopped(p.cmd.Process.Pid) {
-				return
-			}
-			if time.Now().After(deadline) {
-				p.t.Fatalf("%s did not stop after SIGSTOP", p.name)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testutil.EventuallyWithin(p.t, 5*time.Second, p.name+" to stop after SIGSTOP", func() bool { return allStopped(p.cmd.Process.Pid) })
 	}
 }
 
@@ -219,9 +160,9 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	bin := binDir(t)
 	c := &cluster{t: t, bin: bin, dir: t.TempDir(), brokers: map[string]*proc{}}
-	port := freePorts(t, 1)[0]
+	port := testutil.FreePorts(t, 1)[0]
 	c.nsAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	ns := &proc{t: t, name: "namesrv", addr: c.nsAddr, log: &lockedBuffer{},
+	ns := &proc{t: t, name: "namesrv", addr: c.nsAddr, log: &testutil.SyncBuffer{},
 		args: []string{filepath.Join(bin, "petrel-namesrv"), "--listen", c.nsAddr, "--broker-expiry", "3s", "--scan-interval", "500ms"}}
 	c.procs = append(c.procs, ns)
 	t.Cleanup(func() {
@@ -251,7 +192,7 @@ func tail(s string, n int) string {
 // SLAVE; extra lines are appended to the config.
 func (c *cluster) addBroker(name string, id int64, role string, extra ...string) *proc {
 	c.t.Helper()
-	ports := freePorts(c.t, 2)
+	ports := testutil.FreePorts(c.t, 2)
 	key := fmt.Sprintf("%s/%d", name, id)
 	dir := filepath.Join(c.dir, name+"-"+fmt.Sprint(id))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -277,7 +218,7 @@ mappedFileSizeCommitLog=4194304
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
-	p := &proc{t: c.t, name: key, addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ha: fmt.Sprintf("127.0.0.1:%d", ports[1]), log: &lockedBuffer{},
+	p := &proc{t: c.t, name: key, addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), ha: fmt.Sprintf("127.0.0.1:%d", ports[1]), log: &testutil.SyncBuffer{},
 		args: []string{filepath.Join(c.bin, "petrel-broker"), "-c", path, "--log-level", "info"}}
 	c.procs = append(c.procs, p)
 	c.brokers[key] = p
@@ -526,17 +467,6 @@ func runConsumer(t *testing.T, cl *client.Client, group, topic string, got *cons
 	return co, stop
 }
 
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // sameLogs waits until every broker of ps has the log end of the first (the master) and
 // checks that their checksums up to it are equal; it returns the end.
 func sameLogs(t *testing.T, a *client.Admin, ps ...*proc) int64 {
@@ -544,7 +474,7 @@ func sameLogs(t *testing.T, a *client.Admin, ps ...*proc) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var end int64
-	eventually(t, 20*time.Second, "slaves to reach the master's log end", func() bool {
+	testutil.EventuallyWithin(t, 20*time.Second, "slaves to reach the master's log end", func() bool {
 		st, err := a.HAStatus(ctx, ps[0].addr)
 		if err != nil {
 			return false
@@ -619,7 +549,7 @@ func TestClusterSlaveKilled(t *testing.T) {
 	// A consume-only read from the restarted slave alone returns every message.
 	got := newConsumed()
 	_, stop := runConsumer(t, cl, "slave-only", "slave-kill", got, client.WithReadBrokerID(1))
-	eventually(t, 20*time.Second, "every acknowledged message from slave 1", func() bool {
+	testutil.EventuallyWithin(t, 20*time.Second, "every acknowledged message from slave 1", func() bool {
 		n, _ := got.missing(s, "")
 		return n == 0
 	})
@@ -650,7 +580,7 @@ func TestClusterFrozenSlave(t *testing.T) {
 		return err
 	}
 	a := client.NewAdmin(cl)
-	eventually(t, 10*time.Second, "the slave to join the in-sync set", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the slave to join the in-sync set", func() bool {
 		st, err := a.HAStatus(context.Background(), m.addr)
 		return err == nil && st.InSyncReplicas == 2
 	})
@@ -682,7 +612,7 @@ func TestClusterFrozenSlave(t *testing.T) {
 	}
 
 	sl.signal(syscall.SIGCONT)
-	eventually(t, 15*time.Second, "sends to succeed after SIGCONT", func() bool { return send(1000) == nil })
+	testutil.EventuallyWithin(t, 15*time.Second, "sends to succeed after SIGCONT", func() bool { return send(1000) == nil })
 	for i := range 20 {
 		if err := send(2000 + i); err != nil {
 			t.Fatalf("send %d after the slave came back: %v", i, err)
@@ -709,7 +639,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	}
 	defer p.Close(context.Background())
 	a := client.NewAdmin(cl)
-	eventually(t, 10*time.Second, "the slave to join the in-sync set", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the slave to join the in-sync set", func() bool {
 		st, err := a.HAStatus(context.Background(), ma.addr)
 		return err == nil && st.InSyncReplicas == 2
 	})
@@ -743,7 +673,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	// (SYNC_MASTER: the slave holds every one) and commits its offsets there.
 	got := newConsumed()
 	co, stopConsumer := runConsumer(t, cl, "master-kill-group", "master-kill", got)
-	eventually(t, 20*time.Second, "every acknowledged message of broker-a, from its slave", func() bool {
+	testutil.EventuallyWithin(t, 20*time.Second, "every acknowledged message of broker-a, from its slave", func() bool {
 		n, _ := got.missing(s, "broker-a")
 		return n == 0
 	})
@@ -754,7 +684,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		t.Fatal("no message of broker-a came from its slave")
 	}
 	slaveOffsets := map[int32]int64{}
-	eventually(t, 10*time.Second, "offsets committed on the slave", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "offsets committed on the slave", func() bool {
 		for _, q := range co.Progress() {
 			if q.Queue.BrokerName != "broker-a" || q.Consumed <= 0 {
 				continue
@@ -775,7 +705,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	s2 := newSent()
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	wg2 := load(ctx2, t, p, "master-kill", 2, s2)
-	eventually(t, 15*time.Second, "sends acknowledged by broker-a after its master returned", func() bool {
+	testutil.EventuallyWithin(t, 15*time.Second, "sends acknowledged by broker-a after its master returned", func() bool {
 		s2.mu.Lock()
 		defer s2.mu.Unlock()
 		for _, res := range s2.acked {
@@ -789,7 +719,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	wg2.Wait()
 
 	// No committed offset went backwards on the returned master.
-	eventually(t, 10*time.Second, "the master to hold the offsets committed on the slave", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the master to hold the offsets committed on the slave", func() bool {
 		for q, want := range slaveOffsets {
 			off, err := a.QueryConsumerOffset(context.Background(), ma.addr, "master-kill-group", "master-kill", q)
 			if err != nil || off < want {
@@ -801,7 +731,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	// Every acknowledged message, before and after, is consumed by both groups; nothing that
 	// failed is.
 	for _, g := range []*consumed{got, across} {
-		eventually(t, 30*time.Second, "every acknowledged message", func() bool {
+		testutil.EventuallyWithin(t, 30*time.Second, "every acknowledged message", func() bool {
 			n1, _ := g.missing(s, "")
 			n2, _ := g.missing(s2, "")
 			return n1 == 0 && n2 == 0
@@ -864,7 +794,7 @@ func readGroup(t *testing.T, extra ...string) (c *cluster, m, s1, s2 *proc, cl *
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	a := client.NewAdmin(cl)
-	eventually(t, 10*time.Second, "both slaves in sync", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "both slaves in sync", func() bool {
 		st, err := a.HAStatus(context.Background(), m.addr)
 		return err == nil && st.InSyncReplicas == 3
 	})
@@ -880,7 +810,7 @@ func TestClusterReadSuggestionBacklog(t *testing.T) {
 	sameLogs(t, client.NewAdmin(cl), m, s1, s2)
 	got := newConsumed()
 	_, stop := runConsumer(t, cl, "backlog-reader", "reads", got)
-	eventually(t, 30*time.Second, "the whole backlog", func() bool { n, _ := got.missing(s, ""); return n == 0 })
+	testutil.EventuallyWithin(t, 30*time.Second, "the whole backlog", func() bool { n, _ := got.missing(s, ""); return n == 0 })
 	stop()
 	got.checkOrder(t)
 	by := got.servedBy()
@@ -898,13 +828,13 @@ func TestClusterReadSuggestionFrozenSlave(t *testing.T) {
 	sameLogs(t, client.NewAdmin(cl), m, s1, s2)
 	s1.signal(syscall.SIGSTOP)
 	a := client.NewAdmin(cl)
-	eventually(t, 10*time.Second, "the frozen slave to leave the in-sync set", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the frozen slave to leave the in-sync set", func() bool {
 		st, err := a.HAStatus(context.Background(), m.addr)
 		return err == nil && st.InSyncReplicas == 2
 	})
 	got := newConsumed()
 	_, stop := runConsumer(t, cl, "frozen-reader", "reads", got)
-	eventually(t, 30*time.Second, "the whole backlog", func() bool { n, _ := got.missing(s, ""); return n == 0 })
+	testutil.EventuallyWithin(t, 30*time.Second, "the whole backlog", func() bool { n, _ := got.missing(s, ""); return n == 0 })
 	stop()
 	s1.signal(syscall.SIGCONT)
 	got.checkOrder(t)
@@ -932,7 +862,7 @@ func TestClusterReadSuggestionLoadedMaster(t *testing.T) {
 		quiet.acked[fmt.Sprintf("quiet-%d", i)] = res
 		time.Sleep(10 * time.Millisecond)
 	}
-	eventually(t, 10*time.Second, "the quiet messages", func() bool { n, _ := got.missing(quiet, ""); return n == 0 })
+	testutil.EventuallyWithin(t, 10*time.Second, "the quiet messages", func() bool { n, _ := got.missing(quiet, ""); return n == 0 })
 	idle := got.servedBy()
 	t.Logf("idle master, served by: %v", idle)
 	if idle[0] < 40 {
@@ -949,7 +879,7 @@ func TestClusterReadSuggestionLoadedMaster(t *testing.T) {
 	end := got.servedBy()
 	cancel()
 	wg.Wait()
-	eventually(t, 20*time.Second, "every loaded message", func() bool { n, _ := got.missing(s, ""); return n == 0 })
+	testutil.EventuallyWithin(t, 20*time.Second, "every loaded message", func() bool { n, _ := got.missing(s, ""); return n == 0 })
 	stop()
 	got.checkOrder(t)
 	loaded := map[int64]int{0: end[0] - start[0], 1: end[1] - start[1], 2: end[2] - start[2]}

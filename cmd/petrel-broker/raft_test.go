@@ -17,6 +17,7 @@ import (
 
 	"github.com/petrel-mq/petrel/client"
 	"github.com/petrel-mq/petrel/internal/faultproxy"
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // raftGroup starts a NameServer and a Raft-elected group broker-r of three SYNC_MASTER members
@@ -24,7 +25,7 @@ import (
 func raftGroup(t *testing.T, extra ...string) (*cluster, []*proc) {
 	t.Helper()
 	c := newCluster(t)
-	ports := freePorts(t, 3)
+	ports := testutil.FreePorts(t, 3)
 	var peers []string
 	for i, p := range ports {
 		peers = append(peers, fmt.Sprintf("b%d-127.0.0.1:%d", i+1, p))
@@ -43,7 +44,7 @@ func raftGroup(t *testing.T, extra ...string) (*cluster, []*proc) {
 func masterOf(t *testing.T, a *client.Admin, ms []*proc) *proc {
 	t.Helper()
 	var m *proc
-	eventually(t, 20*time.Second, "one master that every member follows", func() bool {
+	testutil.EventuallyWithin(t, 20*time.Second, "one master that every member follows", func() bool {
 		m = nil
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -81,7 +82,7 @@ func masterOf(t *testing.T, a *client.Admin, ms []*proc) *proc {
 // inSync waits until the master counts n slaves in its in-sync set.
 func inSync(t *testing.T, a *client.Admin, m *proc, n int) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%d in-sync slaves on %s", n, m.name), func() bool {
+	testutil.EventuallyWithin(t, 30*time.Second, fmt.Sprintf("%d in-sync slaves on %s", n, m.name), func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		st, err := a.HAStatus(ctx, m.addr)
@@ -136,7 +137,7 @@ func TestRaftFailover(t *testing.T) {
 		m.kill()
 		var took time.Duration
 		var newAddr string
-		eventually(t, 15*time.Second, "an acknowledged send on a new master", func() bool {
+		testutil.EventuallyWithin(t, 15*time.Second, "an acknowledged send on a new master", func() bool {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			for i := len(s.acks) - 1; i >= 0 && s.acks[i].at.After(killedAt); i-- {
@@ -228,7 +229,7 @@ func drainAndCheck(t *testing.T, cl *client.Client, group, topic string, s *sent
 // acknowledged twice.
 func checkConsumed(t *testing.T, got *consumed, stop func(), s *sent) {
 	t.Helper()
-	eventually(t, 60*time.Second, "every acknowledged message consumed", func() bool {
+	testutil.EventuallyWithin(t, 60*time.Second, "every acknowledged message consumed", func() bool {
 		n, _ := got.missing(s, "")
 		return n == 0
 	})
@@ -261,7 +262,7 @@ func lastAckOn(s *sent, addr string) time.Time {
 // was given twice, and the three logs are byte-identical (so no (queue, offset) differs).
 func TestRaftPartitionedMaster(t *testing.T) {
 	c := newCluster(t)
-	real := freePorts(t, 3)
+	real := testutil.FreePorts(t, 3)
 	// proxies[i][j] carries member i's Raft traffic to member j.
 	var proxies [3][3]*faultproxy.Proxy
 	for i := range 3 {
@@ -310,7 +311,7 @@ func TestRaftPartitionedMaster(t *testing.T) {
 	rest := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == old })
 	nm := masterOf(t, a, rest)
 	electedAt := time.Since(cutAt)
-	eventually(t, 10*time.Second, "the old master to give up its role", func() bool {
+	testutil.EventuallyWithin(t, 10*time.Second, "the old master to give up its role", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		st, err := a.HAStatus(ctx, old.addr)
@@ -364,7 +365,7 @@ func TestRaftDoubleKill(t *testing.T) {
 	other.start()
 	nm := masterOf(t, a, ms)
 	inSync(t, a, nm, 2)
-	eventually(t, 15*time.Second, "an acknowledged send after the restarts", func() bool { return lastAckOn(s, nm.addr).After(killedAt) })
+	testutil.EventuallyWithin(t, 15*time.Second, "an acknowledged send after the restarts", func() bool { return lastAckOn(s, nm.addr).After(killedAt) })
 	time.Sleep(time.Second)
 	stopLoad()
 	sameGroupLogs(t, a, ms)
@@ -401,7 +402,7 @@ func TestElectMasterTwoMembers(t *testing.T) {
 		t.Fatalf("master is %s, want the slave %s", resp.MasterAddr, sl.addr)
 	}
 	switchedAt := time.Now()
-	eventually(t, 15*time.Second, "sends acknowledged by the new master", func() bool { return lastAckOn(s, sl.addr).After(switchedAt) })
+	testutil.EventuallyWithin(t, 15*time.Second, "sends acknowledged by the new master", func() bool { return lastAckOn(s, sl.addr).After(switchedAt) })
 	inSync(t, a, sl, 1)
 	// Both report their new roles: the slave is master (brokerId 0) in the old master's SYNC
 	// mode, the old master a slave under brokerId 1 following it.

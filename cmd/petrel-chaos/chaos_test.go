@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -10,12 +9,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/petrel-mq/petrel/internal/netns"
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // chaosTestBudget is the wall time the whole test may take, the build included.
@@ -58,26 +57,6 @@ func canMakeNamespaces() error {
 		}
 	}
 	return nil
-}
-
-// lockedBuffer collects a process's output for the test's report.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write implements io.Writer.
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns what was written.
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var verdictRE = regexp.MustCompile(`(?m)^chaos: (PASS|FAIL) .*$`)
@@ -124,7 +103,7 @@ func TestChaos(t *testing.T) {
 		"--health-timeout", "45s", "--flow-timeout", "15s", "--drain-timeout", "60s", "--budget", budget.Round(time.Second).String(),
 		"--store-size", "1GiB",
 	}
-	var out lockedBuffer
+	var out testutil.SyncBuffer
 	run := exec.CommandContext(ctx, filepath.Join(bin, "petrel-chaos"), args...)
 	run.Stdout, run.Stderr = &out, &out
 	// On the deadline the harness gets SIGTERM, stops its processes and removes its

@@ -1,40 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// syncBuffer is a bytes.Buffer safe for the command's goroutine and the test's.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 func writeConf(t *testing.T, text string) string {
 	t.Helper()
@@ -46,7 +26,7 @@ func writeConf(t *testing.T, text string) string {
 }
 
 func execute(args ...string) (string, string, error) {
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	cmd := newCommand(&out, &errOut)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(context.Background())
@@ -104,7 +84,7 @@ func TestListenFailure(t *testing.T) {
 }
 
 func TestServeUntilCancelled(t *testing.T) {
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	cmd := newCommand(&out, &errOut)
 	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--log-level", "debug"})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -5,23 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/namesrv"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
-	)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 // petrelctl runs one command line in-process with the given NAMESRV_ADDR.
 func petrelctl(env string, args ...string) (code int, stdout, stderr string) {
@@ -36,19 +29,9 @@ func petrelctl(env string, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-func deadAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 func TestErrors(t *testing.T) {
 	t.Parallel()
-	dead := deadAddr(t)
+	dead := testutil.FreeAddrs(t, 1)[0]
 	cases := []struct {
 		name   string
 		env    string
@@ -165,13 +148,7 @@ func TestCommands(t *testing.T) {
 		return stdout
 	}
 	// The broker registers at start; wait until the NameServer lists it.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(mustRun("clusterList"), addr) {
-		if time.Now().After(deadline) {
-			t.Fatal("the broker never registered")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the broker to register", func() bool { return strings.Contains(mustRun("clusterList"), addr) })
 
 	out := mustRun("updateTopic", "-b", addr, "-t", "CliTopic", "-r", "2", "-w", "2")
 	want := "create topic to " + addr + " success.\nTopicConfig [topicName=CliTopic, readQueueNums=2, writeQueueNums=2, perm=RW-]\n"
@@ -179,22 +156,19 @@ func TestCommands(t *testing.T) {
 		t.Fatalf("updateTopic printed %q, want %q", out, want)
 	}
 	// The broker announces the topic at its next registration.
-	for {
+	testutil.Eventually(t, "a route of the topic", func() bool {
 		code, stdout, _ := petrelctl(nsAddr, "topicRoute", "-t", "CliTopic")
-		if code == 0 {
-			var route struct {
-				QueueDatas []struct{ BrokerName string } `json:"queueDatas"`
-			}
-			if err := json.Unmarshal([]byte(stdout), &route); err != nil || len(route.QueueDatas) != 1 {
-				t.Fatalf("topicRoute printed %q (%v)", stdout, err)
-			}
-			break
+		if code != 0 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the topic never got a route")
+		var route struct {
+			QueueDatas []struct{ BrokerName string } `json:"queueDatas"`
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if err := json.Unmarshal([]byte(stdout), &route); err != nil || len(route.QueueDatas) != 1 {
+			t.Fatalf("topicRoute printed %q (%v)", stdout, err)
+		}
+		return true
+	})
 	if out := mustRun("topicStatus", "-t", "CliTopic"); !strings.HasPrefix(out, "#Broker Name") || strings.Count(out, "\n") != 3 {
 		t.Errorf("topicStatus printed %q", out)
 	}

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 const (
 	// waitTimeout bounds every wait for something that must happen.
@@ -185,18 +185,6 @@ func expectStall(t *testing.T, c net.Conn) {
 	}
 }
 
-// waitFor polls cond until it holds or waitTimeout passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestForward(t *testing.T) {
 	s := startServer(t, "")
 	p := startProxy(t, s.addr())
@@ -225,7 +213,7 @@ func TestForward(t *testing.T) {
 	}
 
 	want := int64(len("hello") + len("world") + len(payload))
-	waitFor(t, "byte counters", func() bool {
+	testutil.Eventually(t, "byte counters", func() bool {
 		st := p.Stats()
 		return st.BytesToTarget == want && st.BytesFromTarget == want
 	})
@@ -261,7 +249,7 @@ func TestHalfClose(t *testing.T) {
 		t.Fatalf("read %q, %v; want the echo then EOF", got, err)
 	}
 	s.waitEnded(t, 1)
-	waitFor(t, "the link to be closed", func() bool { return p.Stats().Open == 0 })
+	testutil.Eventually(t, "the link to be closed", func() bool { return p.Stats().Open == 0 })
 }
 
 func TestPartition(t *testing.T) {
@@ -290,7 +278,7 @@ func TestPartition(t *testing.T) {
 		expectCut(t, c)
 		_ = c.Close()
 	}
-	waitFor(t, "3 refused connections", func() bool { return p.Stats().Refused == 3 })
+	testutil.Eventually(t, "3 refused connections", func() bool { return p.Stats().Refused == 3 })
 	if got := s.received.Load(); got != int64(len("one")+len("two")) {
 		t.Fatalf("server received %d bytes, want %d", got, len("one")+len("two"))
 	}
@@ -323,7 +311,7 @@ func TestBlackhole(t *testing.T) {
 		t.Fatalf("writing to a new blackholed connection: %v", err)
 	}
 	expectStall(t, c2)
-	waitFor(t, "dropped bytes", func() bool {
+	testutil.Eventually(t, "dropped bytes", func() bool {
 		return p.Stats().BytesDropped == int64(len("lost")+len("also lost"))
 	})
 	if st := p.Stats(); st.Accepted != 2 || st.Open != 2 || st.Refused != 0 {
@@ -380,8 +368,8 @@ func TestTargetDown(t *testing.T) {
 		expectCut(t, c)
 		_ = c.Close()
 	}
-	waitFor(t, "the connection to be accepted", func() bool { return p.Stats().Accepted == 1 })
-	waitFor(t, "the link to be dropped", func() bool { return p.Stats().Open == 0 })
+	testutil.Eventually(t, "the connection to be accepted", func() bool { return p.Stats().Accepted == 1 })
+	testutil.Eventually(t, "the link to be dropped", func() bool { return p.Stats().Open == 0 })
 }
 
 func TestStartOnSameAddress(t *testing.T) {
@@ -431,7 +419,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if _, err := fresh.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the fresh connection to be accepted", func() bool { return p.Stats().Accepted == 4 })
+	testutil.Eventually(t, "the fresh connection to be accepted", func() bool { return p.Stats().Accepted == 4 })
 
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

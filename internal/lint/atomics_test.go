@@ -5,11 +5,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -65,42 +62,19 @@ func TestNoRawAtomics(t *testing.T) {
 	dir := root(t)
 	fset := token.NewFileSet()
 	var found []string
-	files := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != dir && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		files++
-		rel, _ := filepath.Rel(dir, path)
+	for _, path := range nonTestGoFiles(t, dir) {
 		f, err := rawAtomics(fset, path, nil)
 		if err != nil {
 			// A file someone is editing may not parse; the build reports it.
+			rel, _ := filepath.Rel(dir, path)
 			t.Logf("cannot parse %s: %v", rel, err)
-			return nil
+			continue
 		}
-		found = append(found, f...)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		for _, use := range f {
+			found = append(found, use+": use a typed atomic (atomic.Int64, atomic.Pointer[T], ...) instead")
+		}
 	}
-	if files == 0 {
-		t.Fatal("no Go files found")
-	}
-	sort.Strings(found)
-	for _, f := range found {
-		t.Errorf("%s: use a typed atomic (atomic.Int64, atomic.Pointer[T], ...) instead", f)
-	}
+	reportAll(t, found)
 }
 
 // TestRawAtomicsRule checks the scanner on small sources.

@@ -11,6 +11,10 @@
 //   - atomics_test.go: no sync/atomic functions (atomic.AddInt64, atomic.LoadUint32, ...) in
 //     non-test code; use the typed atomics (atomic.Int64, atomic.Pointer[T], ...), which cannot
 //     be read or written non-atomically by mistake (STYLE.md P6).
+//   - locks_test.go: every sync.Mutex and sync.RWMutex of non-test code (a field, an embedded
+//     one, a variable) is named in LOCKS.md, in the section of its package's directory, so
+//     that what it guards and its lock order are written down. A failure names the file and
+//     line of the mutex to document.
 //
 // A new top-level package must be added to the import table in imports_test.go before it can
 // be imported by anything but cmd/.

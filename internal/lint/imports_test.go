@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os/exec"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -122,10 +121,7 @@ func TestImportDirection(t *testing.T) {
 	if edges == 0 {
 		t.Fatal("no import between Petrel packages found: the go list output was not understood")
 	}
-	sort.Strings(violations)
-	for _, v := range violations {
-		t.Error(v)
-	}
+	reportAll(t, violations)
 }
 
 // TestImportTable checks the rule itself on the edges ARCHITECTURE.md names.

@@ -3,7 +3,7 @@ package rpc
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // dropped receives the request id of every late response the readers dropped (testHookDropped).
@@ -16,5 +16,5 @@ func TestMain(m *testing.M) {
 		default:
 		}
 	}
-	goleak.VerifyTestMain(m)
+	testutil.VerifyTestMain(m)
 }

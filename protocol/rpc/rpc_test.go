@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -26,47 +27,10 @@ import (
 
 const waitLong = 5 * time.Second
 
-// logBuffer collects a Server's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// waitFor waits until a log line contains every one of subs.
-func (l *logBuffer) waitFor(t *testing.T, subs ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for time.Now().Before(deadline) {
-		l.mu.Lock()
-		lines := strings.Split(l.buf.String(), "\n")
-		l.mu.Unlock()
-		for _, line := range lines {
-			ok := true
-			for _, s := range subs {
-				ok = ok && strings.Contains(line, s)
-			}
-			if ok {
-				return line
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t.Fatalf("no log line with %q in:\n%s", subs, l.buf.String())
-	return ""
-}
-
 type testServer struct {
 	*Server
 	addr         string
-	logs         *logBuffer
+	logs         *testutil.SyncBuffer // the Server's log lines
 	disconnected chan uint64
 }
 
@@ -77,7 +41,7 @@ func startServer(t *testing.T, h Handler, opts ServerOptions) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{addr: ln.Addr().String(), logs: &logBuffer{}, disconnected: make(chan uint64, 100)}
+	ts := &testServer{addr: ln.Addr().String(), logs: &testutil.SyncBuffer{}, disconnected: make(chan uint64, 100)}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(ts.logs, nil))
 	}
@@ -186,13 +150,7 @@ func pendingCount(c *Conn) int { return c.Waiting() }
 // waitPending waits until c has n calls waiting.
 func waitPending(t *testing.T, c *Conn, n int) {
 	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for pendingCount(c) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls pending, want %d", pendingCount(c), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, fmt.Sprintf("%d calls pending", n), func() bool { return pendingCount(c) == n })
 }
 
 func getMaxOffset(ctx context.Context, c *Conn, topic string, queueID int32) (int64, error) {
@@ -789,7 +747,7 @@ func TestBadFrames(t *testing.T) {
 			if _, err := io.Copy(io.Discard, nc); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("the server did not close the connection: %v", err)
 			}
-			srv.logs.waitFor(t, append([]string{nc.LocalAddr().String()}, tc.log...)...)
+			srv.logs.WaitForLine(t, append([]string{nc.LocalAddr().String()}, tc.log...)...)
 			runtime.ReadMemStats(&after)
 			if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
 				t.Fatalf("the server allocated %d bytes for a bad frame", grew)
@@ -922,7 +880,7 @@ func TestRequestTooLarge(t *testing.T) {
 	if _, err := big.Call(ctxT(t), protocol.CodeSendMessage, nil, make([]byte, 5<<10)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("request over the server's limit: %v", err)
 	}
-	srv.logs.waitFor(t, "bad frame", "frame larger than the maximum")
+	srv.logs.WaitForLine(t, "bad frame", "frame larger than the maximum")
 }
 
 func TestServeAfterClose(t *testing.T) {
@@ -1118,13 +1076,7 @@ func TestLastReceiveMovesDuringALargeFrame(t *testing.T) {
 	var prev time.Time
 	for i := range 4 {
 		next <- struct{}{}
-		deadline := time.Now().Add(waitLong)
-		for !c.LastReceive().After(prev) {
-			if time.Now().After(deadline) {
-				t.Fatalf("LastReceive did not move after piece %d of the frame", i)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(t, fmt.Sprintf("LastReceive to move after piece %d of the frame", i), func() bool { return c.LastReceive().After(prev) })
 		prev = c.LastReceive()
 	}
 	next <- struct{}{}
