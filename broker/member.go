@@ -288,7 +288,6 @@ func (d *roleDriver) exec(a ha.Action) ha.Event {
 // configured role).
 func (d *roleDriver) startStaticMaster(epoch uint32, promotion bool) ha.Event {
 	hm := d.b.newMasterHA(nil, nil, 0)
-	hm.SetEpoch(epoch)
 	if err := startWithRetry(hm); err != nil {
 		return ha.MasterStarted{Err: fmt.Errorf("cannot serve replication on %s: %w", d.b.cfg.haListenAddr(), err)}
 	}

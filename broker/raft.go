@@ -247,7 +247,6 @@ func (m *raftMember) startMaster(d *roleDriver) ha.Event {
 	// The replication port listens before the epoch starts, so that the epoch names its address.
 	var hm *ha.Master
 	hm = b.newMasterHA(func(slaves []ha.SyncMember) error { return m.commitSyncSet(hm.Epoch(), slaves) }, initial, min(m.confirmed.get(), end))
-	hm.SetEpoch(st.Epoch) // fences pulls of a newer epoch until this one starts
 	if err := startWithRetry(hm); err != nil {
 		return ha.MasterStarted{Err: fmt.Errorf("cannot serve replication: %w", err)}
 	}
@@ -266,7 +265,6 @@ func (m *raftMember) startMaster(d *roleDriver) ha.Event {
 		_ = hm.Close()
 		return ha.MasterStarted{Err: fmt.Errorf("cannot record epoch %d: %w", st.Epoch, err)}
 	}
-	hm.SetEpoch(st.Epoch)
 	b.adoptStoredTopics()
 	d.master = hm
 	b.log.Info("acting as master", "epoch", st.Epoch, "epochStart", end, "syncStateSet", st.SyncStateSet,

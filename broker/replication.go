@@ -96,6 +96,7 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 		InitialConfirmed: confirmed,
 		MinAcks:          b.cfg.MinInSyncReplicas - 1,
 		Epochs:           epochs,
+		Epoch:            func() uint32 { return b.role.Load().Epoch },
 	})
 }
 

@@ -75,6 +75,10 @@ type MasterConfig struct {
 	// starts its epoch with: they count for acknowledgements from the start, and leave by the
 	// in-sync rules (a member that never connects leaves after InSyncMaxLagTime).
 	InitialSyncSet []SyncMember
+	// Epoch returns the epoch this master serves, the broker's role's (ha.Role.Epoch): pulls that
+	// carry a newer epoch are fenced, and answers carry it. It must be cheap (it runs on every
+	// pull). Nil: epoch 0.
+	Epoch func() uint32
 	// Epochs, when set (a Raft-elected group), returns the epoch starts of the master's log,
 	// ascending (a shared slice the master does not modify): a pull naming the slave's newest
 	// epoch is acknowledged only when the slave's log is a prefix of the master's
@@ -118,7 +122,6 @@ type Master struct {
 
 	// end is the highest end passed to NotifyAppend: held pulls wake when it moves.
 	end   atomic.Int64
-	epoch atomic.Uint32
 	// The tracker's results, published under mu (publishLocked) for readers that take no lock:
 	// the acknowledgement limit (every waiter whose end is at most it is complete), the confirmed
 	// offset and whether the master alone confirms its whole log (Tracker.Confirmed), the
@@ -303,12 +306,13 @@ func (m *Master) Close() error {
 	return nil
 }
 
-// SetEpoch sets the master's epoch: pulls that carry a newer epoch are fenced, and answers carry
-// it. Safe for concurrent use.
-func (m *Master) SetEpoch(e uint32) { m.epoch.Store(e) }
-
-// Epoch returns the master's epoch.
-func (m *Master) Epoch() uint32 { return m.epoch.Load() }
+// Epoch returns the master's epoch (MasterConfig.Epoch).
+func (m *Master) Epoch() uint32 {
+	if m.cfg.Epoch == nil {
+		return 0
+	}
+	return m.cfg.Epoch()
+}
 
 // NotifyAppend tells the master that the log end moved to end, waking held pulls. The broker
 // calls it after every append, from its event loop: it is an atomic update and a non-blocking

@@ -900,9 +900,11 @@ func (m *Member) targetElected(a *actions, e TargetElected) {
 		return
 	}
 	m.prior = Role{}
-	r := Role{State: MemberBetween, Epoch: e.Epoch, BrokerID: h.Target, Master: e.Master}
-	m.set(a, r)
-	a.add(CloseMaster{}, Follow{Epoch: e.Epoch, Master: e.Master, BrokerID: h.Target},
+	// The replication master stops before the role names the new epoch: it serves the role's.
+	m.set(a, m.between())
+	a.add(CloseMaster{})
+	m.set(a, Role{State: MemberBetween, Epoch: e.Epoch, BrokerID: h.Target, Master: e.Master})
+	a.add(Follow{Epoch: e.Epoch, Master: e.Master, BrokerID: h.Target},
 		RecordElected{BrokerID: h.Target, Epoch: e.Epoch},
 		Note{Warn: true, Msg: "master role handed over by electMaster; the config files still name the old roles: update brokerId and brokerRole before the next restart",
 			Args: []any{"newMaster", e.Master.Addr, "epoch", e.Epoch, "brokerId", h.Target}},

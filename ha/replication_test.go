@@ -298,8 +298,7 @@ func TestOutOfRangeAcknowledgesNothing(t *testing.T) {
 func TestFenced(t *testing.T) {
 	mlog := newMemLog(64 << 10)
 	fill(mlog, 0, 3, 100)
-	m := startMaster(t, mlog, MasterConfig{})
-	m.SetEpoch(5)
+	m := startMaster(t, mlog, MasterConfig{Epoch: func() uint32 { return 5 }})
 	c := dialMaster(t, m)
 	for _, req := range []protocol.HAPullRequest{
 		{BrokerName: "broker-b", SlaveID: 1},
@@ -728,10 +727,8 @@ func TestSlaveRefusesOlderEpoch(t *testing.T) {
 	fill(newer, 0, 10, 300)
 	fill(older, 0, 10, 300)
 	fill(older, 50, 10, 300) // the deposed master wrote on alone
-	mNew := startMaster(t, newer, MasterConfig{})
-	mNew.SetEpoch(5)
-	mOld := startMaster(t, older, MasterConfig{})
-	mOld.SetEpoch(3)
+	mNew := startMaster(t, newer, MasterConfig{Epoch: func() uint32 { return 5 }})
+	mOld := startMaster(t, older, MasterConfig{Epoch: func() uint32 { return 3 }})
 	var addr atomic.Pointer[string]
 	a := mNew.Addr()
 	addr.Store(&a)
