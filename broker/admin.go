@@ -15,172 +15,183 @@ import (
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
-// handleAdmin serves the control requests: offsets, topic configs, statistics. Header and body
-// are valid only during the call.
-func (b *Broker) handleAdmin(code protocol.RequestCode, header, body []byte) rpc.Reply {
-	malformed := func(err error) rpc.Reply {
-		return rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
+// replyElectMaster serves CodeElectMaster (electMaster decides).
+func (b *Broker) replyElectMaster(req request) rpc.Reply {
+	var h protocol.ElectMasterRequest
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
 	}
-	switch code {
-	case protocol.CodeElectMaster:
-		var h protocol.ElectMasterRequest
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		return b.electMaster(h)
-	case protocol.CodeRaftReadIndex:
-		var h protocol.RaftReadIndexRequest
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		if b.raft == nil {
-			return rpc.Errorf(protocol.StatusServiceNotAvailable, "broker %s has static roles: no Raft", b.cfg.BrokerName)
-		}
-		return b.raft.readIndex(h)
-	case protocol.CodeUpdateAndCreateTopic:
-		if r := b.role.Load(); r.master == nil {
-			// NB: topic configs reach a slave only through its sync with the master
-			// (syncWithMaster), which writes b.topics directly and does not come here.
-			return rpc.Reply{
-				Status:     protocol.StatusNotMaster,
-				Remark:     "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) + " is not the master: create or update topics on the master",
-				MasterAddr: r.Master.Addr,
-			}
-		}
-		var h protocol.TopicConfig
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		if err := protocol.ValidateTopic([]byte(h.Topic)); err != nil {
-			return rpc.Errorf(protocol.StatusTopicInvalid, "%v", err)
-		}
-		if err := validateTopicConfig(&h); err != nil {
-			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
-		}
-		changed, err := b.topics.upsert(h)
-		if err != nil {
-			return rpc.Errorf(protocol.StatusSystemError, "%v", err)
-		}
-		if changed {
-			b.log.Info("topic updated", "topic", h.Topic, "read", h.ReadQueueNums, "write", h.WriteQueueNums, "perm", h.Perm)
-			b.registrar.kick()
-		}
-		return rpc.Reply{}
+	return b.electMaster(h)
+}
 
-	case protocol.CodeGetAllTopicConfig:
-		list := protocol.TopicConfigList{Topics: b.topics.list()}
-		return rpc.Reply{Body: list.AppendTo(nil)}
-
-	case protocol.CodeGetMaxOffset, protocol.CodeGetMinOffset:
-		var h protocol.QueueHeader
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		if rep, ok := b.checkQueue(h.Topic, h.QueueID); !ok {
-			return rep
-		}
-		off := b.store.MaxOffset([]byte(h.Topic), h.QueueID)
-		if code == protocol.CodeGetMinOffset {
-			off = b.store.MinOffset([]byte(h.Topic), h.QueueID)
-		}
-		return rpc.Reply{Header: &protocol.OffsetHeader{Offset: off}}
-
-	case protocol.CodeQueryConsumerOffset, protocol.CodeUpdateConsumerOffset:
-		var h protocol.ConsumerOffsetHeader
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		if err := protocol.ValidateGroup([]byte(h.ConsumerGroup)); err != nil {
-			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
-		}
-		if rep, ok := b.checkQueue(h.Topic, h.QueueID); !ok {
-			return rep
-		}
-		if code == protocol.CodeUpdateConsumerOffset {
-			if h.Offset < 0 {
-				return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
-			}
-			b.offsets.commit([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset)
-			return rpc.Reply{}
-		}
-		off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)
-		if !ok {
-			return rpc.Errorf(protocol.StatusQueryNotFound, "no committed offset for group %s on %s queue %d", h.ConsumerGroup, h.Topic, h.QueueID)
-		}
-		return rpc.Reply{Header: &protocol.OffsetHeader{Offset: off}}
-
-	case protocol.CodeGetTopicStatsInfo:
-		var h protocol.TopicHeader
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		tp := b.topics.get([]byte(h.Topic))
-		if tp == nil {
-			return rpc.Errorf(protocol.StatusTopicNotExist, "topic %s does not exist on broker %s", h.Topic, b.cfg.BrokerName)
-		}
-		n := max(tp.cfg.ReadQueueNums, tp.cfg.WriteQueueNums)
-		var t protocol.TopicStatsTable
-		name := []byte(h.Topic)
-		for q := int32(0); q < n; q++ {
-			t.Queues = append(t.Queues, protocol.QueueStats{
-				QueueID:             q,
-				MinOffset:           b.store.MinOffset(name, q),
-				MaxOffset:           b.store.MaxOffset(name, q),
-				LastUpdateTimestamp: b.store.LastStoreTimestamp(name, q),
-			})
-		}
-		return rpc.Reply{Body: t.AppendTo(nil)}
-
-	case protocol.CodeGetConsumeStats:
-		var h protocol.GroupHeader
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		queues := b.offsets.groupQueues(h.ConsumerGroup, h.Topic)
-		for i := range queues {
-			q := &queues[i]
-			q.BrokerOffset = b.store.MaxOffset([]byte(q.Topic), q.QueueID)
-			if q.ConsumerOffset > 0 {
-				q.LastTimestamp = b.storeTimestampAt([]byte(q.Topic), q.QueueID, q.ConsumerOffset-1)
-			}
-		}
-		st := protocol.ConsumeStats{Queues: queues}
-		return rpc.Reply{Body: st.AppendTo(nil)}
-
-	case protocol.CodeGetBrokerRuntimeInfo:
-		t := b.runtimeInfo()
-		return rpc.Reply{Body: t.AppendTo(nil)}
-
-	case protocol.CodeGetAllConsumerOffset:
-		t := b.offsets.table()
-		return rpc.Reply{Body: t.AppendTo(nil)}
-
-	case protocol.CodeMergeConsumerOffsets:
-		var t protocol.ConsumerOffsetTable
-		if err := t.ReadFrom(body); err != nil {
-			return malformed(err)
-		}
-		if n := b.offsets.merge(&t); n > 0 {
-			b.log.Debug("consumer offsets merged", "moved", n)
-		}
-		return rpc.Reply{}
-
-	case protocol.CodeGetLogChecksum:
-		var h protocol.LogChecksumRequest
-		if err := h.ReadFrom(header); err != nil {
-			return malformed(err)
-		}
-		from, to, sum, err := b.store.Checksum(h.From, h.To)
-		if err != nil {
-			return rpc.Errorf(protocol.StatusSystemError, "%v", err)
-		}
-		return rpc.Reply{Header: &protocol.LogChecksumResponse{From: from, To: to, Checksum: sum}}
-
-	case protocol.CodeGetHAStatus:
-		st := b.haStatus()
-		return rpc.Reply{Body: st.AppendTo(nil)}
+// replyRaftReadIndex serves CodeRaftReadIndex: a member of a group with static roles has no
+// Raft to ask.
+func (b *Broker) replyRaftReadIndex(req request) rpc.Reply {
+	var h protocol.RaftReadIndexRequest
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
 	}
-	return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "request code %s is not supported by the broker", code)
+	if b.raft == nil {
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "broker %s has static roles: no Raft", b.cfg.BrokerName)
+	}
+	return b.raft.readIndex(h)
+}
+
+// replyUpdateTopic serves CodeUpdateAndCreateTopic on the master: the topic table is
+// persisted, and the NameServers hear of a change at once.
+func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
+	var h protocol.TopicConfig
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
+	}
+	if err := protocol.ValidateTopic([]byte(h.Topic)); err != nil {
+		return rpc.Errorf(protocol.StatusTopicInvalid, "%v", err)
+	}
+	if err := validateTopicConfig(&h); err != nil {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+	}
+	changed, err := b.topics.upsert(h)
+	if err != nil {
+		return rpc.Errorf(protocol.StatusSystemError, "%v", err)
+	}
+	if changed {
+		b.log.Info("topic updated", "topic", h.Topic, "read", h.ReadQueueNums, "write", h.WriteQueueNums, "perm", h.Perm)
+		b.registrar.kick()
+	}
+	return rpc.Reply{}
+}
+
+// replyTopicConfigs serves CodeGetAllTopicConfig.
+func (b *Broker) replyTopicConfigs(request) rpc.Reply {
+	list := protocol.TopicConfigList{Topics: b.topics.list()}
+	return rpc.Reply{Body: list.AppendTo(nil)}
+}
+
+// replyQueueOffset serves CodeGetMaxOffset and CodeGetMinOffset.
+func (b *Broker) replyQueueOffset(req request) rpc.Reply {
+	var h protocol.QueueHeader
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
+	}
+	if rep, ok := b.checkQueue(h.Topic, h.QueueID); !ok {
+		return rep
+	}
+	off := b.store.MaxOffset([]byte(h.Topic), h.QueueID)
+	if req.code == protocol.CodeGetMinOffset {
+		off = b.store.MinOffset([]byte(h.Topic), h.QueueID)
+	}
+	return rpc.Reply{Header: &protocol.OffsetHeader{Offset: off}}
+}
+
+// replyConsumerOffset serves CodeQueryConsumerOffset and CodeUpdateConsumerOffset.
+func (b *Broker) replyConsumerOffset(req request) rpc.Reply {
+	var h protocol.ConsumerOffsetHeader
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
+	}
+	if err := protocol.ValidateGroup([]byte(h.ConsumerGroup)); err != nil {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
+	}
+	if rep, ok := b.checkQueue(h.Topic, h.QueueID); !ok {
+		return rep
+	}
+	if req.code == protocol.CodeUpdateConsumerOffset {
+		if h.Offset < 0 {
+			return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
+		}
+		b.offsets.commit([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset)
+		return rpc.Reply{}
+	}
+	off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)
+	if !ok {
+		return rpc.Errorf(protocol.StatusQueryNotFound, "no committed offset for group %s on %s queue %d", h.ConsumerGroup, h.Topic, h.QueueID)
+	}
+	return rpc.Reply{Header: &protocol.OffsetHeader{Offset: off}}
+}
+
+// replyTopicStats serves CodeGetTopicStatsInfo.
+func (b *Broker) replyTopicStats(req request) rpc.Reply {
+	var h protocol.TopicHeader
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
+	}
+	tp := b.topics.get([]byte(h.Topic))
+	if tp == nil {
+		return rpc.Errorf(protocol.StatusTopicNotExist, "topic %s does not exist on broker %s", h.Topic, b.cfg.BrokerName)
+	}
+	n := max(tp.cfg.ReadQueueNums, tp.cfg.WriteQueueNums)
+	var t protocol.TopicStatsTable
+	name := []byte(h.Topic)
+	for q := int32(0); q < n; q++ {
+		t.Queues = append(t.Queues, protocol.QueueStats{
+			QueueID:             q,
+			MinOffset:           b.store.MinOffset(name, q),
+			MaxOffset:           b.store.MaxOffset(name, q),
+			LastUpdateTimestamp: b.store.LastStoreTimestamp(name, q),
+		})
+	}
+	return rpc.Reply{Body: t.AppendTo(nil)}
+}
+
+// replyConsumeStats serves CodeGetConsumeStats.
+func (b *Broker) replyConsumeStats(req request) rpc.Reply {
+	var h protocol.GroupHeader
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
+	}
+	queues := b.offsets.groupQueues(h.ConsumerGroup, h.Topic)
+	for i := range queues {
+		q := &queues[i]
+		q.BrokerOffset = b.store.MaxOffset([]byte(q.Topic), q.QueueID)
+		if q.ConsumerOffset > 0 {
+			q.LastTimestamp = b.storeTimestampAt([]byte(q.Topic), q.QueueID, q.ConsumerOffset-1)
+		}
+	}
+	st := protocol.ConsumeStats{Queues: queues}
+	return rpc.Reply{Body: st.AppendTo(nil)}
+}
+
+// replyRuntimeInfo serves CodeGetBrokerRuntimeInfo.
+func (b *Broker) replyRuntimeInfo(request) rpc.Reply {
+	t := b.runtimeInfo()
+	return rpc.Reply{Body: t.AppendTo(nil)}
+}
+
+// replyConsumerOffsets serves CodeGetAllConsumerOffset.
+func (b *Broker) replyConsumerOffsets(request) rpc.Reply {
+	t := b.offsets.table()
+	return rpc.Reply{Body: t.AppendTo(nil)}
+}
+
+// replyMergeConsumerOffsets serves CodeMergeConsumerOffsets.
+func (b *Broker) replyMergeConsumerOffsets(req request) rpc.Reply {
+	var t protocol.ConsumerOffsetTable
+	if err := t.ReadFrom(req.body); err != nil {
+		return req.malformed(err)
+	}
+	if n := b.offsets.merge(&t); n > 0 {
+		b.log.Debug("consumer offsets merged", "moved", n)
+	}
+	return rpc.Reply{}
+}
+
+// replyLogChecksum serves CodeGetLogChecksum.
+func (b *Broker) replyLogChecksum(req request) rpc.Reply {
+	var h protocol.LogChecksumRequest
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
+	}
+	from, to, sum, err := b.store.Checksum(h.From, h.To)
+	if err != nil {
+		return rpc.Errorf(protocol.StatusSystemError, "%v", err)
+	}
+	return rpc.Reply{Header: &protocol.LogChecksumResponse{From: from, To: to, Checksum: sum}}
+}
+
+// replyHAStatus serves CodeGetHAStatus.
+func (b *Broker) replyHAStatus(request) rpc.Reply {
+	st := b.haStatus()
+	return rpc.Reply{Body: st.AppendTo(nil)}
 }
 
 // storeTimestampAt returns the store time of the batch holding queue offset off (ms), or 0.

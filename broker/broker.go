@@ -68,10 +68,10 @@ type Broker struct {
 	hwm       bool                 // consumers read up to the high watermark (highWatermark)
 	lastHWM   atomic.Int64
 	slowBytes int64       // reads further behind the log end than this are old (bytes)
-	loaded     atomic.Bool // the master's put rate is over slaveReadLoadMsgsPerSec
-	syncMu     sync.Mutex  // guards syncConn
-	syncConn   *rpc.Conn   // a slave's connection to its master for the config/offset sync
-	syncLog    ratelog.Limiter
+	loaded    atomic.Bool // the master's put rate is over slaveReadLoadMsgsPerSec
+	syncMu    sync.Mutex  // guards syncConn
+	syncConn  *rpc.Conn   // a slave's connection to its master for the config/offset sync
+	syncLog   ratelog.Limiter
 
 	registrar *registrar
 	stop      chan struct{}

@@ -13,6 +13,8 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
+//go:generate go run github.com/petrel-mq/petrel/internal/fielddoc/cmd/fielddoc -type Config -var configHelp -o config_help.go config.go
+
 // Broker roles (RocketMQ BrokerRole).
 const (
 	RoleAsyncMaster = "ASYNC_MASTER"
@@ -28,153 +30,163 @@ const (
 
 // Config is a broker's configuration. Keys are RocketMQ's broker.conf keys where RocketMQ has
 // the setting; the rest are Petrel's. Load it with LoadConfig, override single keys with Set.
+//
+// Each field's doc comment is the one description of its key: its first paragraph is also the
+// key's help text (KeyHelp, petrel-broker --help), generated into config_help.go.
 type Config struct {
 	// BrokerClusterName is the cluster the broker group belongs to.
-	BrokerClusterName string `prop:"brokerClusterName" help:"the cluster the broker group belongs to"`
+	BrokerClusterName string `prop:"brokerClusterName"`
 	// BrokerName names the broker group; all members of a group share it.
-	BrokerName string `prop:"brokerName" help:"names the broker group; all members of a group share it"`
+	BrokerName string `prop:"brokerName"`
 	// BrokerID is 0 for the master, > 0 for slaves.
-	BrokerID int64 `prop:"brokerId" help:"0 for the master, > 0 for slaves"`
+	BrokerID int64 `prop:"brokerId"`
 	// BrokerRole is ASYNC_MASTER, SYNC_MASTER or SLAVE.
-	BrokerRole string `prop:"brokerRole" help:"ASYNC_MASTER, SYNC_MASTER or SLAVE"`
+	BrokerRole string `prop:"brokerRole"`
 	// FlushDiskType is ASYNC_FLUSH or SYNC_FLUSH (group commit: a send is acknowledged after the
 	// fdatasync/msync that covers it).
-	FlushDiskType string `prop:"flushDiskType" help:"ASYNC_FLUSH or SYNC_FLUSH (group commit: a send is acknowledged after the fdatasync/msync that covers it)"`
+	FlushDiskType string `prop:"flushDiskType"`
 	// NamesrvAddr lists the NameServers, ';'-separated host:port.
-	NamesrvAddr string `prop:"namesrvAddr" help:"lists the NameServers, ';'-separated host:port"`
+	NamesrvAddr string `prop:"namesrvAddr"`
 	// ListenPort is the client port (RocketMQ default 10911); 0 picks a free port.
-	ListenPort int `prop:"listenPort" help:"the client port (RocketMQ default 10911); 0 picks a free port"`
+	ListenPort int `prop:"listenPort"`
 	// BindAddress is the interface to listen on (default 0.0.0.0).
-	BindAddress string `prop:"bindAddress" help:"the interface to listen on (default 0.0.0.0)"`
+	BindAddress string `prop:"bindAddress"`
 	// BrokerIP1 is the address advertised to NameServers and clients (default: the bind address,
 	// or the host's first non-loopback IPv4 address when binding all interfaces).
-	BrokerIP1 string `prop:"brokerIP1" help:"the address advertised to NameServers and clients (default: the bind address, or the host's first non-loopback IPv4 address when binding all interfaces)"`
+	BrokerIP1 string `prop:"brokerIP1"`
 	// StorePathRootDir holds the commit log, consume queues, offsets and topic configs.
-	StorePathRootDir string `prop:"storePathRootDir" help:"holds the commit log, consume queues, offsets and topic configs"`
+	StorePathRootDir string `prop:"storePathRootDir"`
 	// MappedFileSizeCommitLog is the commit-log segment size (bytes, default 1 GiB).
-	MappedFileSizeCommitLog int64 `prop:"mappedFileSizeCommitLog" help:"the commit-log segment size (bytes, default 1 GiB)"`
+	MappedFileSizeCommitLog int64 `prop:"mappedFileSizeCommitLog"`
 	// ConsumeQueueFileEntries is the number of index entries per consume-queue file.
-	ConsumeQueueFileEntries int `prop:"consumeQueueFileEntries" help:"the number of index entries per consume-queue file"`
+	ConsumeQueueFileEntries int `prop:"consumeQueueFileEntries"`
 	// FlushIntervalCommitLog is the ASYNC_FLUSH period (ms in the file).
-	FlushIntervalCommitLog time.Duration `prop:"flushIntervalCommitLog" unit:"ms" help:"the ASYNC_FLUSH period (ms in the file)"`
+	FlushIntervalCommitLog time.Duration `prop:"flushIntervalCommitLog" unit:"ms"`
 	// FlushCommitLogDirtyBytes makes ASYNC_FLUSH flush early once this many bytes are dirty.
-	FlushCommitLogDirtyBytes int64 `prop:"flushCommitLogDirtyBytes" help:"makes ASYNC_FLUSH flush early once this many bytes are dirty"`
+	FlushCommitLogDirtyBytes int64 `prop:"flushCommitLogDirtyBytes"`
 	// FileReservedTime is the retention age of commit-log segments (hours in the file, default
 	// 72, as RocketMQ; 0 also means 72; a negative value never deletes segments by age).
-	FileReservedTime time.Duration `prop:"fileReservedTime" unit:"h" help:"the retention age of commit-log segments (hours in the file, default 72, as RocketMQ; 0 also means 72; a negative value never deletes segments by age)"`
+	FileReservedTime time.Duration `prop:"fileReservedTime" unit:"h"`
 	// RetentionBytes deletes the oldest segments while the log is larger (bytes, 0 = no limit).
-	RetentionBytes int64 `prop:"retentionBytes" help:"deletes the oldest segments while the log is larger (bytes, 0 = no limit)"`
+	RetentionBytes int64 `prop:"retentionBytes"`
 	// MaxMessageSize bounds one message body (bytes, default 4 MiB).
-	MaxMessageSize int `prop:"maxMessageSize" help:"bounds one message body (bytes, default 4 MiB)"`
+	MaxMessageSize int `prop:"maxMessageSize"`
 	// MaxFrameSize bounds one request frame (bytes, default 16 MiB).
-	MaxFrameSize int `prop:"maxFrameSize" help:"bounds one request frame (bytes, default 16 MiB)"`
+	MaxFrameSize int `prop:"maxFrameSize"`
 	// MaxPullBytes caps the body of one pull response (bytes, default 4 MiB); larger asks are
 	// reduced to it.
-	MaxPullBytes int `prop:"maxPullBytes" help:"caps the body of one pull response (bytes, default 4 MiB); larger asks are reduced to it"`
+	MaxPullBytes int `prop:"maxPullBytes"`
 	// MaxPullMessages caps the messages of one pull response (default 4096).
-	MaxPullMessages int `prop:"maxPullMessages" help:"caps the messages of one pull response (default 4096)"`
+	MaxPullMessages int `prop:"maxPullMessages"`
 	// LongPollingMaxWait caps a pull's long-poll wait (ms in the file, default 30 s).
-	LongPollingMaxWait time.Duration `prop:"longPollingMaxWait" unit:"ms" help:"caps a pull's long-poll wait (ms in the file, default 30 s)"`
+	LongPollingMaxWait time.Duration `prop:"longPollingMaxWait" unit:"ms"`
 	// ConnMaxInFlight bounds requests of one connection waiting for an answer (sync flush,
 	// long polls); reading from the connection pauses above it.
-	ConnMaxInFlight int `prop:"connMaxInFlight" help:"bounds requests of one connection waiting for an answer (sync flush, long polls); reading from the connection pauses above it"`
+	ConnMaxInFlight int `prop:"connMaxInFlight"`
 	// ConnMaxOutboundBytes pauses reading from a connection while more than this many response
 	// bytes wait to be sent to it.
-	ConnMaxOutboundBytes int `prop:"connMaxOutboundBytes" help:"pauses reading from a connection while more than this many response bytes wait to be sent to it"`
+	ConnMaxOutboundBytes int `prop:"connMaxOutboundBytes"`
 	// RegisterNameServerPeriod is the registration (heartbeat) period (ms in the file, default 30 s).
-	RegisterNameServerPeriod time.Duration `prop:"registerNameServerPeriod" unit:"ms" help:"the registration (heartbeat) period (ms in the file, default 30 s)"`
+	RegisterNameServerPeriod time.Duration `prop:"registerNameServerPeriod" unit:"ms"`
 	// FlushConsumerOffsetInterval is how often committed consumer offsets are persisted (ms in
 	// the file, default 1 s).
-	FlushConsumerOffsetInterval time.Duration `prop:"flushConsumerOffsetInterval" unit:"ms" help:"how often committed consumer offsets are persisted (ms in the file, default 1 s)"`
+	FlushConsumerOffsetInterval time.Duration `prop:"flushConsumerOffsetInterval" unit:"ms"`
 	// ChannelExpiredTimeout forgets a consumer client that sent no heartbeat for this long (ms
 	// in the file, default 120 s as RocketMQ); a closed connection forgets it at once.
-	ChannelExpiredTimeout time.Duration `prop:"channelExpiredTimeout" unit:"ms" help:"forgets a consumer client that sent no heartbeat for this long (ms in the file, default 120 s as RocketMQ); a closed connection forgets it at once"`
-	// AutoCreateTopicEnable creates an unknown topic on first send with DefaultTopicQueueNums
+	ChannelExpiredTimeout time.Duration `prop:"channelExpiredTimeout" unit:"ms"`
+	// AutoCreateTopicEnable creates an unknown topic on first send with defaultTopicQueueNums
 	// queues (RocketMQ's default is true; Petrel's is false, as recommended for production).
-	AutoCreateTopicEnable bool `prop:"autoCreateTopicEnable" help:"creates an unknown topic on first send with DefaultTopicQueueNums queues (RocketMQ's default is true; Petrel's is false, as recommended for production)"`
+	AutoCreateTopicEnable bool `prop:"autoCreateTopicEnable"`
 	// DefaultTopicQueueNums is the queue count of auto-created topics.
-	DefaultTopicQueueNums int32 `prop:"defaultTopicQueueNums" help:"the queue count of auto-created topics"`
+	DefaultTopicQueueNums int32 `prop:"defaultTopicQueueNums"`
 	// NumEventLoop is the number of gnet event loops (default: one per CPU).
-	NumEventLoop int `prop:"numEventLoop" help:"the number of gnet event loops (default: one per CPU)"`
+	NumEventLoop int `prop:"numEventLoop"`
 	// ReserveLoopProcs raises GOMAXPROCS by one per event loop (and one for the accepting
 	// reactor) while the broker runs (default true): a loop waits in a blocking epoll_wait that
 	// holds a P, and without spare Ps the other goroutines wait up to 10 ms for the runtime to
-	// take it back (procs.go).
-	ReserveLoopProcs bool `prop:"reserveLoopProcs" help:"raises GOMAXPROCS by one per event loop (and one for the accepting reactor) while the broker runs, since each holds a P in epoll_wait (default true)"`
+	// take it back.
+	//
+	// procs.go explains it further.
+	ReserveLoopProcs bool `prop:"reserveLoopProcs"`
 	// MaxConnections caps client connections; more are closed at once with a log line, so the
 	// broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for
 	// the store, at least 64).
-	MaxConnections int `prop:"maxConnections" help:"caps client connections; more are closed at once with a log line, so the broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for the store, at least 64)"`
+	MaxConnections int `prop:"maxConnections"`
 	// MaxInboundBufferedBytes caps the bytes of incomplete request frames buffered over all
 	// connections (default 256 MiB); past it, connections holding an incomplete frame are closed.
-	MaxInboundBufferedBytes int64 `prop:"maxInboundBufferedBytes" help:"caps the bytes of incomplete request frames buffered over all connections (default 256 MiB); past it, connections holding an incomplete frame are closed"`
+	MaxInboundBufferedBytes int64 `prop:"maxInboundBufferedBytes"`
 	// FrameReadTimeout closes a connection whose request frame stays incomplete this long (ms
 	// in the file, default 30 s).
-	FrameReadTimeout time.Duration `prop:"frameReadTimeout" unit:"ms" help:"closes a connection whose request frame stays incomplete this long (ms in the file, default 30 s)"`
+	FrameReadTimeout time.Duration `prop:"frameReadTimeout" unit:"ms"`
 	// HAListenPort is the replication port a master serves its slaves on (default listenPort+1,
 	// as RocketMQ's haListenPort; with listenPort 0, a free port).
-	HAListenPort int `prop:"haListenPort" help:"the replication port a master serves its slaves on (default listenPort+1, as RocketMQ's haListenPort; with listenPort 0, a free port)"`
+	HAListenPort int `prop:"haListenPort"`
 	// HAMasterAddress is the master's replication address (host:port) a slave pulls from; empty:
 	// learnt from the NameServers' answer to the slave's registration.
-	HAMasterAddress string `prop:"haMasterAddress" help:"the master's replication address (host:port) a slave pulls from; empty: learnt from the NameServers' answer to the slave's registration"`
+	HAMasterAddress string `prop:"haMasterAddress"`
 	// MinInSyncReplicas is how many members, the master included, must hold a message before a
 	// SYNC_MASTER acknowledges it; fewer in-sync members refuse sends (default 1).
-	MinInSyncReplicas int `prop:"minInSyncReplicas" help:"how many members, the master included, must hold a message before a SYNC_MASTER acknowledges it; fewer in-sync members refuse sends (default 1)"`
+	MinInSyncReplicas int `prop:"minInSyncReplicas"`
 	// SyncReplicationTimeout bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file,
-	// default 2 s: below the client's 3 s send timeout, so a client hears FLUSH_SLAVE_TIMEOUT
-	// rather than nothing); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master
-	// only).
-	SyncReplicationTimeout time.Duration `prop:"syncReplicationTimeout" unit:"ms" help:"bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file, default 2 s, below the client's 3 s send timeout); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master only)"`
+	// default 2 s: below the client's 3 s send timeout, so that a client hears
+	// FLUSH_SLAVE_TIMEOUT rather than nothing); past it the send answers FLUSH_SLAVE_TIMEOUT
+	// (stored on the master only).
+	SyncReplicationTimeout time.Duration `prop:"syncReplicationTimeout" unit:"ms"`
 	// HACompression is the codec of replication chunks: s2 (default), zstd or none.
-	HACompression string `prop:"haCompression" help:"the codec of replication chunks: s2 (default), zstd or none"`
+	HACompression string `prop:"haCompression"`
 	// HAMaxChunkBytes caps one replication chunk before compression (bytes, default 1 MiB).
-	HAMaxChunkBytes int `prop:"haMaxChunkBytes" help:"caps one replication chunk before compression (bytes, default 1 MiB)"`
-	// HAInSyncMaxLagBytes and HAInSyncMaxLagTime: a slave lagging more than this many bytes for
-	// longer than this time, or silent for this time, leaves the in-sync set (defaults 256 MiB as
-	// RocketMQ's haMaxGapNotInSync, and 1 s: a stalled slave holds SYNC sends up for at most
-	// that long; ms in the file); it rejoins once caught up. A closed connection leaves at once.
-	HAInSyncMaxLagBytes int64         `prop:"haInSyncMaxLagBytes" help:"a slave lagging more than this many bytes for longer than haInSyncMaxLagTime leaves the in-sync set (default 256 MiB, RocketMQ's haMaxGapNotInSync); it rejoins once caught up"`
-	HAInSyncMaxLagTime  time.Duration `prop:"haInSyncMaxLagTime" unit:"ms" help:"how long a slave may lag more than haInSyncMaxLagBytes, or stay silent, before it leaves the in-sync set (ms, default 1 s)"`
+	HAMaxChunkBytes int `prop:"haMaxChunkBytes"`
+	// HAInSyncMaxLagBytes takes a slave out of the in-sync set when it lags more than this many
+	// bytes for longer than haInSyncMaxLagTime (default 256 MiB, as RocketMQ's
+	// haMaxGapNotInSync); it rejoins once caught up, and a closed connection leaves at once.
+	HAInSyncMaxLagBytes int64 `prop:"haInSyncMaxLagBytes"`
+	// HAInSyncMaxLagTime is how long a slave may lag more than haInSyncMaxLagBytes, or stay
+	// silent, before it leaves the in-sync set (ms in the file, default 1 s: a stalled slave
+	// holds SYNC sends up for at most that long).
+	HAInSyncMaxLagTime time.Duration `prop:"haInSyncMaxLagTime" unit:"ms"`
 	// SlaveReadEnable lets the master suggest that consumers read from slaves (default true).
-	SlaveReadEnable bool `prop:"slaveReadEnable" help:"lets the master suggest that consumers read from slaves (default true)"`
-	// AccessMessageInMemoryMaxRatio: a consumer reading further behind the log end than this
-	// percentage of the machine's memory reads old data, likely out of the page cache, and is
-	// sent to a slave (RocketMQ's key and default, 40).
-	AccessMessageInMemoryMaxRatio int `prop:"accessMessageInMemoryMaxRatio" help:"AccessMessageInMemoryMaxRatio: a consumer reading further behind the log end than this percentage of the machine's memory reads old data, likely out of the page cache, and is sent to a slave (RocketMQ's key and default, 40)"`
-	// SlaveReadBehindBytes overrides that threshold in bytes (0: use the ratio).
-	SlaveReadBehindBytes int64 `prop:"slaveReadBehindBytes" help:"overrides that threshold in bytes (0: use the ratio)"`
-	// SlaveReadLoadMsgsPerSec: above this put rate (messages/s) the master counts as loaded and
-	// sends consumers to in-sync slaves (0: never).
-	SlaveReadLoadMsgsPerSec int64 `prop:"slaveReadLoadMsgsPerSec" help:"SlaveReadLoadMsgsPerSec: above this put rate (messages/s) the master counts as loaded and sends consumers to in-sync slaves (0: never)"`
+	SlaveReadEnable bool `prop:"slaveReadEnable"`
+	// AccessMessageInMemoryMaxRatio sends a consumer to a slave when it reads further behind the
+	// log end than this percentage of the machine's memory: it reads old data, likely out of the
+	// page cache (RocketMQ's key and default, 40).
+	AccessMessageInMemoryMaxRatio int `prop:"accessMessageInMemoryMaxRatio"`
+	// SlaveReadBehindBytes replaces accessMessageInMemoryMaxRatio by a distance behind the log
+	// end in bytes (0: use the ratio).
+	SlaveReadBehindBytes int64 `prop:"slaveReadBehindBytes"`
+	// SlaveReadLoadMsgsPerSec is the put rate (messages/s) above which the master counts as
+	// loaded and sends consumers to in-sync slaves (0: never).
+	SlaveReadLoadMsgsPerSec int64 `prop:"slaveReadLoadMsgsPerSec"`
 	// SlaveSyncInterval is how often a slave syncs topic configs and consumer offsets with its
 	// master (ms in the file, default 3 s).
-	SlaveSyncInterval time.Duration `prop:"slaveSyncInterval" unit:"ms" help:"how often a slave syncs topic configs and consumer offsets with its master (ms in the file, default 3 s)"`
-	// EnableRaftHA makes the broker a member of a Raft-elected group of three or more (issue 4,
-	// ARCHITECTURE.md "Election"): the Raft leader that is in the in-sync set acts as master and
-	// registers as brokerId 0; the others are its slaves. brokerRole (SYNC_MASTER or ASYNC_MASTER)
-	// is then the acknowledgement mode of whoever is master, and brokerId (>= 1) the member's id
-	// while it is a slave.
-	EnableRaftHA bool `prop:"enableRaftHA" help:"makes the broker a member of a Raft-elected group of three or more: the Raft leader that is in the in-sync set acts as master (registers as brokerId 0); brokerRole (SYNC_MASTER or ASYNC_MASTER) is the acknowledgement mode of whoever is master, brokerId (>= 1) the member's id while it is a slave"`
-	// RaftSelfID is this member's Raft server id (e.g. b1), one of RaftPeers.
-	RaftSelfID string `prop:"raftSelfId" help:"this member's Raft server id (e.g. b1), one of raftPeers"`
+	SlaveSyncInterval time.Duration `prop:"slaveSyncInterval" unit:"ms"`
+	// EnableRaftHA makes the broker a member of a Raft-elected group of three or more: the Raft
+	// leader that is in the in-sync set acts as master and registers as brokerId 0; the others
+	// are its slaves. brokerRole (SYNC_MASTER or ASYNC_MASTER) is then the acknowledgement mode
+	// of whoever is master, and brokerId (>= 1) the member's id while it is a slave.
+	//
+	// DESIGN.md ("Election") describes the protocol.
+	EnableRaftHA bool `prop:"enableRaftHA"`
+	// RaftSelfID is this member's Raft server id (e.g. b1), one of raftPeers.
+	RaftSelfID string `prop:"raftSelfId"`
 	// RaftPeers lists every member of the group as id-host:port of its Raft port, separated by
 	// ';' (e.g. b1-127.0.0.1:10913;b2-127.0.0.1:10923;b3-127.0.0.1:10933, as DLedger's
-	// dLegerPeers).
-	RaftPeers string `prop:"raftPeers" help:"every member of the group as id-host:port of its Raft port, separated by ';' (e.g. b1-127.0.0.1:10913;b2-127.0.0.1:10923;b3-127.0.0.1:10933; keep Raft ports below the ephemeral port range)"`
-	// RaftHeartbeatTimeout and RaftElectionTimeout tune Raft for the network (ms in the file,
-	// default 300 each: a LAN). A follower that hears no leader for about the heartbeat timeout
-	// starts an election; the leader lease is half the heartbeat timeout, so a master cut off
-	// from its quorum stops acknowledging before another can be elected. Raise them on a slow
-	// network or a machine whose CPUs are often saturated: a leader starved of CPU for a lease
-	// loses its role.
-	RaftHeartbeatTimeout time.Duration `prop:"raftHeartbeatTimeout" unit:"ms" help:"a follower that hears no Raft leader for about this long starts an election (ms, default 300); the leader lease is half of it"`
-	RaftElectionTimeout  time.Duration `prop:"raftElectionTimeout" unit:"ms" help:"how long a Raft candidate waits for votes before it tries again (ms, default 300)"`
+	// dLegerPeers); keep Raft ports below the ephemeral port range.
+	RaftPeers string `prop:"raftPeers"`
+	// RaftHeartbeatTimeout is about how long a follower goes without hearing from the Raft
+	// leader before it starts an election (ms in the file, default 300: a LAN). The leader lease
+	// is half of it, so a master cut off from its quorum stops acknowledging before another can
+	// be elected. Raise it on a slow network or a machine whose CPUs are often saturated: a
+	// leader starved of CPU for a lease loses its role.
+	RaftHeartbeatTimeout time.Duration `prop:"raftHeartbeatTimeout" unit:"ms"`
+	// RaftElectionTimeout is how long a Raft candidate waits for votes before it tries again (ms
+	// in the file, default 300); raise it with raftHeartbeatTimeout.
+	RaftElectionTimeout time.Duration `prop:"raftElectionTimeout" unit:"ms"`
 	// MetricsPromExporterPort is the admin HTTP port (RocketMQ 5's key): Prometheus metrics at
 	// /metrics and Go profiles (net/http/pprof) under /debug/pprof/, on bindAddress. 0, the
 	// default, serves neither.
-	MetricsPromExporterPort int `prop:"metricsPromExporterPort" help:"the admin HTTP port serving Prometheus metrics at /metrics and Go profiles at /debug/pprof/ on bindAddress (RocketMQ 5's key); 0, the default, serves neither"`
+	MetricsPromExporterPort int `prop:"metricsPromExporterPort"`
 	// ShutdownGracePeriod bounds the wait for in-flight requests on shutdown (ms in the file).
-	ShutdownGracePeriod time.Duration `prop:"shutdownGracePeriod" unit:"ms" help:"bounds the wait for in-flight requests on shutdown (ms in the file)"`
+	ShutdownGracePeriod time.Duration `prop:"shutdownGracePeriod" unit:"ms"`
 
 	// metricsAnyPort, for tests, serves metrics on a free port the kernel picks (see
 	// Broker.MetricsAddr), whatever MetricsPromExporterPort says.
@@ -236,12 +248,13 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
-// KeyHelp returns a one-line description of a config key (from the field's documentation).
+// KeyHelp returns the description of a config key, "" for an unknown key: the first paragraph
+// of its Config field's doc comment, on one line.
 func KeyHelp(key string) string {
 	t := reflect.TypeOf(Config{})
 	for i := 0; i < t.NumField(); i++ {
 		if f := t.Field(i); f.Tag.Get("prop") == key {
-			return f.Tag.Get("help")
+			return configHelp[f.Name]
 		}
 	}
 	return ""

@@ -1,12 +1,15 @@
 package broker
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/petrel-mq/petrel/internal/fielddoc"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -97,5 +100,26 @@ func TestAdvertisedHost(t *testing.T) {
 	}
 	if want := localIPv4(); want != "" && h != want {
 		t.Fatalf("all interfaces: advertised %q, want the host's address %q", h, want)
+	}
+}
+
+// TestConfigHelp: every key has a help text, generated from its field's doc comment, and
+// config_help.go is what go generate makes of config.go now.
+func TestConfigHelp(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, key := range cfg.Keys() {
+		if KeyHelp(key) == "" {
+			t.Errorf("%s: no help text", key)
+		}
+	}
+	if KeyHelp("noSuchKey") != "" {
+		t.Errorf("an unknown key has a help text")
+	}
+	want, err := fielddoc.Generate("config.go", "Config", "broker", "configHelp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile("config_help.go"); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("config_help.go is not what config.go's doc comments make (%v): run go generate ./broker", err)
 	}
 }

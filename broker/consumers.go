@@ -91,38 +91,32 @@ func (t *consumerTable) remove(cs *connState, deadline time.Time) (removed []str
 	return removed
 }
 
-// handleConsumerRequest serves CodeHeartbeat, CodeUnregisterClient and
-// CodeGetConsumerListByGroup on the event loop.
-func (b *Broker) handleConsumerRequest(cs *connState, f *protocol.Frame) {
-	code := protocol.RequestCode(f.Code)
-	var rep rpc.Reply
-	switch code {
-	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient:
-		var h protocol.ConsumerHeartbeatHeader
-		if err := h.ReadFrom(f.Header); err != nil {
-			rep = rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
-			break
-		}
-		if err := protocol.ValidateGroup([]byte(h.ConsumerGroup)); err != nil || h.ClientID == "" {
-			rep = rpc.Errorf(protocol.StatusRequestMalformed, "heartbeat needs a client id and a valid group: %v", err)
-			break
-		}
-		if code == protocol.CodeUnregisterClient {
-			b.consumers.unregister(h.ConsumerGroup, h.ClientID)
-			b.log.Info("consumer client unregistered", "group", h.ConsumerGroup, "client", h.ClientID)
-			break
-		}
-		if b.consumers.heartbeat(cs, &h, time.Now()) {
-			b.log.Info("consumer client registered", "group", h.ConsumerGroup, "client", h.ClientID, "topic", h.Topic, "remote", cs.remote)
-		}
-	case protocol.CodeGetConsumerListByGroup:
-		var h protocol.GroupHeader
-		if err := h.ReadFrom(f.Header); err != nil {
-			rep = rpc.Errorf(protocol.StatusRequestMalformed, "cannot decode %s request: %v", code, err)
-			break
-		}
-		l := protocol.StringList{Items: b.consumers.list(h.ConsumerGroup, h.Topic)}
-		rep.Body = l.AppendTo(nil)
+// replyHeartbeat serves CodeHeartbeat and CodeUnregisterClient.
+func (b *Broker) replyHeartbeat(req request) rpc.Reply {
+	var h protocol.ConsumerHeartbeatHeader
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
 	}
-	b.reply(cs, f, &rep)
+	if err := protocol.ValidateGroup([]byte(h.ConsumerGroup)); err != nil || h.ClientID == "" {
+		return rpc.Errorf(protocol.StatusRequestMalformed, "heartbeat needs a client id and a valid group: %v", err)
+	}
+	if req.code == protocol.CodeUnregisterClient {
+		b.consumers.unregister(h.ConsumerGroup, h.ClientID)
+		b.log.Info("consumer client unregistered", "group", h.ConsumerGroup, "client", h.ClientID)
+		return rpc.Reply{}
+	}
+	if b.consumers.heartbeat(req.cs, &h, time.Now()) {
+		b.log.Info("consumer client registered", "group", h.ConsumerGroup, "client", h.ClientID, "topic", h.Topic, "remote", req.cs.remote)
+	}
+	return rpc.Reply{}
+}
+
+// replyConsumerList serves CodeGetConsumerListByGroup.
+func (b *Broker) replyConsumerList(req request) rpc.Reply {
+	var h protocol.GroupHeader
+	if err := h.ReadFrom(req.header); err != nil {
+		return req.malformed(err)
+	}
+	l := protocol.StringList{Items: b.consumers.list(h.ConsumerGroup, h.Topic)}
+	return rpc.Reply{Body: l.AppendTo(nil)}
 }

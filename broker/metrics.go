@@ -19,7 +19,7 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-// Observability (issue 5): with metricsPromExporterPort set, the broker serves an admin HTTP
+// Observability: with metricsPromExporterPort set, the broker serves an admin HTTP
 // port with Prometheus metrics at /metrics and net/http/pprof under /debug/pprof/.
 //
 // Every broker has its own registry (several brokers may run in one process). Almost every

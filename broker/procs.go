@@ -16,10 +16,8 @@ import (
 // CPU count and, by default, one loop per CPU, every P can sit in an idle loop's epoll_wait
 // while other goroutines are runnable: the flusher, a woken long poll, the reply to a
 // replication wait, and in a process that embeds the broker (petrel-bench, tests) the
-// producers and consumers. They then wait for sysmon. Measured on 2 cores with the bench and
-// an embedded broker (OMB 1-topic-16-partitions-1kb at 50k msg/s): publish delay p99 14 ms
-// and end-to-end p99 16.5 ms with GOMAXPROCS=2, 79 us and 2.8 ms with 8; a synchronous send's
-// p50 falls from 101 us to 52 us with 4. A P parked in epoll_wait uses no CPU, so one extra
+// producers and consumers. They then wait for sysmon, which shows in the tail of every latency
+// (BENCHMARKS.md has the numbers). A P parked in epoll_wait uses no CPU, so one extra
 // P per event loop costs nothing while the loops are idle and lets the runtime run everything
 // else on the CPUs meanwhile. The Go runtime itself avoids this by polling the network from
 // the scheduler; gnet's loops are system calls the scheduler cannot see into.

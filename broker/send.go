@@ -15,13 +15,8 @@ import (
 // handleSend stores one batch (CodeSendMessage) on the event loop: validate, append (a copy
 // into the mapped commit log under the store's mutex), wake long polls of the queue, answer.
 // Under SYNC_FLUSH the answer waits for the group commit that covers the batch and is written
-// by the flusher goroutine.
-func (b *Broker) handleSend(cs *connState, f *protocol.Frame) {
-	r := b.role.Load()
-	if !r.IsMaster() {
-		b.replyError(cs, f, protocol.StatusNotMaster, "broker "+b.cfg.BrokerName+"/"+strconv.FormatInt(b.cfg.BrokerID, 10)+" is not the master: send to the master", r.Master.Addr)
-		return
-	}
+// by the flusher goroutine. r is the master role dispatch admitted the send with.
+func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 	if len(f.Header) != 0 {
 		b.replyError(cs, f, protocol.StatusRequestMalformed, "send request header must be empty", "")
 		return
@@ -236,7 +231,7 @@ func (b *Broker) autoCreateThenSend(cs *connState, f *protocol.Frame, name strin
 		if !onLoop(cs, func() {
 			cs.inflight.Add(-1)
 			if !cs.closed.Load() {
-				b.handleSend(cs, req)
+				b.serveAgain(cs, req)
 			}
 		}) {
 			cs.inflight.Add(-1)

@@ -251,52 +251,6 @@ func (b *Broker) closeStalled(now time.Time) {
 
 var errResponseFrame = fmt.Errorf("%w: a response frame sent to the broker", protocol.ErrFrameMalformed)
 
-// dispatch serves one request on the event loop.
-func (b *Broker) dispatch(cs *connState, f *protocol.Frame) {
-	code := protocol.RequestCode(f.Code)
-	b.stats.requests.Add(1)
-	if b.stopping.Load() {
-		b.replyError(cs, f, protocol.StatusShuttingDown, "broker is shutting down", "")
-		return
-	}
-	switch code {
-	case protocol.CodeSendMessage:
-		b.handleSend(cs, f)
-	case protocol.CodePullMessage:
-		b.handlePull(cs, f)
-	case protocol.CodeQueryConsumerOffset, protocol.CodeGetMaxOffset, protocol.CodeGetMinOffset,
-		protocol.CodeGetTopicStatsInfo, protocol.CodeGetAllTopicConfig, protocol.CodeUpdateConsumerOffset,
-		protocol.CodeGetAllConsumerOffset, protocol.CodeMergeConsumerOffsets:
-		// In-memory lookups: answered on the loop.
-		rep := b.handleAdmin(code, f.Header, f.Body)
-		b.reply(cs, f, &rep)
-	case protocol.CodeHeartbeat, protocol.CodeUnregisterClient, protocol.CodeGetConsumerListByGroup:
-		b.handleConsumerRequest(cs, f)
-	case protocol.CodeUpdateAndCreateTopic, protocol.CodeGetConsumeStats, protocol.CodeGetBrokerRuntimeInfo,
-		protocol.CodeGetLogChecksum, protocol.CodeGetHAStatus, protocol.CodeElectMaster, protocol.CodeRaftReadIndex:
-		// These may wait: a topic update fsyncs the topic table, consume stats read old batches
-		// (cold pages), runtime info reads memory statistics (a short stop of the world), a read
-		// index waits for a Raft barrier. They
-		// run on a worker goroutine and are answered with queueAnswer.
-		hdr := append([]byte(nil), f.Header...)
-		body := append([]byte(nil), f.Body...)
-		id, oneway := f.RequestID, f.Flags.IsOneway()
-		cs.inflight.Add(1)
-		b.workers.Add(1)
-		go func() {
-			defer b.workers.Done()
-			rep := b.handleAdmin(code, hdr, body)
-			if oneway {
-				cs.inflight.Add(-1)
-				return
-			}
-			b.asyncReply(cs, id, &rep)
-		}()
-	default:
-		b.replyError(cs, f, protocol.StatusRequestCodeNotSupported, "request code "+code.String()+" is not supported by the broker", "")
-	}
-}
-
 // reply writes rep on the event loop (c.Write copies what the socket does not take at once).
 func (b *Broker) reply(cs *connState, f *protocol.Frame, rep *rpc.Reply) {
 	if f.Flags.IsOneway() {

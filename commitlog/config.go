@@ -94,8 +94,8 @@ type Config struct {
 	CloseTimeout time.Duration
 	// DisablePrefault stops the segment pre-allocator from populating the next segment's page
 	// tables (madvise MADV_POPULATE_WRITE) before it is used. Prefaulting takes the page faults
-	// (about 1-8 µs per 4 KiB page on ext4) off Append, which runs under the store mutex, at the
-	// cost of dirtying up to one segment of zero pages ahead of the writes.
+	// off Append, which runs under the store mutex, at the cost of dirtying up to one segment of
+	// zero pages ahead of the writes.
 	DisablePrefault bool
 	// Parser validates and describes batches found on disk. Required.
 	Parser Parser

@@ -353,7 +353,7 @@ func (s *Store) loadQueues() (int64, error) {
 }
 
 // crashZeroWindow is how far past a queue's last entry recovery zeroes its file after a crash
-// (and FALLOC_FL_ZERO_RANGE costs about 0.1 ms per MiB). NB: a crash of the machine (not just
+// (a range FALLOC_FL_ZERO_RANGE clears cheaply). NB: a crash of the machine (not just
 // the process) can persist pages out of order, so entries written after the last queue flush
 // may survive behind a hole; this clears them for any queue that wrote fewer than 32768 entries
 // per QueueFlushInterval.

@@ -146,7 +146,7 @@ func TestAppendReplicatedRejectsBadData(t *testing.T) {
 
 // TestAppendReplicatedExactlyFullSegment: a master batch that ends exactly at its segment's end
 // (no room for a marker) is followed by one at the start of the next segment; the slave must
-// roll there too (it used to copy past the end of the full segment and panic).
+// roll there too, not copy past the end of the full segment.
 func TestAppendReplicatedExactlyFullSegment(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	master := mustOpen(t, cfg)

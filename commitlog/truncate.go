@@ -16,8 +16,8 @@ const truncateName = "truncate"
 
 // PrepareTruncate asks for the log to be cut at offset, a batch boundary between the log's min
 // offset and its end: the store's owner then closes the store and opens it again, and Open cuts
-// everything from offset on, log and consume queues alike (issue 4: a slave or a returning old
-// master truncates to the last epoch it shares with the new master before it pulls).
+// everything from offset on, log and consume queues alike (a slave or a returning old master
+// truncates to the last epoch it shares with the new master before it pulls).
 //
 // The request is a small file, written and fsynced before PrepareTruncate returns, that Open
 // honours with the crash recovery's own tail handling (the tail is zeroed, later segments are

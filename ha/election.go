@@ -1,7 +1,7 @@
 package ha
 
 // The control state of a Raft-elected broker group and the rules that drive it, as pure
-// functions: the Raft glue (issue 4) applies Commands through the Raft log and asks DecideLeader
+// functions: the Raft glue applies Commands through the Raft log and asks DecideLeader
 // what a leader does; a member rejoining a master asks TruncationPoint where to cut its log.
 // Nothing here reads a clock, the disk or a map in iteration order, so every member that applies
 // the same commands holds the same state (a Raft FSM must be deterministic).

@@ -31,20 +31,37 @@ var ErrConfig = errors.New("namesrv: invalid configuration")
 
 // Config configures a Server. The zero value of every field means its default (see
 // DefaultConfig), so Config{} is usable.
+//
+// Each field's doc comment is its one description: its first paragraph is also the help text
+// of the petrel-namesrv flag that sets it (ConfigHelp), generated into config_help.go.
 type Config struct {
-	// ListenAddr is the TCP address to listen on (host:port); port 0 picks a free port (see
-	// Server.Addr). Default DefaultListenAddr.
+	// ListenAddr is the TCP address to listen on (host:port); port 0 picks a free port.
+	//
+	// Server.Addr reports the address listened on. Default DefaultListenAddr.
 	ListenAddr string
-	// BrokerExpiry removes a broker that has not registered for this long. Default
-	// DefaultBrokerExpiry.
+	// BrokerExpiry removes a broker that has not registered for this long.
+	//
+	// Default DefaultBrokerExpiry.
 	BrokerExpiry time.Duration
-	// ScanInterval is how often expired brokers are looked for. Default DefaultScanInterval.
+	// ScanInterval is how often expired brokers are looked for.
+	//
+	// Default DefaultScanInterval.
 	ScanInterval time.Duration
-	// Logger receives the server's logs. Default slog.Default().
+	// Logger receives the server's logs.
+	//
+	// Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock used for heartbeats and expiry (tests move it). Default time.Now.
+	// Now is the clock used for heartbeats and expiry (tests move it).
+	//
+	// Default time.Now.
 	Now func() time.Time
 }
+
+//go:generate go run github.com/petrel-mq/petrel/internal/fielddoc/cmd/fielddoc -type Config -var configHelp -o config_help.go config.go
+
+// ConfigHelp returns the description of a Config field for a flag's help text (the first
+// paragraph of the field's doc comment), "" for an unknown field.
+func ConfigHelp(field string) string { return configHelp[field] }
 
 // DefaultConfig returns the default configuration: listen on 0.0.0.0:9876, expire brokers
 // after 120 s of silence, scan every 5 s, log to slog.Default().

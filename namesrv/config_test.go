@@ -1,12 +1,15 @@
 package namesrv
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/petrel-mq/petrel/internal/fielddoc"
 )
 
 func TestDefaultConfig(t *testing.T) {
@@ -85,5 +88,22 @@ func TestConfigLoadFileRoundTrip(t *testing.T) {
 	}
 	if err := got.LoadFile(filepath.Join(t.TempDir(), "missing.conf")); !errors.Is(err, ErrConfig) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestConfigHelp: config_help.go is what go generate makes of config.go now, and the fields
+// petrel-namesrv has flags for are described.
+func TestConfigHelp(t *testing.T) {
+	for _, f := range []string{"ListenAddr", "BrokerExpiry", "ScanInterval"} {
+		if ConfigHelp(f) == "" {
+			t.Errorf("%s: no help text", f)
+		}
+	}
+	want, err := fielddoc.Generate("config.go", "Config", "namesrv", "configHelp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile("config_help.go"); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("config_help.go is not what config.go's doc comments make (%v): run go generate ./namesrv", err)
 	}
 }

@@ -3,7 +3,7 @@
 # write with dd, disk fdatasync rate, loopback TCP round trip) next to Petrel's (publish and
 # consume rates for 1 KiB and 100 B messages under ASYNC_FLUSH and SYNC_FLUSH, synchronous send
 # latency, replication), the same workloads on NATS JetStream, and the Go micro-benchmarks of the
-# hot paths; then charts of Petrel and NATS side by side and the issue's goals as ratios.
+# hot paths; then charts of Petrel and NATS side by side and the goals as ratios.
 #
 #   scripts/benchmarks.sh [OUTDIR]        (default bench-results/<timestamp>; `make bench` runs this)
 #
@@ -103,8 +103,8 @@ run() { # name, then petrel-bench arguments
 # Loghub lines joined into bodies of about 1 KiB: real log text, at the workload's message size.
 L1K=(--workload bench/workloads/1-topic-16-partitions-1kb.yaml --payload-dir "$DATA/loghub-1k" --verify)
 # The latency runs at OMB's 50k msg/s go without --verify: the verifier's bookkeeping of every
-# message shares the 2 cores with the brokers and lengthens the tail it measures (end-to-end p99
-# 10.6 ms with it, 3.1 ms without, one broker); every other run verifies.
+# message shares the 2 cores with the brokers and lengthens the tail it measures (BENCHMARKS.md);
+# every other run verifies.
 L1K_NV=(--workload bench/workloads/1-topic-16-partitions-1kb.yaml --payload-dir "$DATA/loghub-1k")
 loghub_1k() {
   [[ -d $DATA/loghub-1k ]] && return
@@ -268,7 +268,7 @@ if (( ${#drawn[@]} > 0 )); then
   for d in "${drawn[@]}"; do echo "- charts/$d/: $(cd "$OUT/charts/$d" && ls | tr '\n' ' ')"; done | log
 fi
 
-# The issue's goals as ratios of numbers of this run (a row needs both of its numbers).
+# The goals (BENCHMARKS.md) as ratios of numbers of this run (a row needs both of its numbers).
 jget() { # file field: a number from a result's JSON, empty if the file or the field is missing
   [[ -f $1 ]] || return 0
   if command -v jq >/dev/null 2>&1; then

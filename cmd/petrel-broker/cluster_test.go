@@ -3,7 +3,7 @@ package main
 // The cluster tests run real petrel-namesrv and petrel-broker processes on loopback — a master
 // and its slaves, sometimes two broker groups — and kill, freeze and restart them for real
 // (SIGKILL, SIGSTOP, SIGCONT) while a producer and a consumer of the Go client run, then check
-// what the issue promises: no acknowledged message lost, no send that failed claiming success,
+// what replication promises: no acknowledged message lost, no send that failed claiming success,
 // byte-identical logs on every member.
 
 import (

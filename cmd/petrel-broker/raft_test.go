@@ -1,6 +1,6 @@
 package main
 
-// Raft-elected groups (issue 4): three petrel-broker processes with enableRaftHA, a NameServer,
+// Raft-elected groups: three petrel-broker processes with enableRaftHA, a NameServer,
 // a producer and consumers of the Go client; masters are killed with SIGKILL, partitioned with
 // a fault-injecting proxy, and replaced online with electMaster.
 

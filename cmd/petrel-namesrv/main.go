@@ -88,12 +88,12 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", namesrv.DefaultListenAddr, "address to listen on (host:port)")
+	f.StringVar(&listen, "listen", namesrv.DefaultListenAddr, namesrv.ConfigHelp("ListenAddr"))
 	f.StringVarP(&configPath, "config", "c", "", "RocketMQ-style properties file (listenAddr, bindAddress, listenPort, brokerExpiryMs, scanIntervalMs)")
 	f.BoolVarP(&printConfig, "print-config", "p", false, "print the effective configuration and exit")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.DurationVar(&brokerExpiry, "broker-expiry", namesrv.DefaultBrokerExpiry, "remove a broker silent for this long")
-	f.DurationVar(&scanInterval, "scan-interval", namesrv.DefaultScanInterval, "how often to look for silent brokers")
+	f.DurationVar(&brokerExpiry, "broker-expiry", namesrv.DefaultBrokerExpiry, namesrv.ConfigHelp("BrokerExpiry"))
+	f.DurationVar(&scanInterval, "scan-interval", namesrv.DefaultScanInterval, namesrv.ConfigHelp("ScanInterval"))
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	return cmd

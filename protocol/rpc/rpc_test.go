@@ -324,10 +324,9 @@ func TestOneway(t *testing.T) {
 	}
 }
 
-// TestReplyFlushedBeforeOneway is a regression test: a request followed, in the same write, by a
-// oneway request (or by one with an unknown code) must still be answered. The server used to
-// keep the reply buffered because the next frame was buffered, then skip the flush after the
-// oneway frame and block on the socket.
+// TestReplyFlushedBeforeOneway: a request followed, in the same write, by a oneway request (or by
+// one with an unknown code) is still answered: the reply held back while the next frame is
+// read must be flushed after a oneway frame too, before the server blocks on the socket.
 func TestReplyFlushedBeforeOneway(t *testing.T) {
 	svc := newService()
 	srv := startServer(t, svc.handle, ServerOptions{})
