@@ -60,9 +60,10 @@ type simMember struct {
 	applied ControlState
 	slave   bool // a replication slave runs
 	master  bool // a replication master runs
-	// As master: what each slave acknowledged (by member id) and when it was last heard.
-	acked     map[string]int64
-	heard     map[string]time.Time
+	// As master: the in-sync tracker the replication master would keep, and the replication
+	// connection (session) of each slave, by member id.
+	tr        Tracker
+	sess      map[string]uint64
 	confirmed int64
 	restarts  int
 	seenEpoch uint32 // the newest epoch a static slave saw in its master's answers
@@ -88,8 +89,9 @@ type sim struct {
 	cut     map[[2]string]bool
 	out     strings.Builder
 	// acked is the longest prefix any master confirmed: the messages the group acknowledged.
-	acked []simBatch
-	reply *Reply
+	acked    []simBatch
+	reply    *Reply
+	sessions uint64 // the last replication connection id handed out
 }
 
 func newSim(t *testing.T, td *datadriven.TestData) *sim {
@@ -234,6 +236,7 @@ func (s *sim) run(t *testing.T, td *datadriven.TestData) {
 	case "kill":
 		sm := s.member(t, td, "id")
 		sm.up, sm.slave, sm.master = false, false, false
+		s.dropConns(sm)
 		if s.leader == sm.id {
 			s.leader = ""
 		}
@@ -380,6 +383,7 @@ func (s *sim) exec(sm *simMember, a Action) Event {
 		}
 	case StopSlave:
 		sm.slave = false
+		s.dropConns(sm)
 	case CloseMaster:
 		sm.master = false
 	case Follow:
@@ -423,8 +427,15 @@ func (s *sim) exec(sm *simMember, a Action) Event {
 		if m == nil || !m.master || !s.reach(sm, m) {
 			return LeaveDone{Err: errors.New("master unreachable")}
 		}
-		s.commitSet(m, slices.DeleteFunc(slices.Clone(s.state.SyncStateSet), func(id string) bool { return id == sm.id }))
-		delete(m.acked, sm.id)
+		if _, changes, err := m.tr.Leave(sm.brokerID, sm.id, m.end()); err != nil {
+			return LeaveDone{Err: err}
+		} else {
+			s.printChanges(m, changes)
+		}
+		s.commitVerdicts(m)
+		if m.tr.Counted(sm.brokerID) {
+			return LeaveDone{Err: errors.New("the set without the slave is not committed")}
+		}
 		s.printf("%s left the in-sync set\n", sm.id)
 		return LeaveDone{}
 	case Truncate:
@@ -482,8 +493,8 @@ func (s *sim) startMaster(sm *simMember, a StartMaster) Event {
 	self := MemberInfo{ID: sm.id, BrokerID: sm.brokerID, Addr: sm.id + ":10911", HAAddr: sm.id + ":10912"}
 	if !a.Raft {
 		sm.master = true
-		sm.acked, sm.heard = map[string]int64{}, map[string]time.Time{}
-		sm.confirmed = sm.known
+		sm.tr, sm.sess = MakeTracker(TrackerConfig{Rules: s.rules(), MinAcks: s.minAcks, InitialConfirmed: sm.known}, s.now), map[string]uint64{}
+		sm.confirmed = max(sm.known, 0)
 		return MasterStarted{Epoch: a.Epoch, Self: MemberInfo{Addr: self.Addr, HAAddr: self.HAAddr}}
 	}
 	if s.leader != sm.id {
@@ -497,11 +508,9 @@ func (s *sim) startMaster(sm *simMember, a StartMaster) Event {
 	s.state = next
 	sm.epochs = append(sm.epochs, EpochStart{Epoch: next.Epoch, StartOffset: sm.end()})
 	sm.master = true
-	sm.acked, sm.heard = map[string]int64{}, map[string]time.Time{}
-	for _, m := range initial {
-		sm.acked[m.MemberID], sm.heard[m.MemberID] = -1, s.now
-	}
 	sm.confirmed = min(max(sm.known, 0), sm.end())
+	sm.tr = MakeTracker(TrackerConfig{Rules: s.rules(), MinAcks: s.minAcks, CommitSet: true, InitialSet: initial, InitialConfirmed: sm.confirmed}, s.now)
+	sm.sess = map[string]uint64{}
 	s.printf("%s starts epoch %d at %d, in-sync set %v\n", sm.id, next.Epoch, sm.end(), next.SyncStateSet)
 	return MasterStarted{Epoch: next.Epoch, Self: self}
 }
@@ -509,6 +518,7 @@ func (s *sim) startMaster(sm *simMember, a StartMaster) Event {
 // restart gives sm a new Member (a broker process restarted on the same store).
 func (s *sim) restart(sm *simMember) {
 	cfg := sm.m.cfg
+	s.dropConns(sm)
 	sm.m = NewMember(cfg)
 	sm.up, sm.slave, sm.master = true, false, false
 	sm.restarts++
@@ -590,7 +600,17 @@ func (s *sim) pull(sm *simMember, off int64) {
 		return
 	}
 	// The pull acknowledges off, then copies.
-	m.acked[sm.id], m.heard[sm.id] = off, s.now
+	if m.sess[sm.id] == 0 {
+		s.sessions++
+		m.sess[sm.id] = s.sessions
+		memberID := sm.id
+		if !s.raft {
+			memberID = ""
+		}
+		m.tr.Connect(SlaveConn{Session: s.sessions, BrokerID: sm.m.Role().BrokerID, MemberID: memberID}, s.now)
+	}
+	res := m.tr.Ack(m.sess[sm.id], off, m.end(), m.end(), s.now)
+	s.printChanges(m, res.Changes)
 	for _, b := range m.log {
 		if b.start < off {
 			continue
@@ -600,7 +620,7 @@ func (s *sim) pull(sm *simMember, off int64) {
 		}
 		sm.log = append(sm.log, b)
 	}
-	sm.known = max(sm.known, min(m.confirmed, sm.end()))
+	sm.known = max(sm.known, min(m.tr.ConfirmedOffset(m.end()), sm.end()))
 }
 
 func boundary(m *simMember, off int64) bool {
@@ -615,66 +635,66 @@ func boundary(m *simMember, off int64) bool {
 	return false
 }
 
-// evalSet applies the sim's in-sync rules on master m: a slave that acknowledged the whole log
-// joins the set; one not heard for maxLag leaves it; the confirmed offset is what the master
-// and at least minAcks members of the set hold.
+// evalSet applies the in-sync rules on master m (the tracker's tick), commits a changed set
+// through the sim's Raft, and notes what m confirmed.
 func (s *sim) evalSet(m *simMember) {
-	set := []string{}
+	s.printChanges(m, m.tr.Tick(m.end(), s.now))
 	if s.raft {
-		set = slices.Clone(s.state.SyncStateSet)
+		s.commitVerdicts(m)
 	}
-	for id, off := range m.acked {
-		in := slices.Contains(set, id)
-		o := s.byID(id)
-		switch {
-		case !in && off == m.end() && o != nil && s.reach(m, o):
-			set = append(set, id)
-		case in && (s.now.Sub(m.heard[id]) >= s.maxLag || o == nil || !s.reach(m, o)):
-			if s.now.Sub(m.heard[id]) >= s.maxLag {
-				set = slices.DeleteFunc(set, func(x string) bool { return x == id })
-			}
-		}
-	}
-	if s.raft {
-		slices.Sort(set)
-		if !slices.Contains(set, m.id) {
-			set = append(set, m.id)
-			slices.Sort(set)
-		}
-		if !slices.Equal(set, s.state.SyncStateSet) {
-			s.commitSet(m, set)
-		}
-		set = slices.DeleteFunc(slices.Clone(s.state.SyncStateSet), func(id string) bool { return id == m.id })
-	}
-	if len(set) < s.minAcks {
-		return
-	}
-	c := m.end()
-	for _, id := range set {
-		if off, ok := m.acked[id]; ok {
-			c = min(c, off)
-		} else {
-			c = min(c, -1)
-		}
-	}
-	if c > m.confirmed {
+	if c := m.tr.ConfirmedOffset(m.end()); c > m.confirmed {
 		m.confirmed = c
 		m.known = max(m.known, c)
 		s.noteAcked(m, c)
 	}
 }
 
-func (s *sim) commitSet(m *simMember, set []string) {
+// commitVerdicts commits the set master m's verdicts call for, when it differs from the
+// committed one (the replication master's committer).
+func (s *sim) commitVerdicts(m *simMember) {
+	_, ids, differs := m.tr.ToCommit()
+	if !differs {
+		return
+	}
+	if s.commitSet(m, slices.Clone(ids)) {
+		m.tr.SetCommitted(ids, m.end())
+	}
+}
+
+func (s *sim) printChanges(m *simMember, changes []VerdictChange) {
+	for _, c := range changes {
+		s.printf("%s: slave %d in sync %v (%s)\n", m.id, c.BrokerID, c.InSync, c.Reason)
+	}
+}
+
+// dropConns closes sm's replication connections to every master (its process or slave ended).
+func (s *sim) dropConns(sm *simMember) {
+	for _, m := range s.members {
+		if id := m.sess[sm.id]; id != 0 && m.master {
+			res := m.tr.Disconnect(id, m.end())
+			s.printChanges(m, res.Changes)
+			delete(m.sess, sm.id)
+		}
+	}
+}
+
+func (s *sim) rules() SyncRules { return SyncRules{MaxLagBytes: 1 << 40, MaxLagTime: s.maxLag} }
+
+func (s *sim) commitSet(m *simMember, set []string) bool {
 	if !slices.Contains(set, m.id) {
 		set = append(set, m.id)
+	}
+	if s.leaderOf(m) == "" {
+		return false // the master cannot reach the Raft leader: nothing commits
 	}
 	next, err := s.state.Apply(Command{Kind: CmdSetSyncStateSet, Epoch: m.m.Role().Epoch, SyncStateSet: set})
 	if err != nil {
 		s.printf("%s cannot commit the in-sync set %v: %v\n", m.id, set, err)
-		return
+		return false
 	}
 	s.state = next
 	s.printf("in-sync set %v\n", next.SyncStateSet)
+	return true
 }
 
 // noteAcked records that master m confirmed its log up to c: that prefix is acknowledged.
@@ -735,7 +755,8 @@ func (s *sim) electMaster(at *simMember, target int64, force bool) {
 		ev.TargetID = o.id
 	} else if m := at.m.Role(); m.IsMaster() {
 		o := s.byBrokerID(target)
-		ev.InSyncTarget = o != nil && o.slave && m.IsMaster() && at.acked[o.id] == at.end()
+		ts, ok := at.tr.Slave(target)
+		ev.InSyncTarget = ok && ts.InSync && ts.Session != 0
 		if o != nil {
 			ev.TargetAddr = o.id + ":10911"
 		}
