@@ -121,7 +121,7 @@ type Master struct {
 	warn  ratelog.Limiter
 
 	// end is the highest end passed to NotifyAppend: held pulls wake when it moves.
-	end   atomic.Int64
+	end atomic.Int64
 	// The tracker's results, published under mu (publishLocked) for readers that take no lock:
 	// the acknowledgement limit (every waiter whose end is at most it is complete), the confirmed
 	// offset and whether the master alone confirms its whole log (Tracker.Confirmed), the
