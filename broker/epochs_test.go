@@ -307,7 +307,7 @@ func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { testBeforeTruncate = nil })
-	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
+	s.roles.postFromSlave(ha.OutOfRange{Divergence: ha.Divergence{DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch}})
 	var err error
 	testutil.EventuallyWithin(t, 10*time.Second, "the member to ask for its restart", func() bool {
 		select {
@@ -343,7 +343,7 @@ func TestSecondCutForAnEpochStops(t *testing.T) {
 	if err := s.raft.cuts.record(st.Epoch, point, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	s.raft.onOutOfRange(protocol.HAPullResponse{Result: protocol.HAOutOfRange, DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch})
+	s.roles.postFromSlave(ha.OutOfRange{Divergence: ha.Divergence{DivergingEpoch: st.Epoch, TruncateTo: point, MasterEnd: m.store.LogEndOffset(), Epoch: st.Epoch}})
 	testutil.EventuallyWithin(t, 10*time.Second, "the member to stop", func() bool { return s.haStatus().Stopped != "" })
 	hs := s.haStatus()
 	if hs.Electable || !strings.Contains(hs.Stopped, "already cut") {

@@ -98,6 +98,27 @@ func (d *roleDriver) close() {
 	}
 }
 
+// postFromSlave takes an event of the replication slave (ha.SlaveConfig.Events) on its
+// goroutine: a divergence makes the member unelectable at once (before the loop takes it), a
+// lost master names the Raft leader this member knew, and a static slave's news of its master's
+// address goes through learnMaster.
+func (d *roleDriver) postFromSlave(ev ha.Event) {
+	switch e := ev.(type) {
+	case ha.OutOfRange:
+		d.b.raft.diverging.Store(true)
+	case ha.MasterGone:
+		if d.b.raft == nil {
+			return
+		}
+		e.LeaderID = d.b.raft.node.LeaderID()
+		ev = e
+	case ha.MasterLearnt:
+		d.b.learnMaster(e.Addr, e.HAAddr)
+		return
+	}
+	d.post(ev)
+}
+
 // post hands an event from another goroutine to the loop; it never blocks.
 func (d *roleDriver) post(ev ha.Event) {
 	d.inboxMu.Lock()

@@ -283,20 +283,6 @@ func (m *raftMember) commitSyncSet(epoch uint32, slaves []ha.SyncMember) error {
 	return m.node.Propose(ha.Command{Kind: ha.CmdSetSyncStateSet, Epoch: epoch, SyncStateSet: ids, Members: members}, raftOpTimeout)
 }
 
-// onOutOfRange runs on the slave's goroutine when the master says this log is not a prefix of
-// its own: the role loop decides what to cut, the slave waits for its Kick.
-func (m *raftMember) onOutOfRange(h protocol.HAPullResponse) {
-	m.diverging.Store(true)
-	m.b.roles.post(ha.OutOfRange{Divergence: ha.Divergence{DivergingEpoch: h.DivergingEpoch, TruncateTo: h.TruncateTo, MasterMin: h.MasterMin, MasterEnd: h.MasterEnd, Epoch: h.Epoch}})
-}
-
-// onMasterGone runs on the slave's goroutine when the master's replication connection closed or
-// was refused: the master's process is likely gone, so this member shortens its Raft timeouts
-// to the leader lease (RaftNode.Hurry) instead of waiting the whole heartbeat timeout.
-func (m *raftMember) onMasterGone() {
-	m.b.roles.post(ha.MasterGone{Now: time.Now(), LeaderID: m.node.LeaderID()})
-}
-
 // truncationInput is what ha.PlanTruncation needs of this member, read after a read index.
 func (m *raftMember) truncationInput() ha.TruncationInput {
 	cutEpoch, cutPoint := m.cuts.last()

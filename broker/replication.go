@@ -113,12 +113,11 @@ func (b *Broker) newSlaveHA(brokerID int64) *ha.Slave {
 		MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
 		Logger:        b.log,              // ha adds component=ha-slave
 		OnProgress:    func(end, masterEnd int64) { b.wakeReplicated() },
-		OnMasterAddr:  func(addr string) { b.learnMaster(addr, "") },
+		Events:        b.roles.postFromSlave,
 	}
 	if b.raft != nil {
 		cfg.MemberID = b.raft.selfID
-		cfg.OnOutOfRange = b.raft.onOutOfRange
-		cfg.OnMasterGone = b.raft.onMasterGone
+		cfg.DecidesCuts = true
 		cfg.LastEpoch = func() (uint32, int64) { return ha.NewestWithData(b.raft.epochs.snapshot(), b.store.LogEndOffset()) }
 		cfg.Backoff, cfg.MaxBackoff = 20*time.Millisecond, 500*time.Millisecond
 	}

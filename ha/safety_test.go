@@ -278,19 +278,24 @@ func TestDivergedSlaveLearnsNoConfirmedOffset(t *testing.T) {
 	size := int64(100 + memHeader)
 	epochs := []EpochStart{{1, 0}, {3, 4 * size}}
 	m := startMaster(t, mlog, MasterConfig{Epochs: func() []EpochStart { return epochs }})
-	diverged := make(chan protocol.HAPullResponse, 1)
+	diverged := make(chan Divergence, 1)
 	s := startSlave(t, slog, m.Addr(), SlaveConfig{
-		MemberID:     "b2",
-		LastEpoch:    func() (uint32, int64) { return 2, 4 * size },
-		OnOutOfRange: func(h protocol.HAPullResponse) { diverged <- h },
+		MemberID:    "b2",
+		LastEpoch:   func() (uint32, int64) { return 2, 4 * size },
+		DecidesCuts: true,
+		Events: func(ev Event) {
+			if o, ok := ev.(OutOfRange); ok {
+				diverged <- o.Divergence
+			}
+		},
 	})
-	var h protocol.HAPullResponse
+	var h Divergence
 	select {
 	case h = <-diverged:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no out-of-range answer")
 	}
-	if h.DivergingEpoch != 1 || h.TruncateTo != 4*size || h.ConfirmedOffset != mlog.LogEndOffset() {
+	if h.DivergingEpoch != 1 || h.TruncateTo != 4*size || h.MasterEnd != mlog.LogEndOffset() {
 		t.Fatalf("answer %+v", h)
 	}
 	if got := s.ConfirmedOffset(); got != 0 {

@@ -66,9 +66,6 @@ type SlaveConfig struct {
 	// OnProgress, when set, runs on the Slave's goroutine after every append with the new log
 	// end and the master's end; it must be short.
 	OnProgress func(end, masterEnd int64)
-	// OnMasterAddr, when set, runs on the Slave's goroutine when the master's answers name a
-	// client address different from the last one (HAPullResponse.MasterAddr).
-	OnMasterAddr func(clientAddr string)
 	// Now is the clock of LastContact; default time.Now.
 	Now func() time.Time
 	// MemberID is the slave's Raft server id in a Raft-elected group ("" with static roles);
@@ -79,15 +76,17 @@ type SlaveConfig struct {
 	// a log that is a prefix of its own. Called before every pull from the Slave's goroutine;
 	// it must be cheap.
 	LastEpoch func() (epoch uint32, start int64)
-	// OnOutOfRange, when set (a Raft-elected group), replaces the default answer to an
-	// OUT_OF_RANGE pull (this log is ahead of the master's or diverged: set it aside and copy
-	// the master's): the broker truncates to the last epoch it shares with the master instead.
-	// It gets the master's answer; the link is dropped after it returns, and the slave pulls
-	// again only after a Kick (or divergedWait).
-	OnOutOfRange func(h protocol.HAPullResponse)
-	// OnMasterGone, when set, runs on the Slave's goroutine when the master's process looks gone
-	// rather than silent: its connection closed or its port refused the connection.
-	OnMasterGone func()
+	// Events, when set, receives what the slave learns for its member's state machine, on the
+	// Slave's goroutine (it must not block): MasterLearnt when the master's answers name a client
+	// address other than the last one (HAPullResponse.MasterAddr), MasterGone when the master's
+	// process looks gone rather than silent (its connection closed or its port refused the
+	// connection), and, with DecidesCuts, OutOfRange.
+	Events func(Event)
+	// DecidesCuts (a Raft-elected group): an OUT_OF_RANGE answer (this log is ahead of the
+	// master's or diverged from it) goes to Events as OutOfRange instead of the default (set the
+	// log aside and copy the master's), and the member decides what to cut: the link is dropped
+	// and the slave pulls again only after a Kick (or divergedWait).
+	DecidesCuts bool
 }
 
 // LinkStatus is a Slave's view of its replication link.
@@ -313,15 +312,15 @@ func (s *Slave) run() {
 		if progressed {
 			backoff = s.cfg.Backoff
 		}
-		if s.cfg.OnMasterGone != nil && (errors.Is(err, rpc.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)) {
-			s.cfg.OnMasterGone()
+		if s.cfg.Events != nil && (errors.Is(err, rpc.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)) {
+			s.cfg.Events(MasterGone{Now: s.cfg.Now()})
 		}
 		switch {
 		case errors.Is(err, errMasterMoved):
 			s.log.Info("master HA address changed; reconnecting", "old", addr, "new", s.cfg.MasterHAAddr())
 			continue
 		case errors.Is(err, errDiverged):
-			// The broker decides what to cut (OnOutOfRange) and kicks the slave when it keeps
+			// The member decides what to cut (DecidesCuts) and kicks the slave when it keeps
 			// the log; pulling again before that would only be refused again.
 			s.sleep(divergedWait)
 			continue
@@ -427,8 +426,8 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 	s.masterLoaded.Store(h.MasterLoaded)
 	if len(h.MasterAddr) > 0 && string(h.MasterAddr) != s.masterAddr {
 		s.masterAddr = string(h.MasterAddr)
-		if s.cfg.OnMasterAddr != nil {
-			s.cfg.OnMasterAddr(s.masterAddr)
+		if s.cfg.Events != nil {
+			s.cfg.Events(MasterLearnt{Addr: s.masterAddr})
 		}
 	}
 	s.mu.Lock()
@@ -458,10 +457,11 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 			"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd, "restartAt", h.Offset)
 		return s.reset(h.Offset, false)
 	case protocol.HAOutOfRange:
-		if s.cfg.OnOutOfRange != nil {
-			s.divergeLog.Error(s.log, "this slave's log is ahead of the master's or diverged from it; the broker decides where to cut it",
+		if s.cfg.DecidesCuts && s.cfg.Events != nil {
+			s.divergeLog.Error(s.log, "this slave's log is ahead of the master's or diverged from it; the member decides where to cut it",
 				"slaveEnd", offset, "masterMin", h.MasterMin, "masterEnd", h.MasterEnd, "divergingEpoch", h.DivergingEpoch, "truncateTo", h.TruncateTo)
-			s.cfg.OnOutOfRange(h)
+			s.cfg.Events(OutOfRange{Divergence: Divergence{DivergingEpoch: h.DivergingEpoch, TruncateTo: h.TruncateTo,
+				MasterMin: h.MasterMin, MasterEnd: h.MasterEnd, Epoch: h.Epoch}})
 			return errDiverged
 		}
 		// NB: the old log is kept, not deleted: when the master lost its tail (a crash under
