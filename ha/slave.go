@@ -30,8 +30,8 @@ const (
 	dialTimeout = 2 * time.Second
 	// frameMargin is the room for the frame prefix and response header above the body.
 	frameMargin = 64 << 10
-	// divergedWait is how long a slave whose log diverged waits for the broker's decision
-	// (OnOutOfRange, then Kick) before it pulls again.
+	// divergedWait is how long a slave whose log diverged waits for its member's decision
+	// (an OutOfRange event, then Kick) before it pulls again.
 	divergedWait = 5 * time.Second
 )
 
