@@ -13,30 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-// fakeClock is a clock the test moves by hand (MasterConfig.Now, SlaveConfig.Now).
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // TestWaitReplicatedFollowsTheClock: a waiter's timeout is measured on the master's clock: it
 // does not expire while that clock stands still, however many times the master looks, and
@@ -44,7 +24,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 func TestWaitReplicatedFollowsTheClock(t *testing.T) {
 	mlog := newMemLog(64 << 10)
 	end := fill(mlog, 0, 5, 100)
-	clock := newFakeClock()
+	clock := testutil.NewClock()
 	m := startMaster(t, mlog, MasterConfig{Now: clock.Now})
 	done := make(chan error, 1)
 	// No slave: a waiter that needs one can only time out.
@@ -72,7 +52,7 @@ func TestWaitReplicatedFollowsTheClock(t *testing.T) {
 func TestLeaveRefusedOnTheClock(t *testing.T) {
 	mlog, slog := newMemLog(64<<10), newMemLog(64<<10)
 	fill(mlog, 0, 5, 100)
-	clock := newFakeClock()
+	clock := testutil.NewClock()
 	release := make(chan struct{})
 	var commits atomic.Int32
 	commit := func(slaves []SyncMember) error {

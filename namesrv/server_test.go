@@ -141,7 +141,7 @@ func TestReregistrationReplacesTopics(t *testing.T) {
 }
 
 func TestExpiryByScanner(t *testing.T) {
-	clk := newFakeClock()
+	clk := testutil.NewClock()
 	s := startServer(t, func(c *Config) {
 		c.Now = clk.Now
 		c.ScanInterval = time.Millisecond
@@ -532,7 +532,7 @@ func TestStartAndClose(t *testing.T) {
 // TestConcurrentBrokers runs many brokers heartbeating, clients reading and connections closing
 // at once, under -race, with the scanner expiring brokers on a moving clock.
 func TestConcurrentBrokers(t *testing.T) {
-	clk := newFakeClock()
+	clk := testutil.NewClock()
 	s := startServer(t, func(c *Config) {
 		c.Now = clk.Now
 		c.ScanInterval = time.Millisecond
