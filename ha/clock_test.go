@@ -17,7 +17,6 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-
 // TestWaitReplicatedFollowsTheClock: a waiter's timeout is measured on the master's clock: it
 // does not expire while that clock stands still, however many times the master looks, and
 // expires once the clock reaches its deadline.

@@ -13,7 +13,6 @@ import (
 
 func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
-
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
