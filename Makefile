@@ -71,7 +71,7 @@ MIX     ?= stop-partition-heavy
 HOLD    ?= 1s-6s
 KEEP    ?=
 chaos: build
-	./$(BIN)/petrel-chaos --bin $(BIN) --cycles $(CYCLES) --seed $(SEED) --segment $(SEGMENT) --mix $(MIX) --hold $(HOLD) $(if $(filter 1 yes true,$(KEEP)),--keep)
+	./$(BIN)/petrel-chaos --bin $(BIN) --cycles='$(CYCLES)' --seed='$(SEED)' --segment='$(SEGMENT)' --mix='$(MIX)' --hold='$(HOLD)' $(if $(filter 1 yes true,$(KEEP)),--keep)
 
 verify:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)

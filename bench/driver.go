@@ -233,6 +233,20 @@ func (c *petrelCluster) memberAddr(ctx context.Context, topic, group string, bro
 	return "", fmt.Errorf("the route of %s lists no broker group %s", topic, group)
 }
 
+func (c *petrelCluster) members(ctx context.Context, topic string) (map[string][]int64, error) {
+	route, err := c.admin.TopicRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]int64{}
+	for _, bd := range route.BrokerDatas {
+		for _, a := range bd.Addrs {
+			out[bd.BrokerName] = append(out[bd.BrokerName], a.BrokerID)
+		}
+	}
+	return out, nil
+}
+
 func (c *petrelCluster) pull(ctx context.Context, addr string, q QueueRef, offset int64, max int32) (*client.PullAnswer, error) {
 	return c.admin.Pull(ctx, addr, client.MessageQueue{Topic: q.Topic, BrokerName: q.Broker, QueueID: q.QueueID}, offset, max)
 }

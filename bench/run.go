@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -302,6 +303,9 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 		}
 	}
 	r.queues = r.topicQueues(ctx)
+	if err := r.checkReadMember(ctx); err != nil {
+		return nil, err
+	}
 	r.startLagSampler(ctx)
 	defer r.stopLagSampler()
 	if cfg.Verify {
@@ -380,6 +384,56 @@ func (r *runner) topicQueues(ctx context.Context) []int {
 		}
 	}
 	return out
+}
+
+// readMemberWait bounds how long a run waits, before it starts, for every broker group to list
+// the member its consumers are pinned to (a slave registers shortly after its master); the wait
+// is also at most the run's DrainTimeout.
+const readMemberWait = 15 * time.Second
+
+// memberLister is a cluster that can list the members the route of a topic names.
+type memberLister interface {
+	// members returns the brokerIds of every broker group of topic's route, as the NameServers
+	// list them now.
+	members(ctx context.Context, topic string) (map[string][]int64, error)
+}
+
+// checkReadMember refuses a run whose consumers are pinned (ReadBrokerID > 0) to a member some
+// broker group of its topics does not have: they would consume nothing, and every acknowledged
+// message would read as lost although the masters hold it.
+func (r *runner) checkReadMember(ctx context.Context) error {
+	id := r.cfg.readBrokerID()
+	ml, ok := r.cl.(memberLister)
+	if id <= 0 || !ok {
+		return nil
+	}
+	deadline := time.Now().Add(min(readMemberWait, max(r.cfg.DrainTimeout, time.Second)))
+	for _, topic := range r.topics {
+		for {
+			ms, err := ml.members(ctx, topic)
+			missing := ""
+			for _, g := range slices.Sorted(maps.Keys(ms)) {
+				if !slices.Contains(ms[g], id) {
+					missing = fmt.Sprintf("broker group %s has no member with brokerId %d (it lists %v)", g, id, ms[g])
+					break
+				}
+			}
+			if err == nil && missing == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				if err != nil {
+					return fmt.Errorf("read-broker-id %d: cannot tell the members of %s: %w", id, topic, err)
+				}
+				return fmt.Errorf("read-broker-id %d: %s; pin consumers to a brokerId every group has (0: the master)", id, missing)
+			}
+			sleepCtx(ctx, 200*time.Millisecond)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
 }
 
 // queueShape returns the queue count of every topic (0 when they differ) and the count over

@@ -44,10 +44,15 @@ type faultProbe struct {
 	group, addr string
 }
 
-// maxRefusedBackoff caps the backoff of a failure event that was a refusal (the master answered
-// with a retriable error): a master that answers is probed by the next send after the backoff,
-// not by the fault detector.
-const maxRefusedBackoff = 2 * time.Second
+// The backoff of a failure event that was a refusal (the master answered with a retriable error:
+// a full disk, a busy broker) starts at refusedBackoffBase (or the tracker's base when that is
+// shorter) and doubles up to maxRefusedBackoff: a master that answers is probed by the next send
+// after the backoff, not by the fault detector, so the cap is how late a producer may notice that
+// the cause went away. A refused batch is retried on another group, so a probe costs little.
+const (
+	refusedBackoffBase = 250 * time.Millisecond
+	maxRefusedBackoff  = 500 * time.Millisecond
+)
 
 func newFaultTracker(base, max time.Duration) *faultTracker {
 	return &faultTracker{base: base, max: max, items: make(map[string]*faultItem)}
@@ -74,7 +79,7 @@ func (f *faultTracker) empty() bool {
 // reached at all (no connection, no answer), rather than refused. A request sent before the
 // current event began leaves it as it is; otherwise a new event starts, its backoff double the
 // previous one's (up to the maximum, or maxRefusedBackoff for a refusal), or the base backoff
-// when the failing master is not the one that failed before.
+// (refusedBackoffBase for a refusal) when the failing master is not the one that failed before.
 func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time, unreachable bool) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -91,13 +96,11 @@ func (f *faultTracker) failed(brokerName, addr string, sentAt, now time.Time, un
 	}
 	it.events++
 	it.probe = unreachable
-	limit := f.max
+	limit, d := f.max, f.base
 	if !unreachable {
-		// A refusal (a full disk, a busy broker) ends unseen: no probe can tell, only a send.
-		// The backoff stays short so the next one tries soon after the cause went away.
-		limit = min(f.max, maxRefusedBackoff)
+		// A refusal ends unseen: no probe can tell, only a send.
+		limit, d = min(f.max, maxRefusedBackoff), min(f.base, refusedBackoffBase)
 	}
-	d := f.base
 	for i := 1; i < it.events && d < limit; i++ {
 		d *= 2
 	}

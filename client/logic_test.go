@@ -275,9 +275,10 @@ func TestFaultTracker(t *testing.T) {
 		t.Fatal("success resets")
 	}
 	event(time.Second)
-	// Refusals (the master answered) double up to maxRefusedBackoff only.
+	// Refusals (the master answered) start at refusedBackoffBase and double up to
+	// maxRefusedBackoff only.
 	ft.succeeded("a")
-	for _, want := range []time.Duration{time.Second, 2 * time.Second, maxRefusedBackoff, maxRefusedBackoff} {
+	for _, want := range []time.Duration{refusedBackoffBase, 2 * refusedBackoffBase, maxRefusedBackoff, maxRefusedBackoff} {
 		if d := ft.failed("a", "a0", now, now, false); d != want {
 			t.Fatalf("refusal backoff %v, want %v", d, want)
 		}
@@ -291,12 +292,13 @@ func TestFaultTrackerOneEvent(t *testing.T) {
 	ft := newFaultTracker(time.Second, 30*time.Second)
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	// 50 requests sent during the 100 ms before the first failure, failing over 3 s.
-	if d := ft.failed("a", "a0", ms(0), ms(100), false); d != time.Second {
+	// 50 requests sent during the 100 ms before the first failure, failing over 3 s (no answer:
+	// the master hung).
+	if d := ft.failed("a", "a0", ms(0), ms(100), true); d != time.Second {
 		t.Fatalf("first failure: backoff %v", d)
 	}
 	for i := 1; i < 50; i++ {
-		if d := ft.failed("a", "a0", ms(2*i), ms(100+60*i), false); d != max(ms(1100).Sub(ms(100+60*i)), 0) {
+		if d := ft.failed("a", "a0", ms(2*i), ms(100+60*i), true); d != max(ms(1100).Sub(ms(100+60*i)), 0) {
 			t.Fatalf("failure %d of the same event: backoff %v", i, d)
 		}
 	}
@@ -304,7 +306,7 @@ func TestFaultTrackerOneEvent(t *testing.T) {
 		t.Fatal("one event: the group is back after the base backoff")
 	}
 	// A request sent after the event began (a retry, once the backoff ended) fails: a new event.
-	if d := ft.failed("a", "a0", ms(1200), ms(1300), false); d != 2*time.Second {
+	if d := ft.failed("a", "a0", ms(1200), ms(1300), true); d != 2*time.Second {
 		t.Fatalf("second event: backoff %v", d)
 	}
 }
@@ -324,7 +326,7 @@ func TestFaultTrackerNewMaster(t *testing.T) {
 	if !ft.available("a", "a1", now) {
 		t.Fatal("the route names a new master: available at once")
 	}
-	if d := ft.failed("a", "a1", now, now, false); d != time.Second {
+	if d := ft.failed("a", "a1", now, now, true); d != time.Second {
 		t.Fatalf("the new master's first failure: backoff %v", d)
 	}
 	if ft.available("a", "a1", now) {

@@ -15,6 +15,10 @@ import (
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
+// minIdleTimeout is the least time a connection may stay silent before the NameServer closes
+// it, whatever BrokerExpiry says.
+const minIdleTimeout = time.Second
+
 // Errors returned by Server.Start.
 var (
 	// ErrServerClosed is returned by Start after Close.
@@ -81,11 +85,13 @@ func (s *Server) Start() error {
 	s.started = true
 	s.ln = ln
 	// A connection silent for BrokerExpiry is closed: a broker that silent expires anyway, and
-	// clients reconnect when they need a route.
+	// clients reconnect when they need a route. The idle timer runs on the real clock (not
+	// Config.Now), so it is at least minIdleTimeout: a goroutine of a loaded machine may well
+	// stay silent for a few tens of milliseconds between two requests.
 	s.rpc = rpc.NewServer(s.handle, rpc.ServerOptions{
 		OnDisconnect: s.onDisconnect,
 		Logger:       s.log,
-		IdleTimeout:  s.cfg.BrokerExpiry,
+		IdleTimeout:  max(s.cfg.BrokerExpiry, minIdleTimeout),
 		MaxConns:     rpc.FileLimitConns(64),
 	})
 	s.wg.Add(2)

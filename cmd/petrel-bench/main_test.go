@@ -147,6 +147,17 @@ func TestInterrupt(t *testing.T) {
 // TestConsumeOnlyAgainstSlave: against a running group (a SYNC_MASTER and one slave, started
 // here as a cluster would be), a verified replay, then a consume-only run reading from the
 // slave alone: it returns every message and says so; a topic that does not exist cannot run.
+// TestReadBrokerIDNoSuchMember: consumers pinned to a member the broker group does not have are
+// refused before the run starts, instead of consuming nothing and reporting every acknowledged
+// message lost.
+func TestReadBrokerIDNoSuchMember(t *testing.T) {
+	code, out, errOut := run(context.Background(), "--workload", "../../bench/workloads/1-topic-16-partitions-1kb.yaml",
+		"--verify", "--duration", "1s", "--slaves", "0", "--read-broker-id", "1", "--drain-timeout", "1s")
+	if code == 0 || !strings.Contains(errOut, "read-broker-id 1: broker group broker-a has no member with brokerId 1") || strings.Contains(out, "lost=") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
 func TestConsumeOnlyAgainstSlave(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})

@@ -20,8 +20,9 @@
 //	chaos: PASS seed=... cycles=100 segment=1MiB lost=0 ... logs=identical truncations=3(all by deposed masters) ...
 //
 // Exit status: 0 on PASS, 1 on FAIL, 2 when the run could not be carried out (not root, no
-// namespaces, bad flags) or was interrupted. SIGINT or SIGTERM stop the run and remove
-// everything it made. Needs root: ip (iproute2), iptables-restore and mount.
+// namespaces, bad flags) or was interrupted. SIGINT, SIGTERM, SIGHUP or SIGPIPE stop the run and
+// remove its processes, namespaces and mounts (its logs stay, and the line saying so names
+// them). Needs root: ip (iproute2), iptables-restore and mount.
 package main
 
 import (
@@ -43,7 +44,10 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP (the terminal or ssh session went away) and SIGPIPE (its output closed, as in
+	// make chaos | head) stop the run like SIGINT and SIGTERM, so that it still removes its
+	// processes, namespaces and mounts.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -137,18 +137,19 @@ func formatSize(n int64) string {
 
 // parseRange parses "1s-6s" (a uniformly random duration in between) or "2s" (always that).
 func parseRange(s string) (lo, hi time.Duration, err error) {
+	bad := fmt.Errorf("%q: want MIN-MAX (such as 1s-6s) with 0 <= MIN <= MAX, or one duration", s)
 	a, b, ok := strings.Cut(s, "-")
 	if lo, err = time.ParseDuration(strings.TrimSpace(a)); err != nil {
-		return 0, 0, err
+		return 0, 0, bad
 	}
 	hi = lo
 	if ok {
 		if hi, err = time.ParseDuration(strings.TrimSpace(b)); err != nil {
-			return 0, 0, err
+			return 0, 0, bad
 		}
 	}
 	if lo < 0 || hi < lo {
-		return 0, 0, fmt.Errorf("%q: want MIN-MAX with 0 <= MIN <= MAX", s)
+		return 0, 0, bad
 	}
 	return lo, hi, nil
 }

@@ -135,19 +135,25 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (pass bool, e
 			fmt.Fprintf(stderr, "petrel-chaos: teardown: %v\n", terr)
 		}
 	}()
-	if err := h.setup(ctx); err != nil {
+	// An interrupted or failed run keeps its logs (not its stores), and says where.
+	interrupted := func() error {
 		keepLogs = true
-		return false, err
+		return fmt.Errorf("interrupted; logs kept in %s", h.runDir)
+	}
+	if err := h.setup(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, interrupted()
+		}
+		keepLogs = true
+		return false, fmt.Errorf("%w; logs kept in %s", err, h.runDir)
 	}
 	h.runCycles(ctx)
 	if ctx.Err() != nil {
-		keepLogs = true
-		return false, errors.New("interrupted")
+		return false, interrupted()
 	}
 	v := h.finish(ctx)
 	if ctx.Err() != nil {
-		keepLogs = true
-		return false, errors.New("interrupted")
+		return false, interrupted()
 	}
 	keepLogs = !v.pass
 	if keepLogs && !o.keep {
