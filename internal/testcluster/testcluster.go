@@ -13,8 +13,8 @@
 //	c := testcluster.New(t, testcluster.Options{},
 //		testcluster.GroupSpec{Name: "broker-a", Role: broker.RoleSyncMaster, Slaves: 2},
 //		testcluster.GroupSpec{Name: "broker-b", RaftMembers: 3})
-//	client := newClient(c.NamesrvAddr())
-//	c.CreateTopic("T", 4)
+//	cl, err := client.New(ctx, client.WithNameServers(c.NamesrvAddr()))
+//	c.CreateTopic("T", 4) // on every group's master, routed by every NameServer
 //	m := c.Group("broker-b").WaitMaster()
 //	m.Stop()
 //	c.Group("broker-b").WaitMaster() // another member took over
