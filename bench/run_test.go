@@ -15,8 +15,8 @@ import (
 
 	"github.com/petrel-mq/petrel/broker"
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/internal/testutil"
-	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -566,31 +566,9 @@ func assertDataDirRemoved(t *testing.T, out string) {
 // sends, and lose nothing that was acknowledged.
 func TestBrokerRestart(t *testing.T) {
 	log := testLogger(t)
-	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	port := testutil.FreePorts(t, 1)[0]
-	bc := broker.DefaultConfig()
-	bc.NamesrvAddr = ns.Addr()
-	bc.BindAddress = "127.0.0.1"
-	bc.ListenPort = port
-	bc.StorePathRootDir = t.TempDir()
-	bc.MappedFileSizeCommitLog = 64 << 20
-	start := func() *broker.Broker {
-		t.Helper()
-		b, err := broker.New(bc, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	b := start()
-	defer func() { b.Close() }()
+	c := testcluster.New(t, testcluster.Options{Config: func(cfg *broker.Config) { cfg.MappedFileSizeCommitLog = 64 << 20 }},
+		testcluster.GroupSpec{Name: "broker-a"})
+	m := c.Group("broker-a").Member(0)
 
 	var out testutil.SyncBuffer
 	type outcome struct {
@@ -601,7 +579,7 @@ func TestBrokerRestart(t *testing.T) {
 	go func() {
 		res, err := Run(t.Context(), Config{
 			WorkloadFile:     writeWorkload(t, strings.Replace(fmt.Sprintf(fakeWorkload, 5000), "keyDistributor: KEY_ROUND_ROBIN\n", "", 1)),
-			NameServers:      ns.Addr(),
+			NameServers:      c.NamesrvAddr(),
 			Duration:         6 * time.Second,
 			Warmup:           0,
 			ProgressInterval: time.Second,
@@ -612,11 +590,9 @@ func TestBrokerRestart(t *testing.T) {
 		done <- outcome{res, err}
 	}()
 	time.Sleep(2 * time.Second)
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	m.Stop()
 	time.Sleep(500 * time.Millisecond)
-	b = start()
+	m.Start()
 	o := <-done
 	t.Logf("output:\n%s", out.String())
 	if o.err != nil {

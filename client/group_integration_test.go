@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
@@ -18,12 +19,10 @@ const groupRebalanceInterval = 200 * time.Millisecond
 
 // groupCluster starts a broker with an 8-queue topic "GT" and returns the cluster, a producer
 // and the topic's queues.
-func groupCluster(t *testing.T) (*realCluster, *Producer, []MessageQueue) {
+func groupCluster(t *testing.T) (*testcluster.Cluster, *Producer, []MessageQueue) {
 	t.Helper()
-	rc := startRealCluster(t)
-	rc.startBroker("broker-a")
-	c := newTestClient(t, rc.ns.Addr())
-	rc.waitRegistered(c, 1)
+	rc := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a"})
+	c := newTestClient(t, rc.NamesrvAddr())
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 30*time.Second)
 	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "GT", ReadQueueNums: 8, WriteQueueNums: 8}); err != nil {
@@ -41,10 +40,10 @@ func groupCluster(t *testing.T) (*realCluster, *Producer, []MessageQueue) {
 
 // twoInGroup starts two consumers of group on their own clients and waits until they share the
 // queues 4 and 4; it returns them in client-id order (the order of their shares).
-func twoInGroup(t *testing.T, rc *realCluster, group string, queues []MessageQueue, g *groupLog) (cos []*Consumer, clients []*Client, stops []func() error) {
+func twoInGroup(t *testing.T, rc *testcluster.Cluster, group string, queues []MessageQueue, g *groupLog) (cos []*Consumer, clients []*Client, stops []func() error) {
 	t.Helper()
 	for i := range 2 {
-		c, co := groupConsumer(t, rc.ns.Addr(), group, "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
+		c, co := groupConsumer(t, rc.NamesrvAddr(), group, "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
 		stops = append(stops, runConsumer(t, co, g.handler(co.ClientID())))
 		cos, clients = append(cos, co), append(clients, c)
 		if i == 0 { // the first one alone takes everything
@@ -150,7 +149,7 @@ func TestIntegrationGroupTakeoverOnDeath(t *testing.T) {
 func TestIntegrationTwoGroups(t *testing.T) {
 	rc, p, queues := groupCluster(t)
 	ga, gb := newGroupLog(t), newGroupLog(t)
-	_, solo := groupConsumer(t, rc.ns.Addr(), "GA", "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
+	_, solo := groupConsumer(t, rc.NamesrvAddr(), "GA", "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
 	runConsumer(t, solo, ga.handler("solo"))
 	twoInGroup(t, rc, "GB", queues, gb)
 	waitShares(t, queues, []*Consumer{solo}, 8)
@@ -167,7 +166,7 @@ func TestIntegrationTwoGroups(t *testing.T) {
 func TestIntegrationGroupJoin(t *testing.T) {
 	rc, p, queues := groupCluster(t)
 	g := newGroupLog(t)
-	_, first := groupConsumer(t, rc.ns.Addr(), "GJ", "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
+	_, first := groupConsumer(t, rc.NamesrvAddr(), "GJ", "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
 	runConsumer(t, first, g.handler("first"))
 	waitShares(t, queues, []*Consumer{first}, 8)
 	produced := make(chan struct{})
@@ -176,7 +175,7 @@ func TestIntegrationGroupJoin(t *testing.T) {
 		produce(t, p, "GT", 0, 4000)
 	}()
 	testutil.Eventually(t, "consuming", func() bool { return g.count() >= 500 })
-	_, second := groupConsumer(t, rc.ns.Addr(), "GJ", "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
+	_, second := groupConsumer(t, rc.NamesrvAddr(), "GJ", "GT", WithRebalanceInterval(groupRebalanceInterval), WithPollTimeout(500*time.Millisecond))
 	runConsumer(t, second, g.handler("second"))
 	<-produced
 	cos := []*Consumer{first, second}

@@ -1,133 +1,29 @@
 package client
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/internal/testutil"
-	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-// Integration tests: a real NameServer and a real broker in-process on loopback, data under
-// t.TempDir().
-
-type realCluster struct {
-	t   *testing.T
-	ns  *namesrv.Server
-	dir string
-
-	mu      sync.Mutex
-	brokers map[string]*broker.Broker // by broker name
-	cfgs    map[string]broker.Config
-}
-
-func startRealCluster(t *testing.T) *realCluster {
-	t.Helper()
-	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: testLogger(t)})
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The data directory is made before the cleanup below is registered, so it is removed after
-	// the brokers are closed (cleanups run last-in first-out).
-	rc := &realCluster{t: t, ns: ns, dir: t.TempDir(), brokers: map[string]*broker.Broker{}, cfgs: map[string]broker.Config{}}
-	t.Cleanup(func() {
-		rc.mu.Lock()
-		for _, b := range rc.brokers {
-			_ = b.Close()
-		}
-		rc.mu.Unlock()
-		_ = ns.Close()
-	})
-	return rc
-}
-
-// startBroker starts (or restarts, on the same port and data) the master of group name.
-func (rc *realCluster) startBroker(name string) *broker.Broker {
-	rc.t.Helper()
-	rc.mu.Lock()
-	cfg, ok := rc.cfgs[name]
-	rc.mu.Unlock()
-	if !ok {
-		cfg = broker.DefaultConfig()
-		cfg.BrokerName = name
-		cfg.ListenPort = 0
-		cfg.BindAddress = "127.0.0.1"
-		cfg.NamesrvAddr = rc.ns.Addr()
-		cfg.StorePathRootDir = filepath.Join(rc.dir, name)
-		cfg.MappedFileSizeCommitLog = 16 << 20
-		cfg.MaxFrameSize = 8 << 20
-		cfg.ConsumeQueueFileEntries = 1 << 14
-		cfg.RegisterNameServerPeriod = 200 * time.Millisecond
-		cfg.ShutdownGracePeriod = 2 * time.Second
-		cfg.NumEventLoop = 2
-	}
-	var b *broker.Broker
-	var err error
-	for i := 0; i < 100; i++ { // a restarted broker's port may be busy for a moment
-		if b, err = broker.New(cfg, testLogger(rc.t)); err != nil {
-			rc.t.Fatal(err)
-		}
-		if err = b.Start(); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		rc.t.Fatal(err)
-	}
-	if cfg.ListenPort == 0 {
-		_, port, err := net.SplitHostPort(b.Addr())
-		if err != nil {
-			rc.t.Fatal(err)
-		}
-		cfg.ListenPort, _ = strconv.Atoi(port)
-	}
-	rc.mu.Lock()
-	rc.brokers[name] = b
-	rc.cfgs[name] = cfg
-	rc.mu.Unlock()
-	return b
-}
-
-// waitRegistered waits until the NameServer lists groups broker groups with a master.
-func (rc *realCluster) waitRegistered(c *Client, groups int) {
-	rc.t.Helper()
-	admin := NewAdmin(c)
-	testutil.Eventually(rc.t, "brokers registered", func() bool {
-		ms, err := admin.ClusterMasters(context.Background(), "DefaultCluster")
-		return err == nil && len(ms) >= groups
-	})
-}
-
-func (rc *realCluster) stopBroker(name string) {
-	rc.mu.Lock()
-	b := rc.brokers[name]
-	delete(rc.brokers, name)
-	rc.mu.Unlock()
-	if err := b.Close(); err != nil {
-		rc.t.Errorf("broker Close: %v", err)
-	}
-}
+// Integration tests: a real NameServer and real brokers in-process on loopback
+// (internal/testcluster), data under t.TempDir().
 
 func TestIntegrationProduceConsume(t *testing.T) {
-	rc := startRealCluster(t)
-	ba := rc.startBroker("broker-a")
-	rc.startBroker("broker-b")
-	c := newTestClient(t, rc.ns.Addr())
+	rc := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a"}, testcluster.GroupSpec{Name: "broker-b"})
+	ba := rc.Group("broker-a").Member(0)
+	c := newTestClient(t, rc.NamesrvAddr())
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 60*time.Second)
-	rc.waitRegistered(c, len(rc.brokers))
 
 	done, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "IT", ReadQueueNums: 3, WriteQueueNums: 3})
 	if err != nil || len(done) != 2 {
@@ -231,12 +127,10 @@ func TestIntegrationProduceConsume(t *testing.T) {
 }
 
 func TestIntegrationBrokerRestart(t *testing.T) {
-	rc := startRealCluster(t)
-	rc.startBroker("broker-a")
-	c := newTestClient(t, rc.ns.Addr())
+	rc := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a"})
+	c := newTestClient(t, rc.NamesrvAddr())
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 60*time.Second)
-	rc.waitRegistered(c, len(rc.brokers))
 	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "RT", ReadQueueNums: 2, WriteQueueNums: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -285,9 +179,9 @@ func TestIntegrationBrokerRestart(t *testing.T) {
 		lastErrMu.Unlock()
 	}()
 	testutil.Eventually(t, "acks before the restart", func() bool { return nAcked.Load() >= 200 })
-	rc.stopBroker("broker-a")
+	rc.Group("broker-a").Member(0).Stop()
 	before := nAcked.Load()
-	rc.startBroker("broker-a")
+	rc.Group("broker-a").Member(0).Start()
 	testutil.Eventually(t, "acks after the restart", func() bool { return nAcked.Load() >= before+200 })
 	close(stopProducing)
 	<-producing
@@ -321,10 +215,8 @@ func TestIntegrationBrokerRestart(t *testing.T) {
 // The broker splits such a response into writevs of at most 512 buffers (Linux IOV_MAX is
 // 1024).
 func TestIntegrationManySmallBatches(t *testing.T) {
-	rc := startRealCluster(t)
-	rc.startBroker("broker-a")
-	c := newTestClient(t, rc.ns.Addr())
-	rc.waitRegistered(c, 1)
+	rc := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a"})
+	c := newTestClient(t, rc.NamesrvAddr())
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 60*time.Second)
 	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "Small", ReadQueueNums: 4, WriteQueueNums: 4}); err != nil {
@@ -359,14 +251,13 @@ func TestIntegrationManySmallBatches(t *testing.T) {
 // arrives, is kept through many probe rounds; a message produced then reaches the consumer over
 // it.
 func TestIntegrationLivenessKeepsLongPolls(t *testing.T) {
-	rc := startRealCluster(t)
-	b := rc.startBroker("broker-a")
+	rc := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a"})
+	b := rc.Group("broker-a").Member(0)
 	var logs testutil.SyncBuffer
-	c := newTestClient(t, rc.ns.Addr(), WithLivenessProbe(20*time.Millisecond, 500*time.Millisecond),
+	c := newTestClient(t, rc.NamesrvAddr(), WithLivenessProbe(20*time.Millisecond, 500*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 60*time.Second)
-	rc.waitRegistered(c, 1)
 	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "LP", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
 		t.Fatal(err)
 	}

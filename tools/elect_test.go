@@ -10,7 +10,6 @@ import (
 	"github.com/petrel-mq/petrel/client"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
-	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
 func TestWriteElected(t *testing.T) {
@@ -51,24 +50,6 @@ func TestElectMasterRejects(t *testing.T) {
 	}
 }
 
-// registerMember registers, on the NameServer, member id of group name at an address that
-// accepts no connection, until the test ends.
-func (tc *testCluster) registerMember(name string, id int64) string {
-	tc.t.Helper()
-	dead := testutil.FreeAddrs(tc.t, 1)[0]
-	conn, err := rpc.Dial(context.Background(), tc.ns.Addr(), rpc.Options{})
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	tc.t.Cleanup(func() { _ = conn.Close() })
-	h := protocol.BrokerHeader{ClusterName: "DefaultCluster", BrokerName: name, BrokerID: id, BrokerAddr: dead, DataVersion: 1}
-	var body protocol.TopicConfigList
-	if err := conn.CallDecode(ctx5s(tc.t), protocol.CodeRegisterBroker, &h, body.AppendTo(nil), nil, nil); err != nil {
-		tc.t.Fatal(err)
-	}
-	return dead
-}
-
 // TestElectMasterTargets: which broker is asked, against a real NameServer: an unknown group
 // fails, a group with a master asks the master, a group without one asks the member (forced).
 func TestElectMasterTargets(t *testing.T) {
@@ -87,24 +68,12 @@ func TestElectMasterTargets(t *testing.T) {
 		t.Fatalf("unknown group: %v", err)
 	}
 	// A master whose address is dead: it is the one asked, and the error names it.
-	master := tc.registerDeadBroker("broker-c")
+	master := tc.c.RegisterDead("broker-c", 0)
 	if err := run("broker-c", 1); !errors.Is(err, client.ErrBrokerUnavailable) || !strings.Contains(err.Error(), "(master "+master+")") {
 		t.Fatalf("dead master: %v", err)
 	}
 	// No master: the member itself is asked; an id that is not live is unknown.
-	slave := tc.registerMember("broker-d", 2)
-	testutil.Eventually(t, "broker-d registered", func() bool {
-		ci, err := tc.admin.ClusterInfo(context.Background())
-		if err != nil {
-			return false
-		}
-		for _, bd := range ci.Brokers {
-			if bd.BrokerName == "broker-d" {
-				return true
-			}
-		}
-		return false
-	})
+	slave := tc.c.RegisterDead("broker-d", 2)
 	if err := run("broker-d", 2); !errors.Is(err, client.ErrBrokerUnavailable) || !strings.Contains(err.Error(), "(no master, forced on "+slave+")") {
 		t.Fatalf("no master: %v", err)
 	}

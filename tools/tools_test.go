@@ -167,7 +167,7 @@ var tpsRE = regexp.MustCompile(`^\d+\.\d\d$`)
 func TestClusterList(t *testing.T) {
 	t.Parallel()
 	tc := startCluster(t, "broker-b", "broker-a")
-	dead := tc.registerDeadBroker("broker-c")
+	dead := tc.c.RegisterDead("broker-c", 0)
 	var out bytes.Buffer
 	err := ClusterList(ctx5s(t), &out, tc.admin, "")
 	if err == nil || !strings.Contains(err.Error(), dead) {

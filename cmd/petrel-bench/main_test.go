@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,10 +12,8 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/broker"
-	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/internal/testutil"
-	"github.com/petrel-mq/petrel/namesrv"
-	"github.com/petrel-mq/petrel/protocol"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
@@ -144,9 +141,6 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
-// TestConsumeOnlyAgainstSlave: against a running group (a SYNC_MASTER and one slave, started
-// here as a cluster would be), a verified replay, then a consume-only run reading from the
-// slave alone: it returns every message and says so; a topic that does not exist cannot run.
 // TestReadBrokerIDNoSuchMember: consumers pinned to a member the broker group does not have are
 // refused before the run starts, instead of consuming nothing and reporting every acknowledged
 // message lost.
@@ -158,57 +152,15 @@ func TestReadBrokerIDNoSuchMember(t *testing.T) {
 	}
 }
 
+// TestConsumeOnlyAgainstSlave: against a running group (a SYNC_MASTER and one slave, started
+// in-process by internal/testcluster), a verified replay, then a consume-only run reading from
+// the slave alone: it returns every message and says so; a topic that does not exist cannot
+// run.
 func TestConsumeOnlyAgainstSlave(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	start := func(id int64) *broker.Broker {
-		t.Helper()
-		bc := broker.DefaultConfig()
-		bc.NamesrvAddr = ns.Addr()
-		bc.BindAddress = "127.0.0.1"
-		bc.ListenPort = 0
-		bc.BrokerID = id
-		bc.BrokerRole = broker.RoleSyncMaster
-		if id > 0 {
-			bc.BrokerRole = broker.RoleSlave
-			bc.SlaveSyncInterval = 200 * time.Millisecond
-		}
-		bc.StorePathRootDir = t.TempDir()
-		bc.MappedFileSizeCommitLog = 16 << 20
-		b, err := broker.New(bc, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	master := start(0)
-	defer master.Close()
-	// The slave learns its master from the NameServer's answer to its registration.
-	for range 100 {
-		if strings.Contains(fmt.Sprint(registered(t, ns.Addr())), master.Addr()) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	slave := start(1)
-	defer slave.Close()
+	c := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a", Role: broker.RoleSyncMaster, Slaves: 1})
 	// The run starts once the slave is in the routes and replicating.
-	for i := 0; ; i++ {
-		if strings.Contains(fmt.Sprint(registered(t, ns.Addr())), slave.Addr()) && slaveConnected(t, master.Addr()) {
-			break
-		}
-		if i == 250 {
-			t.Fatal("the slave did not register and connect to its master in 5 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.Group("broker-a").WaitInSync()
+	nsAddr := c.NamesrvAddr()
 
 	dir := t.TempDir()
 	var b strings.Builder
@@ -218,12 +170,12 @@ func TestConsumeOnlyAgainstSlave(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.log"), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := run(t.Context(), "-n", ns.Addr(), "--payload-dir", dir, "--verify", "--topic-id", "co")
+	code, stdout, stderr := run(t.Context(), "-n", nsAddr, "--payload-dir", dir, "--verify", "--topic-id", "co")
 	if code != exitOK || !strings.Contains(stdout, "replication       broker-a slave 1 ") {
 		t.Fatalf("producing run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	jsonPath := filepath.Join(t.TempDir(), "co.json")
-	code, stdout, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "petrel-bench-co-0", "--read-broker-id", "1", "--json", jsonPath)
+	code, stdout, stderr = run(t.Context(), "-n", nsAddr, "--consume-only", "--topic", "petrel-bench-co-0", "--read-broker-id", "1", "--json", jsonPath)
 	if code != exitOK || !strings.Contains(stdout, "master pulls=0 msgs=0 notHere=0 | slave 1 pulls=") ||
 		!strings.Contains(stdout, "PASS: 2000 of 2000 expected consumed") || !strings.HasSuffix(stdout, "gaps=0 duplicated=0 reordered=0 corrupted=0 offsetMovedBack=0 (consume-only: no producer record, acknowledged-but-missing messages are not detectable)\n") {
 		t.Fatalf("consume-only: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
@@ -245,40 +197,13 @@ func TestConsumeOnlyAgainstSlave(t *testing.T) {
 		t.Fatalf("JSON %+v, %v", res, err)
 	}
 	// A producing run pinned to slave 1: its final read checks the master and slave 1.
-	code, stdout, stderr = run(t.Context(), "-n", ns.Addr(), "--payload-dir", dir, "--verify", "--topic-id", "pinned", "--read-broker-id", "1")
+	code, stdout, stderr = run(t.Context(), "-n", nsAddr, "--payload-dir", dir, "--verify", "--topic-id", "pinned", "--read-broker-id", "1")
 	if code != exitOK || !strings.HasSuffix(stdout, "final read: master queues=8 messages=2000; slave 1 queues=8 messages=2000\n"+
 		"lost=0 duplicated=0 reordered=0 corrupted=0 phantom=0 inconsistent=0 offsetMovedBack=0\n") {
 		t.Fatalf("producing run pinned to slave 1: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	code, _, stderr = run(t.Context(), "-n", ns.Addr(), "--consume-only", "--topic", "nosuch")
+	code, _, stderr = run(t.Context(), "-n", nsAddr, "--consume-only", "--topic", "nosuch")
 	if code != exitCantRun || !strings.Contains(stderr, "nosuch") {
 		t.Fatalf("missing topic: exit %d, stderr %s", code, stderr)
 	}
-}
-
-// registered returns the brokers the NameServer at addr lists.
-func registered(t *testing.T, addr string) []protocol.BrokerData {
-	t.Helper()
-	c, err := client.New(t.Context(), client.WithNameServers(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ci, err := client.NewAdmin(c).ClusterInfo(t.Context())
-	if err != nil {
-		return nil
-	}
-	return ci.Brokers
-}
-
-// slaveConnected reports whether the master at addr has a slave connected.
-func slaveConnected(t *testing.T, addr string) bool {
-	t.Helper()
-	c, err := client.New(t.Context(), client.WithNoNameServer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	st, err := client.NewAdmin(c).HAStatus(t.Context(), addr)
-	return err == nil && len(st.Slaves) > 0 && st.Slaves[0].Connected
 }

@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/petrel-mq/petrel/broker"
+	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/internal/testutil"
-	"github.com/petrel-mq/petrel/namesrv"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
@@ -110,34 +107,8 @@ func TestHelp(t *testing.T) {
 // TestCommands runs every verb through the command line against a real NameServer and broker.
 func TestCommands(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	logger := slog.New(slog.DiscardHandler)
-	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: logger})
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ns.Close() })
-	cfg := broker.DefaultConfig()
-	cfg.ListenPort = 0
-	cfg.BindAddress = "127.0.0.1"
-	cfg.NamesrvAddr = ns.Addr()
-	cfg.StorePathRootDir = dir
-	cfg.MappedFileSizeCommitLog = 1 << 20
-	cfg.MaxFrameSize = 512 << 10
-	cfg.MaxMessageSize = 256 << 10
-	cfg.ConsumeQueueFileEntries = 1024
-	cfg.RegisterNameServerPeriod = 200 * time.Millisecond
-	cfg.ShutdownGracePeriod = 2 * time.Second
-	cfg.NumEventLoop = 2
-	b, err := broker.New(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	addr, nsAddr := b.Addr(), ns.Addr()
+	c := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a"})
+	addr, nsAddr := c.Group("broker-a").Member(0).Addr(), c.NamesrvAddr()
 
 	mustRun := func(args ...string) string {
 		t.Helper()
@@ -147,8 +118,10 @@ func TestCommands(t *testing.T) {
 		}
 		return stdout
 	}
-	// The broker registers at start; wait until the NameServer lists it.
-	testutil.Eventually(t, "the broker to register", func() bool { return strings.Contains(mustRun("clusterList"), addr) })
+	// The broker is registered once the cluster has started.
+	if out := mustRun("clusterList"); !strings.Contains(out, addr) {
+		t.Fatalf("clusterList printed %q, without the broker %s", out, addr)
+	}
 
 	out := mustRun("updateTopic", "-b", addr, "-t", "CliTopic", "-r", "2", "-w", "2")
 	want := "create topic to " + addr + " success.\nTopicConfig [topicName=CliTopic, readQueueNums=2, writeQueueNums=2, perm=RW-]\n"
