@@ -168,9 +168,6 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
-// TestConsumeOnlyAgainstSlave: against a running group (a SYNC_MASTER and one slave, started
-// here as a cluster would be), a verified replay, then a consume-only run reading from the
-// slave alone: it returns every message and says so; a topic that does not exist cannot run.
 // TestReadBrokerIDNoSuchMember: consumers pinned to a member the broker group does not have are
 // refused before the run starts, instead of consuming nothing and reporting every acknowledged
 // message lost.
@@ -182,6 +179,9 @@ func TestReadBrokerIDNoSuchMember(t *testing.T) {
 	}
 }
 
+// TestConsumeOnlyAgainstSlave: against a running group (a SYNC_MASTER and one slave, started
+// here as a cluster would be), a verified replay, then a consume-only run reading from the
+// slave alone: it returns every message and says so; a topic that does not exist cannot run.
 func TestConsumeOnlyAgainstSlave(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})
