@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/fakebroker"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -274,10 +275,10 @@ func TestSlowConnectionIsKept(t *testing.T) {
 // sees its clients go quiet; the backoff doubles while the answers go on, and once the broker
 // serves again sends succeed.
 func TestShuttingDownBrokerIsLeftAlone(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 1}).Master()
 	// Backoffs of an hour on a clock the test moves: real time never ends one.
-	c := newTestClient(t, fc.addr, WithReconnectBackoff(time.Hour, 4*time.Hour))
+	c := newTestClient(t, fc.Addr(), WithReconnectBackoff(time.Hour, 4*time.Hour))
 	skew := &c.pool.skew
 	p := newTestProducer(t, c, WithRetries(2))
 	ctx := testCtx(t, 10*time.Second)
@@ -290,19 +291,19 @@ func TestShuttingDownBrokerIsLeftAlone(t *testing.T) {
 	}
 	var refusing atomic.Bool
 	refusing.Store(true)
-	a.setSendHook(func(*rpc.Request) (rpc.Reply, bool) {
+	a.Control(protocol.CodeSendMessage, func(*rpc.Request) (rpc.Reply, fakebroker.Verdict) {
 		if refusing.Load() {
-			return rpc.Errorf(protocol.StatusShuttingDown, "fake: shutting down"), true
+			return rpc.Errorf(protocol.StatusShuttingDown, "fake: shutting down"), fakebroker.Answer
 		}
-		return rpc.Reply{}, false
+		return rpc.Reply{}, fakebroker.Pass
 	})
-	sends := a.sends.Load()
+	sends := a.Sends()
 	expect := func(what string, wantSends int64) {
 		t.Helper()
 		if err := send(); !errors.Is(err, ErrBrokerUnavailable) {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if n := a.sends.Load() - sends; n != wantSends {
+		if n := a.Sends() - sends; n != wantSends {
 			t.Fatalf("%s: the broker got %d sends, want %d", what, n, wantSends)
 		}
 	}
