@@ -137,16 +137,19 @@ func (g *Group) Corrupt(topic string, queueID int32, offset int64) {
 
 // StoredMessage is one message of a queue, as Messages returns it and EditQueue stores it.
 type StoredMessage struct {
+	// QueueOffset is the message's offset in its queue.
 	QueueOffset int64
 	// ProducerID and Sequence are the producer's id and the message's sequence in its queue.
 	ProducerID int64
 	Sequence   int32
 	// BornTimestamp is when the producer made the message (ms since the Unix epoch).
 	BornTimestamp int64
-	Keys          []byte
-	Tags          []byte
-	Properties    []byte
-	Body          []byte
+	// Keys, Tags, Properties (encoded as protocol.AppendProperty does) and Body are the
+	// message's fields.
+	Keys       []byte
+	Tags       []byte
+	Properties []byte
+	Body       []byte
 }
 
 // Messages returns copies of the messages stored in a queue, in offset order.
