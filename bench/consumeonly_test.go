@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/fakebroker"
 )
 
 // coMsg builds the delivery of message seq of producer 0 of run 1 at offset off of queue q.
@@ -137,9 +137,9 @@ func TestCoQueueGaps(t *testing.T) {
 	}
 }
 
-// produceFake runs a verified workload against fc, leaving its messages in fc's queues, and
-// returns the topic id.
-func produceFake(t *testing.T, fc *fakeCluster) string {
+// produceFake runs a verified workload against fb, leaving its messages in the fake group's
+// queues, and returns the topic id.
+func produceFake(t *testing.T, fb *fakeBench) string {
 	t.Helper()
 	res, _ := runFake(t, t.Context(), Config{
 		WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 3000)),
@@ -147,7 +147,7 @@ func produceFake(t *testing.T, fc *fakeCluster) string {
 		Warmup:       0,
 		Verify:       true,
 		TopicID:      "co",
-	}, fc)
+	}, fb)
 	if !res.OK() || res.MessagesAcked == 0 {
 		t.Fatalf("producing run: ok %v acked %d", res.OK(), res.MessagesAcked)
 	}
@@ -155,17 +155,17 @@ func produceFake(t *testing.T, fc *fakeCluster) string {
 }
 
 func TestRunFakeConsumeOnly(t *testing.T) {
-	fc := newFakeCluster(nil)
-	id := produceFake(t, fc)
+	fb := newFakeBench(t, 0, nil)
+	id := produceFake(t, fb)
 	stored := 0
-	for _, qs := range fc.queues {
-		for _, q := range qs {
-			stored += len(q)
+	for _, topic := range []string{"petrel-bench-co-0", "petrel-bench-co-1"} {
+		for q := range int32(3) {
+			stored += int(fb.g.MaxOffset(topic, q))
 		}
 	}
 
 	// The workload gives the topic count (2); every stored message is consumed once.
-	res, out := runFake(t, t.Context(), Config{ConsumeOnly: true, TopicID: id, WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 1))}, fc)
+	res, out := runFake(t, t.Context(), Config{ConsumeOnly: true, TopicID: id, WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 1))}, fb)
 	if !res.OK() || !res.Verified || !res.Drained || res.Mode != "consume-only" || res.ExpectedMessages != int64(stored) || res.MessagesConsumed != int64(stored) ||
 		res.Topics != 2 || res.Partitions != 3 || len(res.ServedBy) != 1 {
 		t.Fatalf("%s; expected %d consumed %d of %d stored; problems %q", countsOf(res), res.ExpectedMessages, res.MessagesConsumed, stored, res.Problems)
@@ -184,19 +184,19 @@ func TestRunFakeConsumeOnly(t *testing.T) {
 	}
 
 	// Damage the stored topic: a gap, a message stored twice (at a new offset), a corrupted body.
-	fc.mu.Lock()
-	q0 := fc.queues["petrel-bench-co-0"][0]
-	q1 := fc.queues["petrel-bench-co-0"][1]
-	gapAt := q0[5].QueueOffset
-	q0 = slices.Delete(q0, 5, 6)
-	dup := q1[3]
-	dup.QueueOffset = q1[len(q1)-1].QueueOffset + 1
-	q1 = append(q1, dup)
-	q1[7].Body = slices.Clone(q1[7].Body)
-	q1[7].Body[0] ^= 1
-	fc.queues["petrel-bench-co-0"][0], fc.queues["petrel-bench-co-0"][1] = q0, q1
-	fc.mu.Unlock()
-	res, out = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"petrel-bench-co-0"}}, fc)
+	var gapAt int64
+	fb.g.EditQueue("petrel-bench-co-0", 0, func(q0 []fakebroker.StoredMessage) []fakebroker.StoredMessage {
+		gapAt = q0[5].QueueOffset
+		return slices.Delete(q0, 5, 6)
+	})
+	fb.g.EditQueue("petrel-bench-co-0", 1, func(q1 []fakebroker.StoredMessage) []fakebroker.StoredMessage {
+		dup := q1[3]
+		dup.QueueOffset = q1[len(q1)-1].QueueOffset + 1
+		q1 = append(q1, dup)
+		q1[7].Body[0] ^= 1
+		return q1
+	})
+	res, out = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"petrel-bench-co-0"}}, fb)
 	if res.OK() || res.Gaps != 1 || res.Lost != 0 || res.Duplicated != 1 || res.Corrupted != 1 || res.Reordered != 0 || res.Drained {
 		t.Fatalf("%s; problems %q", countsOf(res), res.Problems)
 	}
@@ -211,49 +211,39 @@ func TestRunFakeConsumeOnly(t *testing.T) {
 // TestRunFakeConsumeOnlyEnds: a run missing messages that never come gives up after the drain
 // timeout (or the duration) instead of waiting for ever, and an empty topic fails.
 func TestRunFakeConsumeOnlyEnds(t *testing.T) {
-	fc := newFakeCluster(nil)
-	id := produceFake(t, fc)
-	// The last message of a queue is gone: the consumers never pass its max offset.
-	fc.mu.Lock()
-	q := fc.queues["petrel-bench-co-1"][2]
-	fc.mu.Unlock()
-	bounds, _ := fc.queueBounds(t.Context(), "petrel-bench-co-1")
-	fc.mu.Lock()
-	fc.queues["petrel-bench-co-1"][2] = q[:len(q)-1]
-	fc.mu.Unlock()
-	pinned := fakeBounds{fc, map[string][]queueBound{"petrel-bench-co-1": bounds}}
+	fb := newFakeBench(t, 0, nil)
+	id := produceFake(t, fb)
+	// The last message of a queue is gone: the consumers never pass its max offset, which the
+	// queue bounds still give as it was.
+	cl, err := fb.driver(t.Context(), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds, err := cl.queueBounds(t.Context(), "petrel-bench-co-1")
+	_ = cl.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb.g.EditQueue("petrel-bench-co-1", 2, func(q []fakebroker.StoredMessage) []fakebroker.StoredMessage { return q[:len(q)-1] })
+	fb.bounds = map[string][]queueBound{"petrel-bench-co-1": bounds}
 	start := time.Now()
-	res, out := runFake(t, t.Context(), Config{ConsumeOnly: true, TopicID: id, Topics: []string{"petrel-bench-co-1"}, DrainTimeout: 300 * time.Millisecond, newCluster: pinned.newCluster}, nil)
+	res, out := runFake(t, t.Context(), Config{ConsumeOnly: true, TopicID: id, Topics: []string{"petrel-bench-co-1"}, DrainTimeout: 300 * time.Millisecond}, fb)
 	if res.OK() || res.Gaps != 1 || !strings.Contains(out, "nothing new for 300ms with 1 message(s) missing") || time.Since(start) > 5*time.Second {
 		t.Fatalf("%s after %v", countsOf(res), time.Since(start))
 	}
-	res, out = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"petrel-bench-co-1"}, Duration: 200 * time.Millisecond, newCluster: pinned.newCluster}, nil)
+	res, out = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"petrel-bench-co-1"}, Duration: 200 * time.Millisecond}, fb)
 	if res.OK() || res.Gaps != 1 || !strings.Contains(out, "stopped after 200ms with 1 message(s) missing") {
 		t.Fatalf("%s", countsOf(res))
 	}
 
-	fc.mu.Lock()
-	fc.queues["empty"] = make([][]client.MessageExt, 2)
-	fc.mu.Unlock()
-	res, _ = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"empty"}}, fc)
+	fb.bounds = nil
+	fb.g.CreateTopic("empty", 2)
+	res, _ = runFake(t, t.Context(), Config{ConsumeOnly: true, Topics: []string{"empty"}}, fb)
 	if res.OK() || len(res.Problems) == 0 || !strings.Contains(res.Problems[0], "hold no message") {
 		t.Fatalf("empty topic: ok %v problems %q", res.OK(), res.Problems)
 	}
-	_, err := Run(t.Context(), Config{ConsumeOnly: true, Topics: []string{"nosuch"}, Logger: testLogger(t),
-		newCluster: func(context.Context) (cluster, error) { return fc, nil }})
+	_, err = Run(t.Context(), Config{ConsumeOnly: true, Topics: []string{"nosuch"}, NameServers: fb.fc.Addr(), Logger: testLogger(t)})
 	if !errors.Is(err, client.ErrTopicNotExist) {
 		t.Fatalf("missing topic: %v", err)
 	}
 }
-
-// fakeBounds is a fake cluster whose queue bounds are fixed in advance.
-type fakeBounds struct {
-	*fakeCluster
-	bounds map[string][]queueBound
-}
-
-func (f fakeBounds) queueBounds(_ context.Context, topic string) ([]queueBound, error) {
-	return f.bounds[topic], nil
-}
-
-func (f fakeBounds) newCluster(context.Context) (cluster, error) { return f, nil }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,30 +86,36 @@ func TestLagSamplerNone(t *testing.T) {
 
 // TestLagSamplerRun: nothing is sampled before start; sampling begins at once when started and
 // takes a last sample when stopped.
+// lagDriver starts a fake group "fake" with two slaves, lagging by 100 bytes per brokerId, and
+// returns the bench's driver on it and the count of replication status requests its master got.
+func lagDriver(t *testing.T) (*fakeBench, *hookedCluster, *atomic.Int64) {
+	t.Helper()
+	fb := newFakeBench(t, 2, map[string]int32{"t": 1})
+	calls := new(atomic.Int64)
+	fb.reportLag(fb.master(), 100, calls)
+	cl, err := fb.driver(t.Context(), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.close() })
+	return fb, cl, calls
+}
+
 func TestLagSamplerRun(t *testing.T) {
-	fc := newFakeCluster(nil)
-	fc.slaves, fc.lagBytes = 2, 100
-	s := newLagSampler(fc, []groupInfo{{name: "fake", master: "fake:0", slaves: 2}}, time.Hour)
+	fb, cl, calls := lagDriver(t)
+	group := []groupInfo{{name: fakeGroup, master: fb.master().Addr(), slaves: 2}}
+	s := newLagSampler(cl, group, time.Hour)
 	start, stop, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		s.run(start, stop)
 	}()
 	time.Sleep(20 * time.Millisecond)
-	fc.mu.Lock()
-	calls := fc.haCalls
-	fc.mu.Unlock()
-	if calls != 0 {
-		t.Fatalf("%d samples before start", calls)
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("%d samples before start", n)
 	}
 	close(start)
-	for {
-		fc.mu.Lock()
-		calls = fc.haCalls
-		fc.mu.Unlock()
-		if calls == 1 {
-			break
-		}
+	for calls.Load() != 1 {
 		time.Sleep(time.Millisecond)
 	}
 	close(stop)
@@ -118,7 +125,7 @@ func TestLagSamplerRun(t *testing.T) {
 		t.Fatalf("report %+v, %d rounds", r, s.samples)
 	}
 	// Stopped before it started: no sample at all.
-	s = newLagSampler(fc, []groupInfo{{name: "fake", master: "fake:0", slaves: 2}}, time.Millisecond)
+	s = newLagSampler(cl, group, time.Millisecond)
 	stop = make(chan struct{})
 	close(stop)
 	s.run(make(chan struct{}), stop)
@@ -130,26 +137,28 @@ func TestLagSamplerRun(t *testing.T) {
 // TestLagSamplerFollowsNewMaster: after a failover the old master's address fails; the sampler
 // looks the group's master up again and samples the new one.
 func TestLagSamplerFollowsNewMaster(t *testing.T) {
-	fc := newFakeCluster(nil)
-	fc.slaves, fc.lagBytes = 2, 100
-	s := newLagSampler(fc, []groupInfo{{name: "fake", master: "fake:0", slaves: 2}}, time.Millisecond)
+	fb, cl, calls := lagDriver(t)
+	old := fb.master()
+	group := []groupInfo{{name: fakeGroup, master: old.Addr(), slaves: 2}}
+	s := newLagSampler(cl, group, time.Millisecond)
 	s.topics = []string{"t"}
 	s.sample()
-	fc.mu.Lock()
-	fc.haMaster = "fake:7"
-	fc.mu.Unlock()
-	s.sample() // fails on fake:0, then finds fake:7
-	if s.groups[0].master != "fake:7" || s.errors != 1 {
-		t.Fatalf("master %q after a failover, %d errors", s.groups[0].master, s.errors)
+	// The master dies and another member takes over.
+	old.Stop()
+	newer := fb.g.AddMember(0, true)
+	fb.reportLag(newer, 100, calls)
+	s.sample() // fails on the old master, then finds the new one
+	if s.groups[0].master != newer.Addr() || s.errors != 1 {
+		t.Fatalf("master %q after a failover (the new one: %s), %d errors", s.groups[0].master, newer.Addr(), s.errors)
 	}
 	s.sample()
 	if r := s.report(); len(r) != 2 || r[0].Samples != 2 {
 		t.Fatalf("report after the failover: %+v", r)
 	}
 	// Without topics (consume-only runs) nothing is looked up again.
-	s2 := newLagSampler(fc, []groupInfo{{name: "fake", master: "fake:0", slaves: 2}}, time.Millisecond)
+	s2 := newLagSampler(cl, group, time.Millisecond)
 	s2.sample()
-	if s2.groups[0].master != "fake:0" {
+	if s2.groups[0].master != old.Addr() {
 		t.Fatalf("looked up without topics: %q", s2.groups[0].master)
 	}
 }
@@ -260,15 +269,15 @@ func TestReplicationSummary(t *testing.T) {
 // TestRunFakeReplication: a run against a cluster whose group has slaves samples their lag
 // during the test and drain and reports it with the served-by counts, not during the warm-up.
 func TestRunFakeReplication(t *testing.T) {
-	fc := newFakeCluster(nil)
-	fc.slaves, fc.lagBytes = 2, 1000
+	fb := newFakeBench(t, 2, nil)
+	fb.reportLag(fb.master(), 1000, new(atomic.Int64))
 	res, out := runFake(t, t.Context(), Config{
 		WorkloadFile:     writeWorkload(t, fmt.Sprintf(fakeWorkload, 2000)),
 		Duration:         300 * time.Millisecond,
 		Warmup:           200 * time.Millisecond,
 		HASampleInterval: 20 * time.Millisecond,
 		Verify:           true,
-	}, fc)
+	}, fb)
 	if !res.OK() || len(res.Replication) != 2 || len(res.ServedBy) != 1 {
 		t.Fatalf("ok %v replication %+v served %+v", res.OK(), res.Replication, res.ServedBy)
 	}
@@ -280,7 +289,7 @@ func TestRunFakeReplication(t *testing.T) {
 	if r.Samples < 5 || r.Samples > 40 || r.LagBytesMax != 2000 || r.LagMsMax != 2 || r.CompressionRatio != 3 || res.HASampleIntervalMs != 20 {
 		t.Errorf("slave 2 %+v", r)
 	}
-	if !strings.Contains(out, "replication       fake slave 2 fake:2: lag bytes p50 2000") || !strings.Contains(out, "served by         master pulls=") {
+	if !strings.Contains(out, "replication       fake slave 2 "+fb.g.Members()[2].Addr()+": lag bytes p50 2000") || !strings.Contains(out, "served by         master pulls=") {
 		t.Errorf("output lacks the replication lines")
 	}
 }

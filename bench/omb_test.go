@@ -111,7 +111,7 @@ func TestJSONCarriesOMBTestResult(t *testing.T) {
 		Warmup:       100 * time.Millisecond,
 		JSONFile:     jsonPath,
 		Seed:         1,
-	}, newFakeCluster(nil))
+	}, newFakeBench(t, 0, nil))
 	data, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)

@@ -3,19 +3,21 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/fakebroker"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
 func TestAdmin(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 1, nil)
-	b := fc.addGroup("b", 0, nil)
-	c := newTestClient(t, fc.addr)
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 1, nil).Members()
+	b := fc.AddGroup("b", 0, nil).Members()
+	c := newTestClient(t, fc.Addr())
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 10*time.Second)
 
@@ -24,7 +26,7 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("%+v %v", ci, err)
 	}
 	masters, err := admin.ClusterMasters(ctx, "DefaultCluster")
-	if err != nil || len(masters) != 2 || masters[0].Addr != a[0].addr || masters[1].Addr != b[0].addr {
+	if err != nil || len(masters) != 2 || masters[0].Addr != a[0].Addr() || masters[1].Addr != b[0].Addr() {
 		t.Fatalf("%+v %v", masters, err)
 	}
 	if _, err := admin.ClusterMasters(ctx, "Nope"); !errors.Is(err, ErrNoQueue) {
@@ -36,7 +38,7 @@ func TestAdmin(t *testing.T) {
 	if err != nil || len(done) != 2 {
 		t.Fatalf("%+v %v", done, err)
 	}
-	if _, err := admin.CreateTopic(ctx, b[0].addr, protocol.TopicConfig{Topic: "U", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
+	if _, err := admin.CreateTopic(ctx, b[0].Addr(), protocol.TopicConfig{Topic: "U", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "bad topic", ReadQueueNums: 1, WriteQueueNums: 1}); !errors.Is(err, ErrTopicInvalid) {
@@ -57,7 +59,7 @@ func TestAdmin(t *testing.T) {
 	if _, err := admin.TopicRoute(ctx, "Nope"); !errors.Is(err, ErrTopicNotExist) {
 		t.Fatal(err)
 	}
-	cfgs, err := admin.AllTopicConfig(ctx, b[0].addr)
+	cfgs, err := admin.AllTopicConfig(ctx, b[0].Addr())
 	if err != nil || len(cfgs.Topics) != 2 {
 		t.Fatalf("%+v %v", cfgs, err)
 	}
@@ -99,25 +101,25 @@ func TestAdmin(t *testing.T) {
 	if all, err := admin.ConsumeStats(ctx, "G", ""); err != nil || len(all) != 2 {
 		t.Fatalf("%+v %v", all, err)
 	}
-	kv, err := admin.BrokerRuntimeInfo(ctx, a[0].addr)
+	kv, err := admin.BrokerRuntimeInfo(ctx, a[0].Addr())
 	if err != nil || kv.Get("brokerName") != "a" {
 		t.Fatalf("%+v %v", kv, err)
 	}
-	maxOff, err := admin.MaxOffset(ctx, a[0].addr, "T", 0)
+	maxOff, err := admin.MaxOffset(ctx, a[0].Addr(), "T", 0)
 	if err != nil || maxOff != ts[0].Stats.Queues[0].MaxOffset {
 		t.Fatal(maxOff, err)
 	}
-	minOff, err := admin.MinOffset(ctx, a[0].addr, "T", 0)
+	minOff, err := admin.MinOffset(ctx, a[0].Addr(), "T", 0)
 	if err != nil || minOff != 0 {
 		t.Fatal(minOff, err)
 	}
-	if err := admin.UpdateConsumerOffset(ctx, a[0].addr, "G2", "T", 1, 3); err != nil {
+	if err := admin.UpdateConsumerOffset(ctx, a[0].Addr(), "G2", "T", 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	if off, err := admin.QueryConsumerOffset(ctx, a[0].addr, "G2", "T", 1); err != nil || off != 3 {
+	if off, err := admin.QueryConsumerOffset(ctx, a[0].Addr(), "G2", "T", 1); err != nil || off != 3 {
 		t.Fatal(off, err)
 	}
-	if _, err := admin.QueryConsumerOffset(ctx, a[0].addr, "G3", "T", 1); !errors.Is(err, ErrQueryNotFound) {
+	if _, err := admin.QueryConsumerOffset(ctx, a[0].Addr(), "G3", "T", 1); !errors.Is(err, ErrQueryNotFound) {
 		t.Fatal(err)
 	}
 }
@@ -125,9 +127,14 @@ func TestAdmin(t *testing.T) {
 // TestAdminErrorNamesTarget: an error names the broker by address, with its group name in
 // parentheses only when it has one.
 func TestAdminErrorNamesTarget(t *testing.T) {
-	dead := testutil.FreeAddrs(t, 1)[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
 	c := newTestClient(t, "127.0.0.1:1")
-	_, err := NewAdmin(c).CreateTopic(testCtx(t, 10*time.Second), dead, protocol.TopicConfig{Topic: "zt", ReadQueueNums: 1, WriteQueueNums: 1})
+	_, err = NewAdmin(c).CreateTopic(testCtx(t, 10*time.Second), dead, protocol.TopicConfig{Topic: "zt", ReadQueueNums: 1, WriteQueueNums: 1})
 	if want := `cannot create topic "zt" on ` + dead + ": "; err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "()") {
 		t.Fatalf("err = %v; want it to start %q", err, want)
 	}
@@ -142,7 +149,7 @@ func TestAdminErrorNamesTarget(t *testing.T) {
 // TestAdminConsumerClients: the group's live members, as the masters know them.
 func TestAdminConsumerClients(t *testing.T) {
 	fc, _, _ := twoGroups(t, 2)
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 10*time.Second)
 	if ids, err := admin.ConsumerClients(ctx, "G", "T"); err != nil || len(ids) != 0 {
@@ -164,8 +171,8 @@ func TestAdminConsumerClients(t *testing.T) {
 // TestNoNameServer: a client made WithNoNameServer reaches brokers by address; what needs a
 // NameServer fails with ErrNameServerUnavailable.
 func TestNoNameServer(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 1}).Master()
 	c, err := New(context.Background(), WithNoNameServer(), WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -173,10 +180,10 @@ func TestNoNameServer(t *testing.T) {
 	defer c.Close()
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 10*time.Second)
-	if kv, err := admin.BrokerRuntimeInfo(ctx, a.addr); err != nil || len(kv.Entries) == 0 {
+	if kv, err := admin.BrokerRuntimeInfo(ctx, a.Addr()); err != nil || len(kv.Entries) == 0 {
 		t.Fatalf("runtime info: %+v %v", kv, err)
 	}
-	if _, err := admin.CreateTopic(ctx, a.addr, protocol.TopicConfig{Topic: "U", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
+	if _, err := admin.CreateTopic(ctx, a.Addr(), protocol.TopicConfig{Topic: "U", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.ClusterInfo(ctx); !errors.Is(err, ErrNameServerUnavailable) {

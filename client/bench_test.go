@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/fakebroker"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -92,9 +93,9 @@ func BenchmarkEncodeSendBatch(b *testing.B) {
 // BenchmarkSendSync measures a whole SendSync against the in-process fake broker over loopback.
 // allocs/op includes the fake broker's own allocations (rpc.Server, the stored copy).
 func BenchmarkSendSync(b *testing.B) {
-	fc := newFakeCluster(b)
-	fc.addGroup("a", 0, map[string]int32{"BenchTopic": 4})
-	c := newTestClient(b, fc.addr)
+	fc := fakebroker.New(b)
+	fc.AddGroup("a", 0, map[string]int32{"BenchTopic": 4})
+	c := newTestClient(b, fc.Addr())
 	p, err := NewProducer(c)
 	if err != nil {
 		b.Fatal(err)
@@ -119,9 +120,9 @@ func BenchmarkSendSync(b *testing.B) {
 
 // BenchmarkSendAsync measures batched asynchronous sends against the fake broker.
 func BenchmarkSendAsync(b *testing.B) {
-	fc := newFakeCluster(b)
-	fc.addGroup("a", 0, map[string]int32{"BenchTopic": 4})
-	c := newTestClient(b, fc.addr)
+	fc := fakebroker.New(b)
+	fc.AddGroup("a", 0, map[string]int32{"BenchTopic": 4})
+	c := newTestClient(b, fc.Addr())
 	p, err := NewProducer(c, WithLinger(time.Millisecond))
 	if err != nil {
 		b.Fatal(err)

@@ -367,19 +367,14 @@ func (co *Consumer) startPullerLocked(ctx context.Context, qs *queueState, h Han
 }
 
 // pullLoop pulls one queue and delivers its messages until ctx ends or a corrupt batch stops it.
-//
-// Which member of the queue's broker group is pulled: the one the last response suggested
-// (SuggestBrokerID; the master at first), unless reads are pinned (WithReadBrokerID). A member
-// whose pull failed is avoided for a while (Client.memberUsable) and another is chosen: the
-// master first, then the slaves (pickMember). A member that answers "not here" (it has not
-// replicated the offset) is left for the member it suggests, normally the master; the offset
-// does not move. Whenever the pull goes back to a slave after such an answer (the master is
-// unreachable, or reads are pinned) it waits first, doubling the wait, so it never spins. Every
-// member of a group holds the same queue offsets, so the position carries over unchanged.
+// Which member of the queue's broker group each pull goes to, and how long the loop waits after
+// a failure or a "not here" answer, is decided by pickPull and pullState.after
+// (pullchoice.go); the loop does the I/O. Every member of a group holds the same queue offsets,
+// so the position carries over unchanged from one member to the next.
 func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 	mq := qs.mq
 	offset := qs.offsets.consumed.Load()
-	backoff := time.Duration(0)
+	st := newPullState(co.cfg.readBrokerID)
 	// fail counts and logs a failure involving broker (an address, or the broker group's name
 	// when no address is known) and waits before the retry; false means ctx ended.
 	fail := func(what, broker string, err error) bool {
@@ -387,15 +382,15 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			return false
 		}
 		co.pullErrors.Add(1)
-		backoff = min(max(2*backoff, 50*time.Millisecond), co.cfg.retryDelay)
+		st = st.failed(co.cfg.retryDelay)
 		if ok, unlogged := co.c.pullFailLog.allow(broker, time.Now()); ok {
-			args := []any{"broker", broker, "queue", mq.String(), "err", err, "retry_in", backoff}
+			args := []any{"broker", broker, "queue", mq.String(), "err", err, "retry_in", st.backoff}
 			if unlogged > 0 {
 				args = append(args, "similar_failures_not_logged", unlogged)
 			}
 			co.log.Warn(what, args...)
 		}
-		return sleepCtx(ctx, backoff)
+		return sleepCtx(ctx, st.backoff)
 	}
 	for offset < 0 {
 		off, committed, err := co.startOffset(ctx, mq, true)
@@ -414,10 +409,19 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			return
 		}
 	}
-	pinned := co.cfg.readBrokerID >= 0
-	want := max(co.cfg.readBrokerID, 0) // the member to pull from next
-	// notHereID answered "not here" notHere times in a row (with nothing served since).
-	notHereID, notHere := int64(-1), 0
+	// settle carries out the reaction to a pull of the member at addr that failed; false means
+	// ctx ended.
+	settle := func(o pullOutcome, addr string, route *topicRoute, err error) bool {
+		var r pullReaction
+		st, r = st.after(o)
+		if r.markFailed {
+			co.c.memberFailed(addr)
+		}
+		if r.refreshRoute {
+			_, _ = co.c.refreshRoute(ctx, co.topic, route)
+		}
+		return fail(r.failure, addr, err)
+	}
 	var cell *servedCell
 	cellID := int64(-1)
 	var msgs []MessageExt
@@ -429,37 +433,23 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			}
 			continue
 		}
-		bd := route.groups[mq.BrokerName]
-		var addr string
-		var brokerID int64
-		var ok bool
-		if pinned {
-			brokerID = want
-			addr, ok = memberAddr(bd, brokerID)
-		} else {
-			avoid := int64(-1)
-			if notHere > 0 {
-				avoid = notHereID
-			}
-			addr, brokerID, _, ok = pickMember(bd, want, avoid, co.c.memberUsable)
-		}
-		if !ok {
+		pick := pickPull(pullPickInput{state: st, group: route.groups[mq.BrokerName], usable: co.c.memberUsable, retryDelay: co.cfg.retryDelay})
+		if !pick.ok {
+			var r pullReaction
+			st, r = st.after(pullOutcome{kind: pullNoMember, id: pick.id})
 			_, rerr := co.c.refreshRoute(ctx, co.topic, route)
-			what, err := "broker group has no live member", fmt.Errorf("group %s", mq.BrokerName)
-			if pinned {
-				what, err = "the broker group has no live member with the pinned brokerId", fmt.Errorf("group %s, brokerId %d", mq.BrokerName, brokerID)
+			err := fmt.Errorf("group %s", mq.BrokerName)
+			if st.pinned {
+				err = fmt.Errorf("group %s, brokerId %d", mq.BrokerName, pick.id)
 			}
-			if !fail(what, mq.BrokerName, errors.Join(err, rerr)) {
+			if !fail(r.failure, mq.BrokerName, errors.Join(err, rerr)) {
 				return
 			}
 			continue
 		}
-		if notHere > 0 && brokerID != 0 {
-			// After a "not here" answer, to a slave again: the master is out of reach (or reads
-			// are pinned). Wait, doubling, rather than spin between members lacking the offset.
-			if !sleepCtx(ctx, min(50*time.Millisecond<<min(notHere-1, 10), co.cfg.retryDelay)) {
-				return
-			}
+		addr, brokerID := pick.addr, pick.id
+		if pick.wait > 0 && !sleepCtx(ctx, pick.wait) {
+			return
 		}
 		hdr := protocol.PullRequestHeader{
 			ConsumerGroup: co.group,
@@ -478,15 +468,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		}
 		conn, err := co.c.pool.get(ctx, addr)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			co.c.memberFailed(addr)
-			if !pinned {
-				want = 0
-			}
-			_, _ = co.c.refreshRoute(ctx, co.topic, route)
-			if !fail("cannot connect to pull", addr, err) {
+			if ctx.Err() != nil || !settle(pullOutcome{kind: pullUnreachable, id: brokerID}, addr, route, err) {
 				return
 			}
 			continue
@@ -497,33 +479,35 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			if ctx.Err() != nil {
 				return
 			}
+			o := pullOutcome{kind: pullLost, id: brokerID}
 			var pe *protocol.Error
-			rejected := state == callRejected && errors.As(err, &pe)
-			// A member that fails is avoided for a while; a refusal by the master is its final
-			// word, but a slave's (a topic it has not synced yet, say) sends us to the master.
-			if !rejected || brokerID != 0 {
-				co.c.memberFailed(addr)
+			if state == callRejected && errors.As(err, &pe) {
+				o.kind, o.status = pullRefused, pe.Status
 			}
-			if !pinned {
-				want = 0
-			}
-			if !rejected || pe.Status == protocol.StatusTopicNotExist || pe.Status == protocol.StatusQueueNotExist {
-				_, _ = co.c.refreshRoute(ctx, co.topic, route)
-			}
-			if !fail("pull failed", addr, err) {
+			if !settle(o, addr, route, err) {
 				return
 			}
 			continue
 		}
-		backoff = 0
-		co.c.memberOK(addr)
+		var rh protocol.PullResponseHeader
+		o := pullOutcome{kind: pullAnswered, id: brokerID, offset: offset}
+		derr := rh.ReadFrom(resp.Header)
+		if derr != nil {
+			o.kind = pullGarbled
+		} else {
+			o.result, o.suggest, o.next = rh.Result, rh.SuggestBrokerID, rh.NextQueueOffset
+		}
+		var r pullReaction
+		st, r = st.after(o)
+		if r.markOK {
+			co.c.memberOK(addr)
+		}
 		if hdr.CommitOffset >= 0 {
 			qs.offsets.confirm(hdr.CommitOffset)
 		}
-		var rh protocol.PullResponseHeader
-		if err := rh.ReadFrom(resp.Header); err != nil {
+		if derr != nil {
 			resp.Release()
-			if !fail("cannot decode the pull response", addr, err) {
+			if !fail(r.failure, addr, derr) {
 				return
 			}
 			continue
@@ -531,22 +515,11 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		if brokerID != cellID {
 			cell, cellID = co.served.cell(brokerID), brokerID
 		}
-		result := rh.Result
-		if result == protocol.PullOffsetMoved && brokerID != 0 && rh.NextQueueOffset < offset {
-			// A slave that has not replicated the offset must say so, never move the consumer
-			// backwards (which would repeat committed messages): ask the master.
-			result = protocol.PullNotHere
-			rh.SuggestBrokerID = 0
-		}
-		if result != protocol.PullNotHere {
+		if r.result != protocol.PullNotHere {
 			qs.maxOffset.Store(rh.MaxOffset)
-			notHere = 0
 			cell.pulls.Add(1)
-			if !pinned {
-				want = rh.SuggestBrokerID
-			}
 		}
-		switch result {
+		switch r.result {
 		case protocol.PullFound:
 			var next int64
 			var cerr error
@@ -602,23 +575,12 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		case protocol.PullNotHere:
 			resp.Release()
 			cell.notHere.Add(1)
-			if brokerID == 0 {
-				// The master has everything it acknowledged: "not here" from it is no answer.
-				if !fail("the master answered NOT_HERE", addr, fmt.Errorf("offset %d", offset)) {
-					return
-				}
-				continue
-			}
-			notHereID, notHere = brokerID, notHere+1
-			if !pinned {
-				want = rh.SuggestBrokerID
-				if want == brokerID {
-					want = 0
-				}
+			if r.failure != "" && !fail(r.failure, addr, fmt.Errorf("offset %d", offset)) {
+				return
 			}
 		default:
 			resp.Release()
-			if !fail("unknown pull result", addr, fmt.Errorf("result %d", rh.Result)) {
+			if !fail(r.failure, addr, fmt.Errorf("result %d", rh.Result)) {
 				return
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/fakebroker"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
@@ -106,11 +107,11 @@ func produce(t testing.TB, p *Producer, topic string, from, to int) {
 
 func TestConsumeAllInOrderAndResume(t *testing.T) {
 	fc, _, _ := twoGroups(t, 3)
-	pc := newTestClient(t, fc.addr)
+	pc := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, pc, WithMaxBatchBytes(2<<10))
 	produce(t, p, "T", 0, 2000)
 
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithPullMaxMessages(100))
 	stop := runConsumer(t, co, col.handle)
@@ -186,7 +187,7 @@ func TestConsumeAllInOrderAndResume(t *testing.T) {
 
 func TestConsumerMessageFields(t *testing.T) {
 	fc, a, _ := twoGroups(t, 1)
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	ctx := testCtx(t, 10*time.Second)
 	before := time.Now().UnixMilli()
@@ -212,15 +213,15 @@ func TestConsumerMessageFields(t *testing.T) {
 	if v, ok := m.Property("color"); !ok || v != "red" {
 		t.Fatal("property")
 	}
-	if res.BrokerName == "a" && (m.BrokerAddr != a.addr || m.BrokerID != 0) {
+	if res.BrokerName == "a" && (m.BrokerAddr != a.Addr() || m.BrokerID != 0) {
 		t.Fatalf("served by %s/%d", m.BrokerAddr, m.BrokerID)
 	}
 }
 
 func TestConsumerSkipsMessagesBelowOffset(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
-	c := newTestClient(t, fc.addr)
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 1}).Master()
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	ctx := testCtx(t, 10*time.Second)
 	msgs := make([]Message, 10)
@@ -230,7 +231,7 @@ func TestConsumerSkipsMessagesBelowOffset(t *testing.T) {
 	if _, err := p.SendBatchSync(ctx, "T", msgs); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewAdmin(c).UpdateConsumerOffset(ctx, a.addr, "G", "T", 0, 6); err != nil {
+	if err := NewAdmin(c).UpdateConsumerOffset(ctx, a.Addr(), "G", "T", 0, 6); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -253,7 +254,7 @@ func TestConsumerSkipsMessagesBelowOffset(t *testing.T) {
 
 func TestConsumerHandlerRetry(t *testing.T) {
 	fc, _, _ := twoGroups(t, 1)
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 20)
 	var mu sync.Mutex
@@ -278,9 +279,9 @@ func TestConsumerHandlerRetry(t *testing.T) {
 }
 
 func TestConsumerCorruptBatch(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 2})[0]
-	c := newTestClient(t, fc.addr)
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 2}).Master()
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	ctx := testCtx(t, 10*time.Second)
 	var q0 int32 = -1
@@ -296,7 +297,7 @@ func TestConsumerCorruptBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.store.corrupt("T", q0, 5)
+	a.Group().Corrupt("T", q0, 5)
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
@@ -334,15 +335,15 @@ func otherKey(t testing.TB, c *Client, key string) string {
 }
 
 func TestConsumerOffsetMoved(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
-	c := newTestClient(t, fc.addr)
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 1}).Master()
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 5)
 	ctx := testCtx(t, 10*time.Second)
 	// A committed offset past the end (the broker lost data): the pull says OFFSET_MOVED.
 	admin := NewAdmin(c)
-	if err := admin.UpdateConsumerOffset(ctx, a.addr, "G", "T", 0, 100); err != nil {
+	if err := admin.UpdateConsumerOffset(ctx, a.Addr(), "G", "T", 0, 100); err != nil {
 		t.Fatal(err)
 	}
 	col := newCollector(t)
@@ -356,7 +357,7 @@ func TestConsumerOffsetMoved(t *testing.T) {
 	testutil.Eventually(t, "new messages", func() bool { return col.count() >= 3 })
 	_ = stop()
 	// After OFFSET_MOVED the broker's position wins, even below the old commit.
-	off, err := admin.QueryConsumerOffset(ctx, a.addr, "G", "T", 0)
+	off, err := admin.QueryConsumerOffset(ctx, a.Addr(), "G", "T", 0)
 	if err != nil || off != 8 {
 		t.Fatalf("committed %d, %v", off, err)
 	}
@@ -369,18 +370,18 @@ func TestConsumerOffsetMoved(t *testing.T) {
 // TestConsumerOffsetMovedForward: a position below the queue's min offset (retention) moves
 // forward: counted in OffsetMoved, not in OffsetMovedBack.
 func TestConsumerOffsetMovedForward(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 1})[0]
-	c := newTestClient(t, fc.addr)
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 1}).Master()
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 5)
 	// The first pull, at 0, is answered as if offsets below 3 had been deleted.
 	var first atomic.Bool
-	a.setPullHook(func(h *protocol.PullRequestHeader) (rpc.Reply, bool) {
+	a.ControlPull(func(h *protocol.PullRequestHeader) (rpc.Reply, fakebroker.Verdict) {
 		if h.QueueOffset != 0 || !first.CompareAndSwap(false, true) {
-			return rpc.Reply{}, false
+			return rpc.Reply{}, fakebroker.Pass
 		}
-		return rpc.Reply{Header: &protocol.PullResponseHeader{Result: protocol.PullOffsetMoved, NextQueueOffset: 3, MinOffset: 3, MaxOffset: 5}}, true
+		return rpc.Reply{Header: &protocol.PullResponseHeader{Result: protocol.PullOffsetMoved, NextQueueOffset: 3, MinOffset: 3, MaxOffset: 5}}, fakebroker.Answer
 	})
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
@@ -395,11 +396,11 @@ func TestConsumerOffsetMovedForward(t *testing.T) {
 }
 
 func TestConsumerFollowsSuggestion(t *testing.T) {
-	fc := newFakeCluster(t)
-	group := fc.addGroup("a", 1, map[string]int32{"T": 1})
+	fc := fakebroker.New(t)
+	group := fc.AddGroup("a", 1, map[string]int32{"T": 1}).Members()
 	master, slave := group[0], group[1]
-	master.suggest.Store(1)
-	c := newTestClient(t, fc.addr)
+	master.SetSuggestBrokerID(1)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 10)
 	var mu sync.Mutex
@@ -407,12 +408,12 @@ func TestConsumerFollowsSuggestion(t *testing.T) {
 	// The master answers the consumer's first pull with nothing and a suggestion of the slave,
 	// which then has the whole backlog to serve, whatever the timing.
 	var first atomic.Bool
-	master.setPullHook(func(h *protocol.PullRequestHeader) (rpc.Reply, bool) {
+	master.ControlPull(func(h *protocol.PullRequestHeader) (rpc.Reply, fakebroker.Verdict) {
 		if !first.CompareAndSwap(false, true) {
-			return rpc.Reply{}, false
+			return rpc.Reply{}, fakebroker.Pass
 		}
 		return rpc.Reply{Header: &protocol.PullResponseHeader{Result: protocol.PullNoNewMessage,
-			NextQueueOffset: h.QueueOffset, MaxOffset: 10, SuggestBrokerID: 1}}, true
+			NextQueueOffset: h.QueueOffset, MaxOffset: 10, SuggestBrokerID: 1}}, fakebroker.Answer
 	})
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, func(_ context.Context, ms []MessageExt) error {
@@ -432,40 +433,40 @@ func TestConsumerFollowsSuggestion(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the slave served nothing: slave pulls %d, master pulls %d, stats %+v", slave.pulls.Load(), master.pulls.Load(), co.Stats())
+			t.Fatalf("the slave served nothing: slave pulls %d, master pulls %d, stats %+v", slave.Pulls(), master.Pulls(), co.Stats())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	produce(t, p, "T", 10, 20)
 	testutil.Eventually(t, "all consumed", func() bool { return co.Stats().Delivered >= 20 })
 	// The slave goes away: back to the master.
-	slave.stop()
+	slave.Stop()
 	produce(t, p, "T", 20, 30)
 	testutil.Eventually(t, "consumed from the master after the slave left", func() bool { return co.Stats().Delivered >= 30 })
 	_ = stop()
 	mu.Lock()
 	defer mu.Unlock()
-	if servedBy[1] == 0 || master.pulls.Load() == 0 {
-		t.Fatalf("served by %v; master pulls %d", servedBy, master.pulls.Load())
+	if servedBy[1] == 0 || master.Pulls() == 0 {
+		t.Fatalf("served by %v; master pulls %d", servedBy, master.Pulls())
 	}
 	// Offsets were committed to the master even while pulling from the slave.
-	off, err := NewAdmin(c).QueryConsumerOffset(testCtx(t, 5*time.Second), master.addr, "G", "T", 0)
+	off, err := NewAdmin(c).QueryConsumerOffset(testCtx(t, 5*time.Second), master.Addr(), "G", "T", 0)
 	if err != nil || off != 30 {
 		t.Fatalf("committed %d, %v", off, err)
 	}
 }
 
 func TestConsumerSurvivesBrokerRestart(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 2})[0]
-	c := newTestClient(t, fc.addr)
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 2}).Master()
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 100)
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
 	testutil.Eventually(t, "first half", func() bool { return col.count() >= 100 })
-	a.restart()
+	a.Restart()
 	testutil.Eventually(t, "producing after the restart", func() bool {
 		_, err := p.SendSync(testCtx(t, time.Second), &Message{Topic: "T", Body: []byte("after")})
 		return err == nil
@@ -475,13 +476,13 @@ func TestConsumerSurvivesBrokerRestart(t *testing.T) {
 }
 
 func TestConsumerWaitsForTopic(t *testing.T) {
-	fc := newFakeCluster(t)
-	c := newTestClient(t, fc.addr)
+	fc := fakebroker.New(t)
+	c := newTestClient(t, fc.Addr())
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
 	stop := runConsumer(t, co, col.handle)
 	time.Sleep(50 * time.Millisecond)
-	fc.addGroup("a", 0, map[string]int32{"T": 1})
+	fc.AddGroup("a", 0, map[string]int32{"T": 1})
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 3)
 	testutil.Eventually(t, "consumed once the topic exists", func() bool { return col.count() >= 3 })
@@ -498,7 +499,7 @@ func TestConsumerWaitsForTopic(t *testing.T) {
 
 func TestConsumerClose(t *testing.T) {
 	fc, _, _ := twoGroups(t, 1)
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 10)
 	col := newCollector(t)
@@ -529,10 +530,10 @@ func TestConsumerClose(t *testing.T) {
 // TestConsumerPullFailureLogIsRateLimited: while a broker is down, every puller of its queues
 // fails on each retry, but the warnings come at most once per broker per failureLogInterval.
 func TestConsumerPullFailureLogIsRateLimited(t *testing.T) {
-	fc := newFakeCluster(t)
-	a := fc.addGroup("a", 0, map[string]int32{"T": 8})[0]
-	var logs testutil.SyncBuffer
-	c := newTestClient(t, fc.addr, WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	fc := fakebroker.New(t)
+	a := fc.AddGroup("a", 0, map[string]int32{"T": 8}).Master()
+	var logs lockedBuffer
+	c := newTestClient(t, fc.Addr(), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 80)
 	col := newCollector(t)
@@ -540,16 +541,16 @@ func TestConsumerPullFailureLogIsRateLimited(t *testing.T) {
 	runConsumer(t, co, col.handle)
 	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 80 })
 	before := co.Stats().PullErrors
-	a.stop()
+	a.Stop()
 	testutil.Eventually(t, "many pull failures", func() bool { return co.Stats().PullErrors >= before+80 })
 	// The pullers' messages; the keys are the broker's address or, once the route has dropped
 	// the group, the group's name: at most one line each so far.
 	n := 0
 	for _, what := range []string{"cannot connect to pull", "pull failed", "broker group has no live member", "no route", "cannot find the queue's start offset"} {
-		n += logs.Count("msg=\"" + what)
+		n += logs.count("msg=\"" + what)
 	}
 	if n == 0 || n > 2 {
-		t.Fatalf("%d pull failure warnings for %d failures, want 1 or 2:\n%s", n, co.Stats().PullErrors-before, logs.String())
+		t.Fatalf("%d pull failure warnings for %d failures, want 1 or 2:\n%s", n, co.Stats().PullErrors-before, logs.buf.String())
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/fakebroker"
 	"github.com/petrel-mq/petrel/internal/testutil"
+	"github.com/petrel-mq/petrel/protocol"
 )
 
 // groupLog records what the consumers of one group delivered, to check the group as a whole:
@@ -179,17 +181,17 @@ func groupConsumer(t testing.TB, nsAddr, group, topic string, opts ...ConsumerOp
 
 func TestConsumerGroupSharesQueues(t *testing.T) {
 	fc, _, _ := twoGroups(t, 3)
-	pc := newTestClient(t, fc.addr)
+	pc := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, pc)
 	queues := topicQueues(t, pc, "T")
 	g := newGroupLog(t)
 
-	_, co1 := groupConsumer(t, fc.addr, "G", "T")
+	_, co1 := groupConsumer(t, fc.Addr(), "G", "T")
 	runConsumer(t, co1, g.handler("co1"))
 	waitShares(t, queues, []*Consumer{co1}, 6)
-	_, co2 := groupConsumer(t, fc.addr, "G", "T")
+	_, co2 := groupConsumer(t, fc.Addr(), "G", "T")
 	runConsumer(t, co2, g.handler("co2"))
-	_, co3 := groupConsumer(t, fc.addr, "G", "T")
+	_, co3 := groupConsumer(t, fc.Addr(), "G", "T")
 	stop3 := runConsumer(t, co3, g.handler("co3"))
 	cos := []*Consumer{co1, co2, co3}
 	// The shares follow the client-id order, not the start order.
@@ -225,30 +227,31 @@ func TestConsumerGroupSharesQueues(t *testing.T) {
 // unavailable, and while the broker has forgotten it (then it heartbeats again at once).
 func TestConsumerKeepsAssignment(t *testing.T) {
 	fc, a, b := twoGroups(t, 3)
-	pc := newTestClient(t, fc.addr)
+	pc := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, pc)
 	queues := topicQueues(t, pc, "T")
 	g := newGroupLog(t)
-	_, co := groupConsumer(t, fc.addr, "G", "T", WithHeartbeatInterval(time.Hour))
+	_, co := groupConsumer(t, fc.Addr(), "G", "T", WithHeartbeatInterval(time.Hour))
 	runConsumer(t, co, g.handler("co"))
 	waitShares(t, queues, []*Consumer{co}, 6)
 
-	a.failMembers.Store(true)
-	b.failMembers.Store(true)
+	unavailable := fakebroker.Refuse(protocol.StatusSystemError, "fake: member list unavailable")
+	removeA := a.Control(protocol.CodeGetConsumerListByGroup, unavailable)
+	removeB := b.Control(protocol.CodeGetConsumerListByGroup, unavailable)
 	produce(t, p, "T", 0, 100)
 	testutil.Eventually(t, "consumed while the list fails", func() bool { return g.count() >= 100 })
 	time.Sleep(300 * time.Millisecond) // a few rebalances
 	if got := co.Assignment(); !slices.Equal(got, queues) {
 		t.Fatalf("assignment changed while the list failed: %v", got)
 	}
-	a.failMembers.Store(false)
-	b.failMembers.Store(false)
+	removeA()
+	removeB()
 
-	beats := a.heartbeats.Load()
-	a.forget()
-	b.forget()
-	testutil.Eventually(t, "heartbeat again", func() bool { return len(a.groupMembers("G")) == 1 && len(b.groupMembers("G")) == 1 })
-	if a.heartbeats.Load() == beats {
+	beats := a.Heartbeats()
+	a.ForgetClients()
+	b.ForgetClients()
+	testutil.Eventually(t, "heartbeat again", func() bool { return len(a.Clients("G")) == 1 && len(b.Clients("G")) == 1 })
+	if a.Heartbeats() == beats {
 		t.Fatal("no new heartbeat")
 	}
 	produce(t, p, "T", 100, 200)
@@ -266,22 +269,22 @@ func TestConsumerKeepsAssignment(t *testing.T) {
 // TestConsumerFollowsNewBroker: a broker group joining the topic's route gets a heartbeat at
 // once (not at the next HeartbeatInterval) and its queues join the assignment.
 func TestConsumerFollowsNewBroker(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.addGroup("a", 1, map[string]int32{"T": 2})
-	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(50*time.Millisecond))
+	fc := fakebroker.New(t)
+	fc.AddGroup("a", 1, map[string]int32{"T": 2})
+	c := newTestClient(t, fc.Addr(), WithRouteRefreshInterval(50*time.Millisecond))
 	g := newGroupLog(t)
 	co := newTestConsumer(t, c, "G", "T", WithHeartbeatInterval(time.Hour), WithRebalanceInterval(100*time.Millisecond))
 	runConsumer(t, co, g.handler("co"))
 	testutil.Eventually(t, "group a's queues", func() bool { return len(co.Assignment()) == 2 })
-	b := fc.addGroup("b", 1, map[string]int32{"T": 3})
+	b := fc.AddGroup("b", 1, map[string]int32{"T": 3}).Members()
 	testutil.Eventually(t, "group b's queues", func() bool { return len(co.Assignment()) == 5 })
 	// The heartbeat to b and the rebalance that takes b's queues are independent: the member
 	// list may come from broker a, which knows the consumer already, so the assignment can grow
 	// before b is heartbeaten. Either way b hears from the consumer well before the hour-long
 	// HeartbeatInterval.
 	for _, bb := range b { // master and slave
-		testutil.Eventually(t, fmt.Sprintf("a heartbeat to broker %s/%d", bb.name, bb.id), func() bool {
-			return bb.heartbeats.Load() > 0 && len(bb.groupMembers("G")) == 1
+		testutil.Eventually(t, fmt.Sprintf("a heartbeat to broker %s/%d", bb.Name(), bb.ID()), func() bool {
+			return bb.Heartbeats() > 0 && len(bb.Clients("G")) == 1
 		})
 	}
 	p := newTestProducer(t, c)
@@ -296,10 +299,10 @@ func TestConsumerFollowsNewBroker(t *testing.T) {
 // commit fails) and takes them back when the group returns. It resumes where it left them, not
 // at the group's older committed offset: nothing it handled is delivered again.
 func TestConsumerTakesAQueueBackWhereItLeftIt(t *testing.T) {
-	fc := newFakeCluster(t)
-	b := fc.addGroup("b", 0, map[string]int32{"T": 2})[0]
-	fc.addGroup("a", 0, map[string]int32{"T": 2})
-	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(50*time.Millisecond))
+	fc := fakebroker.New(t)
+	b := fc.AddGroup("b", 0, map[string]int32{"T": 2}).Master()
+	fc.AddGroup("a", 0, map[string]int32{"T": 2})
+	c := newTestClient(t, fc.Addr(), WithRouteRefreshInterval(50*time.Millisecond))
 	g := newGroupLog(t)
 	co := newTestConsumer(t, c, "G", "T", WithCommitInterval(time.Hour), WithRebalanceInterval(100*time.Millisecond))
 	runConsumer(t, co, g.handler("co"))
@@ -307,10 +310,9 @@ func TestConsumerTakesAQueueBackWhereItLeftIt(t *testing.T) {
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 200)
 	testutil.Eventually(t, "everything consumed", func() bool { return g.count() >= 200 })
-	addr := b.addr
-	b.stop()
+	b.Stop()
 	testutil.Eventually(t, "group b's queues released", func() bool { return len(co.Assignment()) == 2 })
-	b.start(addr)
+	b.Start()
 	testutil.Eventually(t, "group b's queues taken back", func() bool { return len(co.Assignment()) == 4 })
 	produce(t, p, "T", 200, 300)
 	// A redelivery comes before the new messages of its queue, so once every new message is in

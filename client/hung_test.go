@@ -69,11 +69,11 @@ func (f *fixedRate) run(t *testing.T, p *Producer, stop chan struct{}, wg *sync.
 // up by those waiting on b. The producer sends to two topics, whose queues share the buffer.
 func TestHungGroupKeepsHealthyGroupsRate(t *testing.T) {
 	fc, a, b := twoGroups(t, 4)
-	a.createTopic("U", 4)
-	b.createTopic("U", 4)
-	release := b.hang()
+	a.Group().CreateTopic("U", 4)
+	b.Group().CreateTopic("U", 4)
+	release := b.Hang()
 	// No probes, long timeouts: b's requests stay unanswered for the whole test.
-	c := newTestClient(t, fc.addr, WithLivenessProbe(0, 0))
+	c := newTestClient(t, fc.Addr(), WithLivenessProbe(0, 0))
 	const buffer = 32 << 10
 	p := newTestProducer(t, c, WithBufferBytes(buffer), WithLinger(time.Millisecond), WithSendTimeout(time.Minute))
 	f := fixedRate{topics: []string{"T", "U"}}
@@ -88,14 +88,11 @@ func TestHungGroupKeepsHealthyGroupsRate(t *testing.T) {
 	testutil.Eventually(t, "1000 asynchronous and 50 synchronous messages stored on a", func() bool {
 		return f.asyncOnA.Load() >= 1000 && f.syncOnA.Load() >= 50
 	})
-	if b.received.Load() == 0 {
+	if b.Received() == 0 {
 		t.Fatal("b received nothing: the test did not test a hung group")
 	}
-	b.store.mu.Lock()
-	stored := len(b.store.queues)
-	b.store.mu.Unlock()
-	if stored != 0 || f.unknown.Load() != 0 || f.failed.Load() != 0 {
-		t.Fatalf("b stored batches of %d queues, %d unknown outcomes, %d failures: b's requests were answered", stored, f.unknown.Load(), f.failed.Load())
+	if stored := b.Group().StoredBatches(); stored != 0 || f.unknown.Load() != 0 || f.failed.Load() != 0 {
+		t.Fatalf("b stored %d batches, %d unknown outcomes, %d failures: b's requests were answered", stored, f.unknown.Load(), f.failed.Load())
 	}
 	if n := p.BufferedBytes(); n > buffer {
 		t.Fatalf("buffered %d bytes, more than the buffer", n)
@@ -109,8 +106,8 @@ func TestHungGroupKeepsHealthyGroupsRate(t *testing.T) {
 // and the group's backoff stays that of one event.
 func TestHungGroupsBacklogMovesAfterLiveness(t *testing.T) {
 	fc, _, b := twoGroups(t, 4)
-	release := b.hang()
-	c := newTestClient(t, fc.addr, WithLivenessProbe(20*time.Millisecond, 50*time.Millisecond))
+	release := b.Hang()
+	c := newTestClient(t, fc.Addr(), WithLivenessProbe(20*time.Millisecond, 50*time.Millisecond))
 	p := newTestProducer(t, c, WithLinger(time.Millisecond), WithSendTimeout(time.Minute), WithFaultBackoff(time.Hour, time.Hour))
 	f := fixedRate{topics: []string{"T"}}
 	stop := make(chan struct{})
@@ -125,7 +122,7 @@ func TestHungGroupsBacklogMovesAfterLiveness(t *testing.T) {
 	// A hung fake broker reads only the first request of a connection: the first batch, then
 	// only the fault detector's probes (each on a connection of its own, as the one before was
 	// found dead).
-	if n := b.receivedSends.Load(); n != 1 {
+	if n := b.ReceivedSends(); n != 1 {
 		t.Fatalf("b received %d batches, want 1: batches queued for it were sent to it again after it failed", n)
 	}
 	if f.failed.Load() != 0 {
@@ -150,8 +147,8 @@ func TestHungGroupsBacklogMovesAfterLiveness(t *testing.T) {
 // with the linger time: the healthy group keeps getting its share.
 func TestStuckQueueDoesNotTakeEveryMessage(t *testing.T) {
 	fc, _, b := twoGroups(t, 4)
-	release := b.hang()
-	c := newTestClient(t, fc.addr, WithLivenessProbe(0, 0))
+	release := b.Hang()
+	c := newTestClient(t, fc.Addr(), WithLivenessProbe(0, 0))
 	p := newTestProducer(t, c, WithLinger(time.Millisecond), WithSendTimeout(time.Minute))
 	ctx := testCtx(t, time.Minute)
 	defer release()

@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/fakebroker"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
-// Tests of the client against broker groups with slaves (fake_test.go): reads that follow the
-// brokers' suggestions, "not here" answers, a dead master, pinned reads, commits to slaves, and
-// producers that skip a group whose master is dead.
+// Tests of the client against broker groups with slaves (internal/fakebroker): reads that follow
+// the brokers' suggestions, "not here" answers, a dead master, pinned reads, commits to slaves,
+// and producers that skip a group whose master is dead.
 
 // produceSync sends messages from..to-1 one by one, so each is a batch of its own.
 func produceSync(t testing.TB, p *Producer, topic string, from, to int) {
@@ -46,13 +47,13 @@ func checkExactlyOnce(t testing.TB, col *collector, from, to int) {
 }
 
 func TestConsumerNotHereGoesToMaster(t *testing.T) {
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 1, map[string]int32{"T": 1})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 1, map[string]int32{"T": 1}).Members()
 	master, slave := g[0], g[1]
-	master.suggest.Store(1) // read from the slave
-	slave.suggest.Store(1)  // and stay there
-	slave.hasUpTo.Store(5)  // which lags: it holds offsets 0..4
-	c := newTestClient(t, fc.addr)
+	master.SetSuggestBrokerID(1) // read from the slave
+	slave.SetSuggestBrokerID(1)  // and stay there
+	slave.SetReplicatedUpTo(5)   // which lags: it holds offsets 0..4
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produceSync(t, p, "T", 0, 20)
 
@@ -65,8 +66,8 @@ func TestConsumerNotHereGoesToMaster(t *testing.T) {
 		t.Fatalf("served by %+v; want the slave to serve 2..4 and answer NOT_HERE past them", st.ServedBy)
 	}
 	// The slave catches up: reads stay on it.
-	slave.hasUpTo.Store(-1)
-	masterPulls := master.pulls.Load()
+	slave.SetReplicatedUpTo(-1)
+	masterPulls := master.Pulls()
 	produceSync(t, p, "T", 20, 40)
 	testutil.Eventually(t, "new messages consumed", func() bool { return col.count() >= 40 })
 	if err := stop(); err != nil {
@@ -74,8 +75,8 @@ func TestConsumerNotHereGoesToMaster(t *testing.T) {
 	}
 	checkExactlyOnce(t, col, 0, 40)
 	st = co.Stats()
-	if got := st.ServedBy[1].Messages; got < 20 || master.pulls.Load() > masterPulls+2 {
-		t.Fatalf("after the slave caught up: served by %+v, master pulls %d -> %d", st.ServedBy, masterPulls, master.pulls.Load())
+	if got := st.ServedBy[1].Messages; got < 20 || master.Pulls() > masterPulls+2 {
+		t.Fatalf("after the slave caught up: served by %+v, master pulls %d -> %d", st.ServedBy, masterPulls, master.Pulls())
 	}
 	if st.PullErrors != 0 || st.ServedBy[0].Messages+st.ServedBy[1].Messages != 40 || st.Delivered != 40 {
 		t.Fatalf("stats %+v", st)
@@ -83,13 +84,13 @@ func TestConsumerNotHereGoesToMaster(t *testing.T) {
 }
 
 func TestConsumerSwitchesMembersWithoutSkipOrRepeat(t *testing.T) {
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 2, map[string]int32{"T": 4})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 2, map[string]int32{"T": 4}).Members()
 	// Every answer sends the next pull to the next member: 0 -> 1 -> 2 -> 0 ...
 	for i, b := range g {
-		b.suggest.Store(int64((i + 1) % len(g)))
+		b.SetSuggestBrokerID(int64((i + 1) % len(g)))
 	}
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c, WithMaxBatchBytes(64))
 	produce(t, p, "T", 0, 600)
 	col := newCollector(t)
@@ -120,23 +121,23 @@ func TestConsumerSwitchesMembersWithoutSkipOrRepeat(t *testing.T) {
 }
 
 func TestConsumerNotHereWithMasterUnreachableBacksOff(t *testing.T) {
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 1, map[string]int32{"T": 1})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 1, map[string]int32{"T": 1}).Members()
 	master, slave := g[0], g[1]
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produceSync(t, p, "T", 0, 10)
-	slave.hasUpTo.Store(5)
+	slave.SetReplicatedUpTo(5)
 	// The master stops answering but stays in the route; the slave still thinks it is linked,
 	// so past offset 5 it answers NOT_HERE.
-	master.stop()
+	master.Stop()
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithRetryDelay(500*time.Millisecond))
 	stop := runConsumer(t, co, col.handle)
 	testutil.Eventually(t, "the slave's messages consumed", func() bool { return col.count() >= 5 })
-	before := slave.pulls.Load()
+	before := slave.Pulls()
 	time.Sleep(2 * time.Second)
-	pulls := slave.pulls.Load() - before
+	pulls := slave.Pulls() - before
 	// Backing off from 50 ms, doubling up to the retry delay: a handful of pulls, not a spin.
 	if pulls > 15 {
 		t.Fatalf("%d pulls of the slave in 2 s while it has nothing more and the master is unreachable", pulls)
@@ -149,30 +150,27 @@ func TestConsumerNotHereWithMasterUnreachableBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The commit went to the slave, the master being unreachable.
-	if slave.commits.Load() == 0 {
+	if slave.Commits() == 0 {
 		t.Fatal("nothing committed to the slave")
 	}
-	slave.store.mu.Lock()
-	off := slave.store.offsets[offsetKey{"G", queueKey{"T", 0}}]
-	slave.store.mu.Unlock()
-	if off != 5 {
+	if off, _ := slave.Group().CommittedOffset("G", "T", 0); off != 5 {
 		t.Fatalf("committed %d, want 5", off)
 	}
 }
 
 func TestConsumerReadsSlavesWhenMasterDead(t *testing.T) {
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 2, map[string]int32{"T": 2})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 2, map[string]int32{"T": 2}).Members()
 	master := g[0]
-	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(100*time.Millisecond))
+	c := newTestClient(t, fc.Addr(), WithRouteRefreshInterval(100*time.Millisecond))
 	p := newTestProducer(t, c)
 	produce(t, p, "T", 0, 100)
 
 	// The master dies: out of the route, its slaves' links down.
-	master.stop()
-	fc.setHidden(master, true)
+	master.Stop()
+	fc.SetRegistered(master, false)
 	for _, s := range g[1:] {
-		s.unlinked.Store(true)
+		s.SetMasterLinked(false)
 	}
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T")
@@ -187,15 +185,15 @@ func TestConsumerReadsSlavesWhenMasterDead(t *testing.T) {
 	if st.ServedBy[0].Pulls != 0 || st.ServedBy[1].Messages+st.ServedBy[2].Messages != 100 {
 		t.Fatalf("served by %+v", st.ServedBy)
 	}
-	if g[1].commits.Load()+g[2].commits.Load() == 0 {
+	if g[1].Commits()+g[2].Commits() == 0 {
 		t.Fatal("no commit reached a slave")
 	}
 
 	// The master returns: the group resumes from the offsets committed to the slaves.
-	master.start(master.addr)
-	fc.setHidden(master, false)
+	master.Start()
+	fc.SetRegistered(master, true)
 	for _, s := range g[1:] {
-		s.unlinked.Store(false)
+		s.SetMasterLinked(true)
 	}
 	testutil.Eventually(t, "producing to the master again", func() bool {
 		_, err := p.SendSync(testCtx(t, time.Second), &Message{Topic: "T", Body: []byte(fmt.Sprintf("m%06d", 100))})
@@ -214,16 +212,16 @@ func TestConsumerReadsSlavesWhenMasterDead(t *testing.T) {
 }
 
 func TestConsumerPinnedToOneMember(t *testing.T) {
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 2, map[string]int32{"T": 2})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 2, map[string]int32{"T": 2}).Members()
 	master, s1, s2 := g[0], g[1], g[2]
-	master.suggest.Store(1)
-	s1.suggest.Store(0)
-	s2.suggest.Store(0)
-	c := newTestClient(t, fc.addr)
+	master.SetSuggestBrokerID(1)
+	s1.SetSuggestBrokerID(0)
+	s2.SetSuggestBrokerID(0)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produceSync(t, p, "T", 0, 50)
-	s2.hasUpTo.Store(10) // holds queue offsets 0..9 of each queue
+	s2.SetReplicatedUpTo(10) // holds queue offsets 0..9 of each queue
 
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithReadBrokerID(2), WithPullMaxMessages(4))
@@ -233,7 +231,7 @@ func TestConsumerPinnedToOneMember(t *testing.T) {
 	if n := col.count(); n != 20 {
 		t.Fatalf("%d delivered while the pinned slave holds 20", n)
 	}
-	s2.hasUpTo.Store(-1)
+	s2.SetReplicatedUpTo(-1)
 	testutil.Eventually(t, "everything consumed", func() bool { return col.count() >= 50 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -243,26 +241,26 @@ func TestConsumerPinnedToOneMember(t *testing.T) {
 	if len(st.ServedBy) != 1 || st.ServedBy[2].Messages != 50 || st.ServedBy[2].NotHere == 0 {
 		t.Fatalf("served by %+v; want member 2 alone, with NOT_HERE answers", st.ServedBy)
 	}
-	if master.pulls.Load() != 0 || s1.pulls.Load() != 0 {
-		t.Fatalf("pulls: master %d, slave 1 %d", master.pulls.Load(), s1.pulls.Load())
+	if master.Pulls() != 0 || s1.Pulls() != 0 {
+		t.Fatalf("pulls: master %d, slave 1 %d", master.Pulls(), s1.Pulls())
 	}
 }
 
 func TestConsumerIgnoresSlaveOffsetMovedBackwards(t *testing.T) {
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 1, map[string]int32{"T": 1})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 1, map[string]int32{"T": 1}).Members()
 	master, slave := g[0], g[1]
-	master.suggest.Store(1)
-	slave.suggest.Store(1)
-	c := newTestClient(t, fc.addr)
+	master.SetSuggestBrokerID(1)
+	slave.SetSuggestBrokerID(1)
+	c := newTestClient(t, fc.Addr())
 	p := newTestProducer(t, c)
 	produceSync(t, p, "T", 0, 10)
 	// A slave answering OFFSET_MOVED to offset 0 for anything past 5 (a broken slave).
-	slave.setPullHook(func(h *protocol.PullRequestHeader) (rpc.Reply, bool) {
+	slave.ControlPull(func(h *protocol.PullRequestHeader) (rpc.Reply, fakebroker.Verdict) {
 		if h.QueueOffset < 5 {
-			return rpc.Reply{}, false
+			return rpc.Reply{}, fakebroker.Pass
 		}
-		return rpc.Reply{Header: &protocol.PullResponseHeader{Result: protocol.PullOffsetMoved, NextQueueOffset: 0, MaxOffset: 0}}, true
+		return rpc.Reply{Header: &protocol.PullResponseHeader{Result: protocol.PullOffsetMoved, NextQueueOffset: 0, MaxOffset: 0}}, fakebroker.Answer
 	})
 	col := newCollector(t)
 	co := newTestConsumer(t, c, "G", "T", WithPullMaxMessages(2))
@@ -281,11 +279,11 @@ func TestConsumerIgnoresSlaveOffsetMovedBackwards(t *testing.T) {
 }
 
 func TestProducerSkipsGroupWithDeadMaster(t *testing.T) {
-	fc := newFakeCluster(t)
-	ga := fc.addGroup("a", 1, map[string]int32{"T": 4})
-	gb := fc.addGroup("b", 1, map[string]int32{"T": 4})
+	fc := fakebroker.New(t)
+	ga := fc.AddGroup("a", 1, map[string]int32{"T": 4}).Members()
+	gb := fc.AddGroup("b", 1, map[string]int32{"T": 4}).Members()
 	refresh := 100 * time.Millisecond
-	c := newTestClient(t, fc.addr, WithRouteRefreshInterval(refresh))
+	c := newTestClient(t, fc.Addr(), WithRouteRefreshInterval(refresh))
 	p := newTestProducer(t, c)
 	ctx := testCtx(t, 20*time.Second)
 	unknown := 0
@@ -304,7 +302,7 @@ func TestProducerSkipsGroupWithDeadMaster(t *testing.T) {
 				t.Fatalf("send %d: %v", i, err)
 			}
 			by[res.BrokerName]++
-			if res.BrokerAddr != ga[0].addr && res.BrokerAddr != gb[0].addr {
+			if res.BrokerAddr != ga[0].Addr() && res.BrokerAddr != gb[0].Addr() {
 				t.Fatalf("sent to %s, not a master", res.BrokerAddr)
 			}
 		}
@@ -314,35 +312,35 @@ func TestProducerSkipsGroupWithDeadMaster(t *testing.T) {
 		t.Fatalf("sends by group %v", by)
 	}
 	// Group a's master dies. Until the route drops it, sends to it fail and are retried on b.
-	ga[0].stop()
+	ga[0].Stop()
 	send(40)
-	fc.setHidden(ga[0], true)
+	fc.SetRegistered(ga[0], false)
 	time.Sleep(2 * refresh) // one route refresh
-	aSends := ga[0].sends.Load()
+	aSends := ga[0].Sends()
 	if by := send(100); by["b"] != 100 {
 		t.Fatalf("after the route refresh: sends by group %v", by)
 	}
-	if ga[0].sends.Load() != aSends || ga[1].sends.Load() != 0 || gb[1].sends.Load() != 0 {
-		t.Fatalf("sends: dead master %d (was %d), slaves %d %d", ga[0].sends.Load(), aSends, ga[1].sends.Load(), gb[1].sends.Load())
+	if ga[0].Sends() != aSends || ga[1].Sends() != 0 || gb[1].Sends() != 0 {
+		t.Fatalf("sends: dead master %d (was %d), slaves %d %d", ga[0].Sends(), aSends, ga[1].Sends(), gb[1].Sends())
 	}
 	// The master returns: sends come back to its group once its fault backoff ends.
-	ga[0].start(ga[0].addr)
-	fc.setHidden(ga[0], false)
+	ga[0].Start()
+	fc.SetRegistered(ga[0], true)
 	testutil.Eventually(t, "sends to group a again", func() bool { return send(10)["a"] > 0 })
 }
 
 func TestProducerFollowsNotMasterFromSlave(t *testing.T) {
 	// A route that still lists a slave as the master (roles just changed): the slave's
 	// NOT_MASTER names the master, and the send follows it.
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 1, map[string]int32{"T": 1})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 1, map[string]int32{"T": 1}).Members()
 	master, slave := g[0], g[1]
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	var route protocol.TopicRouteData
 	route.QueueDatas = []protocol.QueueData{{BrokerName: "a", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermReadWrite}}
-	route.BrokerDatas = []protocol.BrokerData{{Cluster: "DefaultCluster", BrokerName: "a", Addrs: []protocol.BrokerAddr{{BrokerID: 0, Addr: slave.addr}}}}
-	fc.setHidden(master, true)
-	fc.setHidden(slave, true)
+	route.BrokerDatas = []protocol.BrokerData{{Cluster: "DefaultCluster", BrokerName: "a", Addrs: []protocol.BrokerAddr{{BrokerID: 0, Addr: slave.Addr()}}}}
+	fc.SetRegistered(master, false)
+	fc.SetRegistered(slave, false)
 	c.routesMu.Lock()
 	slot := &routeSlot{}
 	slot.route.Store(newTopicRoute("T", route, time.Now()))
@@ -354,16 +352,16 @@ func TestProducerFollowsNotMasterFromSlave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.BrokerAddr != master.addr || slave.sends.Load() != 1 || master.sends.Load() != 1 {
-		t.Fatalf("result %+v; sends: slave %d, master %d", res, slave.sends.Load(), master.sends.Load())
+	if res.BrokerAddr != master.Addr() || slave.Sends() != 1 || master.Sends() != 1 {
+		t.Fatalf("result %+v; sends: slave %d, master %d", res, slave.Sends(), master.Sends())
 	}
 }
 
 func TestCommitGoesToLiveMember(t *testing.T) {
-	fc := newFakeCluster(t)
-	g := fc.addGroup("a", 2, map[string]int32{"T": 2})
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 2, map[string]int32{"T": 2}).Members()
 	master, s1, s2 := g[0], g[1], g[2]
-	c := newTestClient(t, fc.addr)
+	c := newTestClient(t, fc.Addr())
 	co := newTestConsumer(t, c, "G", "T")
 	route, err := c.route(testCtx(t, 5*time.Second), "T")
 	if err != nil {
@@ -382,20 +380,20 @@ func TestCommitGoesToLiveMember(t *testing.T) {
 	if err := commitAll(); err != nil {
 		t.Fatal(err)
 	}
-	if master.commits.Load() != 2 || s1.commits.Load()+s2.commits.Load() != 0 {
-		t.Fatalf("commits: %d %d %d", master.commits.Load(), s1.commits.Load(), s2.commits.Load())
+	if master.Commits() != 2 || s1.Commits()+s2.Commits() != 0 {
+		t.Fatalf("commits: %d %d %d", master.Commits(), s1.Commits(), s2.Commits())
 	}
 	// Master and slave 1 down: slave 2 takes them.
-	master.stop()
-	s1.stop()
+	master.Stop()
+	s1.Stop()
 	for _, qs := range states {
 		qs.offsets.advance(9)
 	}
 	if err := commitAll(); err != nil {
 		t.Fatal(err)
 	}
-	if s2.commits.Load() != 2 {
-		t.Fatalf("slave 2 got %d commits", s2.commits.Load())
+	if s2.Commits() != 2 {
+		t.Fatalf("slave 2 got %d commits", s2.Commits())
 	}
 	for _, qs := range states {
 		if qs.offsets.committed.Load() != 9 {
@@ -403,7 +401,7 @@ func TestCommitGoesToLiveMember(t *testing.T) {
 		}
 	}
 	// Nothing reachable: an error, and the committed offsets stay.
-	s2.stop()
+	s2.Stop()
 	for _, qs := range states {
 		qs.offsets.advance(11)
 	}

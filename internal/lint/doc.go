@@ -7,9 +7,9 @@
 //     "Packages and the direction of imports"). Each package may import only the Petrel
 //     packages its row of the table allows; subpackages count as their top-level package, so
 //     protocol/rpc is part of protocol, except those with a row of their own
-//     (internal/testcluster, which imports broker and namesrv, apart from the rest of internal,
-//     which they import). Only non-test imports are checked: tests may start servers from any
-//     package.
+//     (internal/testcluster, which imports broker and namesrv, and internal/fakebroker, which
+//     imports protocol, apart from the rest of internal, which they import). Only non-test
+//     imports are checked: tests may start servers from any package.
 //   - atomics_test.go: no sync/atomic functions (atomic.AddInt64, atomic.LoadUint32, ...) in
 //     non-test code; use the typed atomics (atomic.Int64, atomic.Pointer[T], ...), which cannot
 //     be read or written non-atomically by mistake (STYLE.md P6).

@@ -29,11 +29,14 @@ var allowedImports = map[string][]string{
 	// them; nothing below it may import it, so it imports broker and namesrv without making a
 	// cycle of internal. Not client: client's own tests use it.
 	"internal/testcluster": {"broker", "namesrv", "protocol", "internal"},
+	// The fake broker answers the protocol for the tests of the packages above it; nothing
+	// below it may import it, so it imports protocol without making a cycle of internal.
+	"internal/fakebroker": {"protocol", "internal"},
 }
 
 // ownRows are the packages below a top-level package that have their own row of the import
 // table: each is a component of its own, with its subpackages.
-var ownRows = []string{"internal/testcluster"}
+var ownRows = []string{"internal/fakebroker", "internal/testcluster"}
 
 // component returns the row of the import table a Petrel import path belongs to: its top-level
 // package ("protocol" for .../protocol/rpc), or the package of ownRows it is or is under; ""
@@ -166,6 +169,8 @@ func TestImportTable(t *testing.T) {
 	f("internal/testcluster", "namesrv", true)
 	f("internal/testcluster", "protocol/rpc", true)
 	f("internal/testcluster", "internal/testutil", true)
+	f("internal/fakebroker", "protocol/rpc", true)
+	f("internal/fakebroker", "internal/ratelog", true)
 	// Upward and sideways edges.
 	f("protocol", "commitlog", false)
 	f("protocol/rpc", "client", false)
@@ -189,6 +194,15 @@ func TestImportTable(t *testing.T) {
 	f("internal/testutil", "internal/testcluster", false)
 	f("internal/testcluster", "client", false)
 	f("internal/testcluster", "ha", false)
+	// The fake broker imports protocol: nothing protocol or internal holds may import it back,
+	// nor may it reach up to the packages it stands in for.
+	f("protocol", "internal/fakebroker", false)
+	f("protocol/rpc", "internal/fakebroker", false)
+	f("internal/props", "internal/fakebroker", false)
+	f("internal/fakebroker", "client", false)
+	f("internal/fakebroker", "broker", false)
+	f("internal/fakebroker", "namesrv", false)
+	f("client", "internal/fakebroker", false)
 	// Packages outside the table.
 	f("newpkg", "protocol", false)
 	if _, ours := component("github.com/petrel-mq/petrelx/protocol"); ours {
