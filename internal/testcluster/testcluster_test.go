@@ -167,7 +167,8 @@ func TestRaftGroup(t *testing.T) {
 	waitSameLog(t, g, old)
 
 	old.Stop()
-	nm := g.WaitMaster()
+	// The new master takes sends once a slave is in its in-sync set (minInSyncReplicas 2).
+	nm := g.WaitInSync()
 	if nm == old {
 		t.Fatal("the stopped member is still master")
 	}
