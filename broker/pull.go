@@ -116,6 +116,12 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	moved := rr.Status == commitlog.OffsetTooSmall || rr.Status == commitlog.OffsetOverflow ||
 		(rr.Status == commitlog.NoQueue && p.offset != 0)
 	notMaster := r.master == nil && (moved || (r.slave == nil && rr.Status != commitlog.Found))
+	// A master of a Raft-elected SYNC group moves an offset only while its in-sync slaves are
+	// heard from: one that was stalled or cut off may be deposed without knowing it yet, and its
+	// log end may lie below what the new master served.
+	if moved && r.master != nil && b.hwm && !r.master.QuorumHeard() {
+		notMaster = true
+	}
 	switch {
 	case slaveBehind && !final && r.slave.MasterLoaded():
 		// A loaded master sends even caught-up consumers here: wait for replication to bring

@@ -370,6 +370,16 @@ func (m *Master) ConfirmedOffset() int64 {
 	return min(m.confirmed.Load(), end)
 }
 
+// QuorumHeard reports whether MinAcks counted slaves sent a request within InSyncMaxLagTime
+// (Tracker.QuorumHeard): evidence that this master still leads its group. It takes the master's
+// lock, which is never held across I/O; the broker asks it only before moving a consumer's
+// offset.
+func (m *Master) QuorumHeard() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tr.QuorumHeard(m.cfg.Now(), m.cfg.InSyncMaxLagTime)
+}
+
 // InSyncCount returns the number of slaves in the in-sync set (the master not counted).
 func (m *Master) InSyncCount() int { return int(m.inSyncN.Load()) }
 

@@ -73,6 +73,10 @@ type TrackedSlave struct {
 	ReadAt  time.Time
 	// LastSeen is when it last sent a request (a held pull refreshes it on every tick).
 	LastSeen time.Time
+	// LastRequest is when a request of it last arrived: unlike LastSeen, nothing the master does
+	// itself (a tick, a held pull ending) refreshes it, so it is evidence the slave was alive
+	// then (QuorumHeard).
+	LastRequest time.Time
 	// LastCaughtUp is the last time CaughtUp held for it.
 	LastCaughtUp time.Time
 	// LastFull is the last time it held everything the master had when it last read for it, or
@@ -271,6 +275,7 @@ func (t *Tracker) Ack(session uint64, offset, readEnd, end int64, now time.Time)
 	}
 	s.Acked = offset
 	s.LastSeen = now
+	s.LastRequest = now
 	if CaughtUp(s.Progress(now), readEnd, t.cfg.Rules) {
 		s.LastCaughtUp = now
 	}
@@ -371,6 +376,24 @@ func (t *Tracker) Leave(brokerID int64, memberID string, end int64) (known bool,
 	}
 	t.publish(end)
 	return true, changes, nil
+}
+
+// QuorumHeard reports whether at least MinAcks counted slaves sent a request within maxAge of
+// now (true with MinAcks 0): a master that cannot say so may have been stalled (SIGSTOP, a long
+// pause) or cut off while its group elected another, and must not act on its own view of the
+// log's end, such as moving a consumer's offset. A live slave sends a request at least every
+// MasterConfig.MaxWait (a held pull ends then).
+func (t *Tracker) QuorumHeard(now time.Time, maxAge time.Duration) bool {
+	if t.cfg.MinAcks <= 0 {
+		return true
+	}
+	n := 0
+	for _, s := range t.slaves {
+		if s.Counted && s.Session != 0 && now.Sub(s.LastRequest) < maxAge {
+			n++
+		}
+	}
+	return n >= t.cfg.MinAcks
 }
 
 // Counted reports whether slave brokerID counts for acknowledgements (false for one not known).

@@ -317,3 +317,33 @@ func nonEmpty(vals []string) []string {
 	}
 	return out
 }
+
+// TestQuorumHeard: a master hears its quorum only from the slaves' own requests; its ticks and
+// the end of a held pull (what a master stalled by SIGSTOP does first when it resumes) do not
+// count.
+func TestQuorumHeard(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tr := MakeTracker(TrackerConfig{Rules: SyncRules{MaxLagBytes: 1000, MaxLagTime: time.Second}, MinAcks: 1}, t0)
+	if tr.QuorumHeard(t0, 500*time.Millisecond) {
+		t.Fatal("heard with no slave")
+	}
+	tr.Connect(SlaveConn{Session: 7, BrokerID: 1}, t0)
+	tr.Ack(7, 0, 0, 0, t0) // caught up: it joins the set and counts
+	if !tr.QuorumHeard(t0.Add(100*time.Millisecond), 500*time.Millisecond) {
+		t.Fatal("a slave heard 100 ms ago is not a quorum")
+	}
+	tr.Hold(7, 1, t0)
+	stalled := t0.Add(2 * time.Second) // the master resumes after a stall
+	tr.Tick(0, stalled)
+	tr.Hold(7, -1, stalled)
+	if tr.QuorumHeard(stalled, 500*time.Millisecond) {
+		t.Fatal("a tick and a held pull's end counted as the slave's word")
+	}
+	tr.Ack(7, 0, 0, 0, stalled)
+	if !tr.QuorumHeard(stalled, 500*time.Millisecond) {
+		t.Fatal("the slave's new request is not heard")
+	}
+	if none := MakeTracker(TrackerConfig{Rules: SyncRules{MaxLagTime: time.Second}}, t0); !none.QuorumHeard(t0, time.Millisecond) {
+		t.Fatal("MinAcks 0 needs no quorum")
+	}
+}
