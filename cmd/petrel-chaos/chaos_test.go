@@ -99,7 +99,7 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("chaos: only %v left after the build (%v): too little for 10 cycles", budget, built)
 	}
 	args := []string{
-		"--bin", bin, "--repo", repo, "--cycles", "10", "--hold", "500ms-2s", "--settle", "500ms",
+		"--bin", bin, "--repo", repo, "--cycles", "10", "--hold", "500ms-2s", "--settle", "500ms", "--median-min-samples", "3",
 		"--health-timeout", "45s", "--flow-timeout", "15s", "--drain-timeout", "60s", "--budget", budget.Round(time.Second).String(),
 		"--store-size", "1GiB",
 	}

@@ -128,6 +128,7 @@ an earlier run that died are removed at the start.`,
 	f.StringVar(&o.mix, "mix", o.mix, "fault weights: a mix name or kind=weight,... (see above)")
 	f.StringVar(&hold, "hold", "1s-6s", "how long each fault is held, MIN-MAX (uniformly random) or one duration")
 	f.DurationVar(&o.settle, "settle", o.settle, "steady state between the cluster's recovery and the next fault")
+	f.IntVar(&o.medianMin, "median-min-samples", o.medianMin, "judge a fault kind's median gap only when at least this many were measured (the max is judged always)")
 	f.DurationVar(&o.healthTimeout, "health-timeout", o.healthTimeout, "how long the cluster may take to be healthy after a heal before that is a problem (the run then stops injecting)")
 	f.DurationVar(&o.flowTimeout, "flow-timeout", o.flowTimeout, "after the recovery, how long to wait for the bench's sends to reach every group again before the next fault (a group they do not reach is noted; its send gap judges it)")
 	f.DurationVar(&o.budget, "budget", 0, "stop injecting once the run has lasted this long and finish (0: no limit)")

@@ -14,14 +14,18 @@ import (
 
 // options is a run's configuration, from the flags.
 type options struct {
-	cycles        int
-	seed          uint64
-	segment       int64
-	mix           string
-	weights       map[faultKind]int
-	holdMin       time.Duration
-	holdMax       time.Duration
-	settle        time.Duration
+	cycles  int
+	seed    uint64
+	segment int64
+	mix     string
+	weights map[faultKind]int
+	holdMin time.Duration
+	holdMax time.Duration
+	settle  time.Duration
+	// medianMin is the least number of measured faults of one kind whose median is held to the
+	// Raft group's median bar (the max bar holds always): a short run has one or two of a kind,
+	// and one slow failover is not a median.
+	medianMin     int
 	healthTimeout time.Duration
 	flowTimeout   time.Duration
 	budget        time.Duration
@@ -45,6 +49,7 @@ func defaultOptions() options {
 		cycles:        100,
 		mix:           "stop-partition-heavy",
 		settle:        time.Second,
+		medianMin:     1,
 		healthTimeout: 60 * time.Second,
 		flowTimeout:   40 * time.Second,
 		rate:          5000,
