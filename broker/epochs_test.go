@@ -294,10 +294,11 @@ func divergedSlave(t *testing.T) (bs []*Broker, m, s *Broker, point int64) {
 // acknowledgement relies on a copy being discarded, and no new master can come from it.
 func TestDivergedMemberLeavesTheSetBeforeItCuts(t *testing.T) {
 	_, m, s, point := divergedSlave(t)
+	// The master committed the set; the slave applies that entry a moment later.
+	testutil.EventuallyWithin(t, 10*time.Second, "the slave to apply the set naming it", func() bool {
+		return slices.Contains(s.raft.node.State().SyncStateSet, s.raft.selfID)
+	})
 	st := s.raft.node.State()
-	if !slices.Contains(st.SyncStateSet, s.raft.selfID) {
-		t.Fatalf("the slave is not in the set %v", st.SyncStateSet)
-	}
 	// At the moment the member starts its cut, the master's committed state must not name it
 	// any more (closing its replication alone would leave it there until the master noticed).
 	cutWhileIn := make(chan []string, 1)
