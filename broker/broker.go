@@ -47,6 +47,10 @@ type Broker struct {
 	booted   chan error
 	runErr   chan error
 	stopping atomic.Bool
+	// serving is set once the role loop holds the broker's first role (startHA): until then a
+	// connection's requests wait unread, so a static master's first answers are a master's, not
+	// NOT_MASTER from a broker that has not taken its configured role yet.
+	serving atomic.Bool
 
 	paused         pausedConns
 	connSet        connSet
@@ -250,6 +254,8 @@ func (b *Broker) Start() error {
 		b.Close()
 		return err
 	}
+	b.serving.Store(true)
+	b.paused.wakeAll()
 	if b.metrics != nil {
 		if err := b.metrics.start(b.cfg.metricsListenAddr()); err != nil {
 			b.Close()

@@ -96,8 +96,9 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	return gnet.None
 }
 
-// OnTick resumes paused connections: each is woken on its loop, where OnTraffic checks again
-// whether it may read.
+// OnTick resumes paused connections (backpressure, or requests that arrived before the broker
+// took its first role): each is woken on its loop, where OnTraffic checks again whether it may
+// read.
 func (h *handler) OnTick() (time.Duration, gnet.Action) {
 	h.b.paused.wakeAll()
 	return 5 * time.Millisecond, gnet.None
@@ -166,7 +167,7 @@ func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 	b := h.b
 	progressed := false // a frame completed in this call
 	for {
-		if cs.overloaded(b) {
+		if !b.serving.Load() || cs.overloaded(b) {
 			if c.InboundBuffered() > maxPausedInbound {
 				b.log.Warn("closing connection: client ignores backpressure", "remote", cs.remote, "unread", c.InboundBuffered())
 				return gnet.Close
@@ -325,7 +326,8 @@ func onLoop(cs *connState, fn func()) bool {
 	return err == nil
 }
 
-// pausedConns is the set of connections that stopped reading because of backpressure.
+// pausedConns is the set of connections that stopped reading: backpressure, or requests that
+// arrived before the broker took its first role (Broker.serving).
 type pausedConns struct {
 	mu sync.Mutex
 	m  map[*connState]struct{}
