@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -217,4 +218,48 @@ func TestClampLogged(t *testing.T) {
 	if p.hdr.Result != protocol.PullOffsetMoved || p.hdr.NextQueueOffset != 3 || p.hdr.MinOffset != 0 || p.hdr.MaxOffset != 3 {
 		t.Fatalf("pull beyond the max: %+v", p.hdr)
 	}
+}
+
+// TestOffsetsLoadedBeyondTheLog: offsets read from consumerOffset.json at start that lie beyond
+// the recovered log (a config directory restored from another run, a log cut by recovery) are
+// lowered to the queues' max offsets, logged, and persisted so.
+func TestOffsetsLoadedBeyondTheLog(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, testConfig(dir))
+	c := dial(t, b.Addr())
+	createTopic(t, c, "T", 2)
+	sendQueues(t, c, "T", 1, 10)
+	commitOffset(t, c, "g", "T", 0, 10)
+	c.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config", "consumerOffset.json")
+	stale := `{"offsetTable": {"T@g": {"0": 100, "1": 7}, "T@h": {"0": 4}, "Gone@g": {"0": 3}}}`
+	if err := os.WriteFile(path, []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs testutil.SyncBuffer
+	b = startBrokerLogging(t, testConfig(dir), slogTo(&logs))
+	want := map[string]int64{"g/T/0": 10, "g/T/1": 0, "h/T/0": 4, "g/Gone/0": 0}
+	check := func(b *Broker) {
+		t.Helper()
+		got := map[string]int64{}
+		for _, o := range b.offsets.table().Offsets {
+			got[fmt.Sprintf("%s/%s/%d", o.ConsumerGroup, o.Topic, o.QueueID)] = o.Offset
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("offsets %v; want %v", got, want)
+		}
+	}
+	check(b)
+	if !strings.Contains(logs.String(), "consumer offsets loaded beyond the max offsets") || !strings.Contains(logs.String(), "lowered=3") {
+		t.Fatalf("no log line about the 3 offsets lowered:\n%s", logs.String())
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = startBroker(t, testConfig(dir))
+	defer b.Close()
+	check(b)
 }
