@@ -99,7 +99,7 @@ func (b *Broker) replyConsumerOffset(req request) rpc.Reply {
 		if h.Offset < 0 {
 			return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
 		}
-		b.offsets.commit([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset)
+		b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset)
 		return rpc.Reply{}
 	}
 	off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)
@@ -169,9 +169,7 @@ func (b *Broker) replyMergeConsumerOffsets(req request) rpc.Reply {
 	if err := t.ReadFrom(req.body); err != nil {
 		return req.malformed(err)
 	}
-	if n := b.offsets.merge(&t); n > 0 {
-		b.log.Debug("consumer offsets merged", "moved", n)
-	}
+	b.mergedOffsets(b.offsets.merge(&t), req.cs.remote)
 	return rpc.Reply{}
 }
 

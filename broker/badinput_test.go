@@ -120,13 +120,7 @@ func TestBadInput(t *testing.T) {
 func TestBadInputLogged(t *testing.T) {
 	var logs testutil.SyncBuffer
 	cfg := testConfig(t.TempDir())
-	b, err := New(cfg, slogTo(&logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
+	b := startBrokerLogging(t, cfg, slogTo(&logs))
 	defer b.Close()
 	nc, err := net.Dial("tcp", b.Addr())
 	if err != nil {

@@ -76,6 +76,7 @@ type Broker struct {
 	syncMu    sync.Mutex  // guards syncConn
 	syncConn  *rpc.Conn   // a slave's connection to its master for the config/offset sync
 	syncLog   ratelog.Limiter
+	offsetLog ratelog.Limiter // consumer offsets lowered to their queues' max offsets
 
 	registrar *registrar
 	stop      chan struct{}
@@ -136,6 +137,12 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot open store: %w", err)
+	}
+	// Offsets are checked against the log from now on, those loaded too: recovery, or the
+	// truncation this start carries out, may have cut queues below what groups committed.
+	offsets.maxOffset = store.MaxOffset
+	if n, first := offsets.clampToLog(); n > 0 {
+		logger.Warn("consumer offsets loaded beyond the max offsets of the recovered log were lowered to them", "lowered", n, "first", first)
 	}
 	b := &Broker{
 		cfg:       cfg,

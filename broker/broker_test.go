@@ -47,7 +47,13 @@ func testConfig(dir string) Config {
 
 func startBroker(t testing.TB, cfg Config) *Broker {
 	t.Helper()
-	b, err := New(cfg, testLogger(t))
+	return startBrokerLogging(t, cfg, testLogger(t))
+}
+
+// startBrokerLogging is startBroker with the broker's log lines going to logger.
+func startBrokerLogging(t testing.TB, cfg Config, logger *slog.Logger) *Broker {
+	t.Helper()
+	b, err := New(cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +332,7 @@ func TestConsumerOffsetsDurable(t *testing.T) {
 	b := startBroker(t, testConfig(dir))
 	c := dial(t, b.Addr())
 	createTopic(t, c, "T", 2)
+	sendQueues(t, c, "T", 2, 50) // an offset is held up to its queue's max offset
 	commit := func(c *rpc.Conn, off int64) {
 		h := protocol.ConsumerOffsetHeader{ConsumerGroup: "grp", Topic: "T", QueueID: 1, Offset: off}
 		if err := c.CallDecode(ctx5s(t), protocol.CodeUpdateConsumerOffset, &h, nil, nil, nil); err != nil {

@@ -74,13 +74,17 @@ func (p *dataPath) serve(f protocol.Frame) {
 }
 
 // TestDispatchDataPathAllocs guards the hot path: dispatching a send (ASYNC_FLUSH, answered at
-// once) and a pull that finds its batch allocates nothing.
+// once), a pull that finds its batch, and one that commits the group's offset (checked against
+// the queue's max offset) allocates nothing.
 func TestDispatchDataPathAllocs(t *testing.T) {
 	p := newDataPath(t, nil)
+	commit := requestFrame(t, protocol.CodePullMessage, &protocol.PullRequestHeader{
+		ConsumerGroup: "g", Topic: "Hot", QueueOffset: 0, MaxMessages: 1, MaxBytes: 1 << 20, CommitOffset: 1,
+	}, nil)
 	for _, tc := range []struct {
 		name string
 		f    protocol.Frame
-	}{{"send", p.send}, {"pull", p.pull}} {
+	}{{"send", p.send}, {"pull", p.pull}, {"pull with a commit", commit}} {
 		p.serve(tc.f) // scratch buffers grown once
 		if n := testing.AllocsPerRun(200, func() { p.serve(tc.f) }); n != 0 {
 			t.Errorf("dispatch of a %s: %v allocations, want 0", tc.name, n)

@@ -225,13 +225,7 @@ func TestDiskFullWarningRateLimited(t *testing.T) {
 	var logs testutil.SyncBuffer
 	cfg := testConfig(t.TempDir())
 	cfg.MappedFileSizeCommitLog = 64 << 10
-	b, err := New(cfg, slogTo(&logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
+	b := startBrokerLogging(t, cfg, slogTo(&logs))
 	defer b.Close()
 	c := dial(t, b.Addr())
 	createTopic(t, c, "Full", 1)

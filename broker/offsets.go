@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,16 +17,67 @@ import (
 )
 
 // offsetTable holds committed consumer offsets per (consumer group, topic, queue): the next
-// queue offset the group will consume. A commit never moves an offset backwards. The table is
+// queue offset the group will consume. A commit never moves an offset backwards, and no offset
+// is held beyond its queue's max offset (decideOffset): a commit or merge beyond it is lowered
+// to it, and so is every held offset when the log loses entries (clampToLog). The table is
 // persisted to consumerOffset.json (RocketMQ's file name and shape: "topic@group" -> queue ->
 // offset) by the broker's flush goroutine every FlushConsumerOffsetInterval and on shutdown.
 type offsetTable struct {
-	path  string
-	mu    sync.Mutex // guards groups and dirty
-	dirty bool
+	path string
+	// maxOffset returns a queue's max offset in the store (commitlog.Store.MaxOffset); nil
+	// until the store is open, and then no offset is checked. It is called under mu, so that a
+	// commit that read a queue's max before the log was reset is done before clampToLog runs.
+	maxOffset func(topic []byte, queueID int32) int64
+	mu        sync.Mutex // guards groups and dirty
+	dirty     bool
 	// groups maps group -> topic -> queue id -> offset. Nested maps keyed by string let the
 	// data path look up []byte names without allocating.
 	groups map[string]map[string]map[int32]int64
+}
+
+// offsetDecision is what a commit or a merge does to one queue's committed offset.
+type offsetDecision struct {
+	// off is the offset the queue holds afterwards; store is false when that is the one it
+	// held already.
+	off   int64
+	store bool
+	// clamped reports that the offset asked for, or the one held, was beyond the queue's max
+	// offset and was lowered to it.
+	clamped bool
+}
+
+// decideOffset decides a commit or merge of off onto a queue that holds the committed offset
+// cur (held false: none) and whose max offset is maxOff. Offsets never move backwards, and no
+// queue holds an offset beyond its max offset: the larger of the two is kept, each first
+// lowered to maxOff. An offset equal to maxOff is valid (the group consumed everything). Only
+// a log that lost entries (a master that lost its store, a slave that reset or cut its
+// diverged log) has a max below a group's offset; a commit or merge beyond it comes from a
+// consumer or member that read another log, and the queue's offsets below maxOff are what the
+// group may still have to consume. Nothing is ever raised above maxOff: a master's max only
+// grows while it serves, so a commit made against what it served is never lowered.
+func decideOffset(cur int64, held bool, off, maxOff int64) offsetDecision {
+	d := offsetDecision{off: min(off, maxOff), clamped: off > maxOff}
+	if !held {
+		d.store = true
+		return d
+	}
+	if cur > maxOff {
+		d.clamped = true
+	}
+	d.off = max(d.off, min(cur, maxOff))
+	d.store = d.off != cur
+	return d
+}
+
+// clampedOffset describes an offset lowered to its queue's max offset, for the log.
+type clampedOffset struct {
+	Group, Topic string
+	QueueID      int32
+	Offset, Max  int64
+}
+
+func (c clampedOffset) String() string {
+	return fmt.Sprintf("group %s on %s queue %d: %d lowered to the max offset %d", c.Group, c.Topic, c.QueueID, c.Offset, c.Max)
 }
 
 type offsetFile struct {
@@ -75,21 +127,35 @@ func (t *offsetTable) setLocked(group, topic string, qid int32, off int64) {
 	q[qid] = off
 }
 
-// commit records off for the queue unless a larger offset is already committed. group and
-// topic may be views of a request frame: they are copied only when a new entry is created.
-func (t *offsetTable) commit(group, topic []byte, qid int32, off int64) {
+// maxLocked returns the queue's max offset, or the largest int64 before the store is open.
+// Caller holds mu.
+func (t *offsetTable) maxLocked(topic []byte, qid int32) int64 {
+	if t.maxOffset == nil {
+		return math.MaxInt64
+	}
+	return t.maxOffset(topic, qid)
+}
+
+// commit records off for the queue as decideOffset says, and returns the decision and the
+// queue's max offset. group and topic may be views of a request frame: they are copied only
+// when a new entry is created.
+func (t *offsetTable) commit(group, topic []byte, qid int32, off int64) (offsetDecision, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if q := t.groups[string(group)][string(topic)]; q != nil {
-		if cur, ok := q[qid]; ok && cur >= off {
-			return
-		}
-		q[qid] = off
-		t.dirty = true
-		return
+	maxOff := t.maxLocked(topic, qid)
+	q := t.groups[string(group)][string(topic)]
+	cur, held := q[qid]
+	d := decideOffset(cur, held, off, maxOff)
+	if !d.store {
+		return d, maxOff
 	}
-	t.setLocked(string(group), string(topic), qid, off)
 	t.dirty = true
+	if q != nil {
+		q[qid] = d.off
+	} else {
+		t.setLocked(string(group), string(topic), qid, d.off)
+	}
+	return d, maxOff
 }
 
 // get returns the committed offset and whether one exists.
@@ -186,22 +252,120 @@ func (t *offsetTable) table() protocol.ConsumerOffsetTable {
 	return out
 }
 
-// merge takes the larger offset of each queue from tbl (commits never move backwards), and
-// returns how many offsets moved.
-func (t *offsetTable) merge(tbl *protocol.ConsumerOffsetTable) int {
+// mergeResult is what a merge did: how many offsets moved, how many of those asked for (or
+// held) were beyond their queue's max offset and lowered to it, and the first such one.
+type mergeResult struct {
+	moved, clamped int
+	first          clampedOffset
+}
+
+// merge takes, for each queue of tbl, the larger of its offset and the one held, as
+// decideOffset says (never backwards, never beyond the queue's max offset).
+func (t *offsetTable) merge(tbl *protocol.ConsumerOffsetTable) mergeResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	moved := 0
+	var res mergeResult
 	for _, o := range tbl.Offsets {
 		if o.Offset < 0 || protocol.ValidateGroup([]byte(o.ConsumerGroup)) != nil || protocol.ValidateTopic([]byte(o.Topic)) != nil || o.QueueID < 0 {
 			continue
 		}
-		if cur, ok := t.groups[o.ConsumerGroup][o.Topic][o.QueueID]; ok && cur >= o.Offset {
+		maxOff := t.maxLocked([]byte(o.Topic), o.QueueID)
+		cur, held := t.groups[o.ConsumerGroup][o.Topic][o.QueueID]
+		d := decideOffset(cur, held, o.Offset, maxOff)
+		if d.clamped {
+			if res.clamped == 0 {
+				res.first = clampedOffset{Group: o.ConsumerGroup, Topic: o.Topic, QueueID: o.QueueID, Offset: max(o.Offset, cur), Max: maxOff}
+			}
+			res.clamped++
+		}
+		if !d.store {
 			continue
 		}
-		t.setLocked(o.ConsumerGroup, o.Topic, o.QueueID, o.Offset)
+		t.setLocked(o.ConsumerGroup, o.Topic, o.QueueID, d.off)
 		t.dirty = true
-		moved++
+		res.moved++
 	}
-	return moved
+	return res
+}
+
+// clampToLog lowers every held offset beyond its queue's max offset to it: after the store was
+// opened (offsets loaded from disk over a log that recovery or a truncation cut) and after the
+// log was reset. It returns how many offsets it lowered and the first of them.
+func (t *offsetTable) clampToLog() (int, clampedOffset) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	var first clampedOffset
+	var key []byte
+	for group, topics := range t.groups {
+		for topic, queues := range topics {
+			key = append(key[:0], topic...)
+			for qid, off := range queues {
+				maxOff := t.maxLocked(key, qid)
+				d := decideOffset(off, true, off, maxOff)
+				if !d.store {
+					continue
+				}
+				if n == 0 {
+					first = clampedOffset{Group: group, Topic: topic, QueueID: qid, Offset: off, Max: maxOff}
+				}
+				n++
+				queues[qid] = d.off
+				t.dirty = true
+			}
+		}
+	}
+	return n, first
+}
+
+// commitOffset commits a consumer's offset (a pull's commit, UPDATE_CONSUMER_OFFSET). One beyond
+// the queue's max offset is lowered to it (decideOffset) and logged: on a master, which holds
+// everything acknowledged, the committer read another log (this one lost entries, or it is a
+// bogus offset), a warning; on a slave or a member between roles a commit of what the master
+// served may simply be ahead of replication, so the line is at debug level.
+func (b *Broker) commitOffset(group, topic []byte, qid int32, off int64) {
+	d, maxOff := b.offsets.commit(group, topic, qid, off)
+	if !d.clamped {
+		return
+	}
+	c := clampedOffset{Group: string(group), Topic: string(topic), QueueID: qid, Offset: off, Max: maxOff}
+	if b.role.Load().master != nil {
+		b.offsetLog.Warn(b.log, "a consumer offset committed beyond its queue's max offset was lowered to it", "offset", c)
+		return
+	}
+	b.log.Debug("a consumer offset committed beyond this member's max offset of the queue was lowered to it", "offset", c)
+}
+
+// mergedOffsets logs what a merge of another member's offsets into this one's did (from names
+// the member): offsets beyond this member's max offsets were lowered to them.
+func (b *Broker) mergedOffsets(res mergeResult, from string) {
+	if res.moved > 0 {
+		b.log.Debug("consumer offsets merged", "from", from, "moved", res.moved)
+	}
+	if res.clamped == 0 {
+		return
+	}
+	if b.role.Load().master != nil {
+		b.offsetLog.Warn(b.log, "consumer offsets merged from a slave beyond this master's max offsets were lowered to them",
+			"from", from, "lowered", res.clamped, "first", res.first)
+		return
+	}
+	b.log.Debug("consumer offsets merged from the master beyond this member's max offsets were lowered to them (replication is behind)",
+		"from", from, "lowered", res.clamped, "first", res.first)
+}
+
+// afterLogReset re-checks what the broker holds against its log, which was reset to start empty
+// at base (every consume queue is empty): committed offsets are lowered to the queues' max
+// offsets, and the high watermark a member between roles serves up to drops to base (what it
+// knew confirmed was of the old log).
+func (b *Broker) afterLogReset(base int64) {
+	for {
+		cur := b.lastHWM.Load()
+		if cur <= base || b.lastHWM.CompareAndSwap(cur, base) {
+			break
+		}
+	}
+	if n, first := b.offsets.clampToLog(); n > 0 {
+		b.log.Warn("consumer offsets beyond the max offsets of the reset log were lowered to them", "lowered", n, "first", first)
+	}
 }

@@ -311,6 +311,7 @@ func (m *raftMember) reset(epoch uint32, base int64, in ha.TruncationInput) erro
 	if _, err := b.store.ResetTo(base, false); err != nil {
 		return fmt.Errorf("cannot reset the log to %d: %w", base, err)
 	}
+	b.afterLogReset(base)
 	m.diverging.Store(false)
 	return nil
 }

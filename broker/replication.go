@@ -22,6 +22,8 @@ import (
 type haLog struct {
 	s      *commitlog.Store
 	epochs *epochLog
+	// reset, when not nil, is called after the log was reset (ResetTo) with its new base.
+	reset func(base int64)
 }
 
 func (l haLog) LogMinOffset() int64 { return l.s.LogMinOffset() }
@@ -64,7 +66,11 @@ func (l haLog) ResetTo(base int64, keep bool) (string, error) {
 			return "", err
 		}
 	}
-	return l.s.ResetTo(base, keep)
+	kept, err := l.s.ResetTo(base, keep)
+	if err == nil && l.reset != nil {
+		l.reset(base)
+	}
+	return kept, err
 }
 
 // newMasterHA builds a replication master for this broker (not started). commit, initial and
@@ -108,7 +114,7 @@ func (b *Broker) newSlaveHA(brokerID int64) *ha.Slave {
 		SlaveID:       brokerID,
 		SlaveAddr:     b.Addr,
 		MasterHAAddr:  func() string { return b.role.Load().Master.HAAddr },
-		Log:           haLog{s: b.store, epochs: b.raft.epochLog()},
+		Log:           haLog{s: b.store, epochs: b.raft.epochLog(), reset: b.afterLogReset},
 		MaxChunkBytes: b.cfg.HAMaxChunkBytes,
 		MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
 		Logger:        b.log,              // ha adds component=ha-slave
@@ -260,7 +266,8 @@ func (b *Broker) wakeReplicated() {
 // slaveSyncLoop keeps a slave's topic configs and consumer offsets in step with its master's
 // every SlaveSyncInterval (RocketMQ's SlaveSynchronize). Offsets flow both ways and merge by
 // maximum, so a commit made on the slave while the master was down survives its return and
-// no offset ever moves backwards.
+// no offset ever moves backwards; each side lowers what it merges to its own queues' max
+// offsets, and a slave sends its offsets only while the master acknowledges its log.
 func (b *Broker) slaveSyncLoop() {
 	defer b.bg.Done()
 	t := time.NewTicker(b.cfg.SlaveSyncInterval)
@@ -309,7 +316,14 @@ func (b *Broker) syncWithMaster() {
 		b.syncFailed(c, addr, err)
 		return
 	}
-	b.offsets.merge(&offs)
+	b.mergedOffsets(b.offsets.merge(&offs), addr)
+	// Only offsets of the master's own log go back to it: until the master has acknowledged
+	// this member's log end on the current replication link, the log may have diverged from
+	// the master's (the master lost its store, say) and the offsets were committed against it.
+	// The master would lower them to its max offsets, over messages the groups never saw.
+	if s := b.role.Load().slave; s == nil || !s.LogAcknowledged() {
+		return
+	}
 	mine := b.offsets.table()
 	if err := c.CallDecode(ctx, protocol.CodeMergeConsumerOffsets, nil, mine.AppendTo(nil), nil, nil); err != nil {
 		b.syncFailed(c, addr, err)

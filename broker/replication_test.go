@@ -758,6 +758,9 @@ func TestConfigAndOffsetSync(t *testing.T) {
 		return false
 	})
 
+	// Offsets are held up to their queue's max offset: queue 2 holds 100 messages.
+	sendQueues(t, mc, "Synced", 3, 100)
+	hc.waitCaughtUp(1)
 	w := watchOffsets(hc, "grp", "Synced", 2)
 	query := func(b *Broker) int64 {
 		off, ok := b.offsets.get([]byte("grp"), []byte("Synced"), 2)

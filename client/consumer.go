@@ -81,8 +81,10 @@ type Handler func(ctx context.Context, msgs []MessageExt) error
 // master is dead the queues are read from its slaves, up to what they hold. The members' logs
 // are byte-identical, so switching members never skips or repeats an offset. Commits go to the
 // master when it is reachable, else to another live member, which merges them into the master's
-// offsets; the commit piggybacked on a pull goes to the member that serves the pull.
-// WithReadBrokerID pins reads to one member instead. Stats.ServedBy counts what each member
+// offsets; the commit piggybacked on a pull goes to the member that serves the pull. No member
+// holds an offset beyond its queue's max offset (a slave that lags lowers a commit beyond what it
+// replicated): a commit that rode with a pull counts as done only when the answer shows the member
+// holds the offset pulled (found, or nothing new), else it is made again. WithReadBrokerID pins reads to one member instead. Stats.ServedBy counts what each member
 // served.
 //
 // Every batch's CRC and structure are checked; a corrupt batch stops its queue with an error
@@ -502,7 +504,7 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		if r.markOK {
 			co.c.memberOK(addr)
 		}
-		if hdr.CommitOffset >= 0 {
+		if hdr.CommitOffset >= 0 && r.commitHeld {
 			qs.offsets.confirm(hdr.CommitOffset)
 		}
 		if derr != nil {

@@ -138,6 +138,12 @@ type pullReaction struct {
 	// failure, when not empty, says what failed: the loop counts a pull error, logs it and
 	// waits (see pullState.failed) before the next pull.
 	failure string
+	// commitHeld: the answer shows that the member holds the offset pulled (FOUND,
+	// NO_NEW_MSG), so the commit the pull carried, never beyond that offset, is stored as sent.
+	// A member that lacks the offset (NOT_HERE, OFFSET_MOVED, an unknown result) holds no
+	// offset beyond its queue's max offset and lowers the commit to it: the commit is not
+	// taken as done and goes again, to the master or with the next pull.
+	commitHeld bool
 }
 
 // after returns the state after a pull that ended as o, and what the loop must do about it.
@@ -182,6 +188,7 @@ func (s pullState) after(o pullOutcome) (pullState, pullReaction) {
 		if o.result == protocol.PullOffsetMoved && o.id != 0 && o.next < o.offset {
 			r.result, suggest = protocol.PullNotHere, 0
 		}
+		r.commitHeld = r.result == protocol.PullFound || r.result == protocol.PullNoNewMessage
 		switch {
 		case r.result != protocol.PullNotHere:
 			s.notHere = 0

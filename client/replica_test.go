@@ -446,3 +446,54 @@ func TestServedCountsConcurrent(t *testing.T) {
 		t.Fatalf("ids %v", ids)
 	}
 }
+
+// TestCommitToALaggingSlaveIsMadeAgain: a commit that rides with a pull answered NOT_HERE by a
+// slave (which lowers it to what it replicated) is not taken as done: the consumer makes it
+// again, and it reaches the master, before the consumer consumes anything else.
+func TestCommitToALaggingSlaveIsMadeAgain(t *testing.T) {
+	fc := fakebroker.New(t)
+	g := fc.AddGroup("a", 1, map[string]int32{"T": 1}).Members()
+	master, slave := g[0], g[1]
+	master.SetSuggestBrokerID(1) // the consumer's next pull goes to the slave...
+	slave.SetReplicatedUpTo(0)   // ...which holds nothing: NOT_HERE, back to the master
+	var mu sync.Mutex
+	var slaveCommits, masterCommits []int64
+	recordCommits := func(to *[]int64) func(h *protocol.PullRequestHeader) (rpc.Reply, fakebroker.Verdict) {
+		return func(h *protocol.PullRequestHeader) (rpc.Reply, fakebroker.Verdict) {
+			mu.Lock()
+			defer mu.Unlock()
+			if h.CommitOffset >= 0 {
+				*to = append(*to, h.CommitOffset)
+			}
+			return rpc.Reply{}, fakebroker.Pass
+		}
+	}
+	slave.ControlPull(recordCommits(&slaveCommits))
+	master.ControlPull(recordCommits(&masterCommits))
+	master.Control(protocol.CodeUpdateConsumerOffset, func(req *rpc.Request) (rpc.Reply, fakebroker.Verdict) {
+		var h protocol.ConsumerOffsetHeader
+		if h.ReadFrom(req.Header) == nil {
+			mu.Lock()
+			masterCommits = append(masterCommits, h.Offset)
+			mu.Unlock()
+		}
+		return rpc.Reply{}, fakebroker.Pass
+	})
+	c := newTestClient(t, fc.Addr())
+	p := newTestProducer(t, c)
+	produceSync(t, p, "T", 0, 5)
+	col := newCollector(t)
+	// Commits ride with pulls only (the commit loop is far off).
+	co := newTestConsumer(t, c, "G", "T", WithCommitInterval(time.Hour), WithPollTimeout(100*time.Millisecond))
+	stop := runConsumer(t, co, col.handle)
+	defer stop()
+	testutil.Eventually(t, "the commit of 5 sent to the slave, then to the master", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(slaveCommits, 5) && slices.Contains(masterCommits, 5)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, col, 0, 5)
+}

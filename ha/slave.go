@@ -143,6 +143,9 @@ type Slave struct {
 	divergeLog ratelog.Limiter
 
 	connected atomic.Bool
+	// acked: the master's last answer on the current link acknowledged this slave's log end
+	// (HAOK): the log is a prefix of the master's.
+	acked     atomic.Bool
 	masterEnd atomic.Int64
 	confirmed atomic.Int64
 	// masterLoaded is the master's load flag as last heard.
@@ -268,6 +271,13 @@ func (s *Slave) Kick() {
 // Connected reports whether the link to the master is up.
 func (s *Slave) Connected() bool { return s.connected.Load() }
 
+// LogAcknowledged reports whether the master's last answer on the current link acknowledged
+// this slave's log end, so that the log is a prefix of the master's: false before the first
+// answer of a link, after the link ended, and once the master said the log is out of its range
+// (until the reset log is acknowledged). State kept beside the log (consumer offsets) is of the
+// master's log only while it is true.
+func (s *Slave) LogAcknowledged() bool { return s.acked.Load() }
+
 // MasterEnd returns the master's log end as last heard (0 before the first answer).
 func (s *Slave) MasterEnd() int64 { return s.masterEnd.Load() }
 
@@ -359,9 +369,11 @@ func (s *Slave) link(addr string) (progressed bool, err error) {
 	s.st.MasterHAAddr = addr
 	s.linkCancel = linkCancel
 	s.mu.Unlock()
+	s.acked.Store(false) // a master that came back may hold another log
 	s.connected.Store(true)
 	s.log.Info("connected to the master", "master", addr)
 	defer func() {
+		s.acked.Store(false)
 		s.connected.Store(false)
 		s.masterLoaded.Store(false) // not heard from any more: keep no consumer for it
 		_ = conn.Close()
@@ -438,6 +450,7 @@ func (s *Slave) apply(offset int64, hdr, body []byte) error {
 	s.st.Epoch = max(s.st.Epoch, h.Epoch)
 	s.st.LastContact = s.cfg.Now()
 	s.mu.Unlock()
+	s.acked.Store(h.Result == protocol.HAOK)
 	switch h.Result {
 	case protocol.HAOK:
 		if len(raw) == 0 {
@@ -481,13 +494,17 @@ func (s *Slave) reset(base int64, keep bool) error {
 	if err != nil {
 		return fmt.Errorf("cannot reset the log to %d: %w", base, err)
 	}
+	// The confirmed offset heard before was of the old log: nothing of the new one is known
+	// to be confirmed until the master acknowledges it.
+	s.confirmed.Store(min(s.confirmed.Load(), base))
+	s.mu.Lock()
+	s.st.ConfirmedOffset = min(s.st.ConfirmedOffset, base)
+	s.st.Resyncs++
+	s.mu.Unlock()
 	if kept != "" {
 		s.log.Error("the diverged log was moved aside: it may hold acknowledged messages the master lost; "+
 			"inspect it (e.g. open a copy as a store) before deleting it", "dir", kept)
 	}
-	s.mu.Lock()
-	s.st.Resyncs++
-	s.mu.Unlock()
 	return nil
 }
 
