@@ -244,6 +244,11 @@ func TestOnlyAMasterMovesOffsets(t *testing.T) {
 		}
 	}
 	testutil.EventuallyWithin(t, 10*time.Second, "the master to give its role up", func() bool { return m.role.Load().master == nil })
+	// Its status says what it is now, in the epoch it was master of: no role, not "a slave of
+	// epoch 0".
+	if st := m.haStatus(); st.State == "master" || st.State == "slave" || st.Epoch == 0 {
+		t.Fatalf("a deposed master's status: state %q epoch %d, want a state between roles in its last epoch", st.State, st.Epoch)
+	}
 	for _, off := range []int64{5, 50, 10_000} {
 		h := pullSome(t, c, "moved", 0, off, 10, 0)
 		if h.Result == protocol.PullOffsetMoved {

@@ -363,6 +363,11 @@ func (b *Broker) haStatus() protocol.HAStatus {
 	r := b.role.Load()
 	st := protocol.HAStatus{
 		Role:            b.roleName(r),
+		State:           r.State.String(),
+		Cutting:         r.Cutting,
+		Epoch:           r.Epoch,
+		MasterAddr:      r.Master.Addr,
+		MasterHAAddr:    r.Master.HAAddr,
 		BrokerID:        b.registeredID(),
 		LogMin:          b.store.LogMinOffset(),
 		LogEnd:          b.store.LogEndOffset(),
@@ -378,7 +383,6 @@ func (b *Broker) haStatus() protocol.HAStatus {
 		st.Slaves = ms.Slaves
 	case r.slave != nil:
 		ss := r.slave.Status()
-		st.MasterAddr, st.MasterHAAddr = r.Master.Addr, r.Master.HAAddr
 		st.MasterEnd = ss.MasterEnd
 		st.Connected = ss.Connected
 		st.ConfirmedOffset = ss.ConfirmedOffset

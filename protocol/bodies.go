@@ -427,6 +427,11 @@ type HAStatus struct {
 	// Stopped, when not empty, says why the member stopped following its group (for example a
 	// second truncation for the same epoch): it replicates nothing until an operator acts.
 	Stopped string
+	// State is the member's state as its role loop last published it (ha.MemberState's
+	// names: between, master, handing-over, slave, stopped, restarting); Cutting tells that a
+	// master answered that its log diverged and the cut is not decided or done yet.
+	State   string
+	Cutting bool
 }
 
 // AppendTo appends the encoded status.
@@ -456,7 +461,9 @@ func (s *HAStatus) AppendTo(dst []byte) []byte {
 	}
 	dst = AppendI64(dst, s.KnownConfirmed)
 	dst = append(dst, boolByte(s.Electable))
-	return AppendString(dst, s.Stopped)
+	dst = AppendString(dst, s.Stopped)
+	dst = AppendString(dst, s.State)
+	return append(dst, boolByte(s.Cutting))
 }
 
 // ReadFrom decodes the status from exactly src.
@@ -491,6 +498,8 @@ func (s *HAStatus) ReadFrom(src []byte) error {
 	s.KnownConfirmed = r.I64()
 	s.Electable = r.Bool()
 	s.Stopped = r.Str(maxRemarkLength)
+	s.State = r.Str(maxNameLength)
+	s.Cutting = r.Bool()
 	return r.Done()
 }
 

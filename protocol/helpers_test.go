@@ -157,8 +157,9 @@ func sampleOffsetTables() []*ConsumerOffsetTable {
 func sampleHAStatuses() []*HAStatus {
 	return []*HAStatus{
 		{Role: "SLAVE", BrokerID: 2, MasterAddr: "127.0.0.1:10911", MasterHAAddr: "127.0.0.1:10912", MasterEnd: 1 << 30, Connected: true, Slaves: []SlaveStatus{}},
-		{Role: "SLAVE", BrokerID: 3, KnownConfirmed: 1 << 32, Stopped: "truncated twice for epoch 7", Slaves: []SlaveStatus{}},
-		{Role: "SYNC_MASTER", Epoch: 4, LogEnd: 1 << 31, ConfirmedOffset: 1 << 31, InSyncReplicas: 2, KnownConfirmed: -1, Electable: true, Slaves: []SlaveStatus{
+		{Role: "SLAVE", BrokerID: 3, KnownConfirmed: 1 << 32, Stopped: "truncated twice for epoch 7", State: "stopped", Slaves: []SlaveStatus{}},
+		{Role: "SLAVE", BrokerID: 1, Epoch: 9, MasterAddr: "127.0.0.1:10911", State: "between", Cutting: true, Slaves: []SlaveStatus{}},
+		{Role: "SYNC_MASTER", State: "master", Epoch: 4, LogEnd: 1 << 31, ConfirmedOffset: 1 << 31, InSyncReplicas: 2, KnownConfirmed: -1, Electable: true, Slaves: []SlaveStatus{
 			{BrokerID: 1, Addr: "127.0.0.1:10921", HAAddr: "127.0.0.1:40122", AckedOffset: 1 << 31, InSync: true, Connected: true, RawBytes: 1 << 31, WireBytes: 1 << 29},
 			{BrokerID: 2, Addr: "127.0.0.1:10931", AckedOffset: 5, LagBytes: 1<<31 - 5, LagMs: 15000},
 		}},

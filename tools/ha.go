@@ -61,6 +61,13 @@ func WriteHAStatus(w io.Writer, st *protocol.HAStatus) error {
 	tw := newTable(w)
 	kv := func(k string, v any) { fmt.Fprintf(tw, "#%s\t%v\n", k, v) }
 	kv("Role", st.Role)
+	if st.State != "" {
+		state := st.State
+		if st.Cutting {
+			state += " (cutting a diverged log)"
+		}
+		kv("State", state)
+	}
 	kv("BrokerId", st.BrokerID)
 	kv("Epoch", st.Epoch)
 	kv("LogMinOffset", st.LogMin)
