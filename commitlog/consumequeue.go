@@ -107,6 +107,8 @@ type consumeQueue struct {
 	needZero bool  // the file tail after the last entry may hold stale entries
 	hwm      int64 // one past the highest entry index loaded or written
 	loaded   int64 // max offset of the entries loaded, before re-dispatch
+	prev     entry // the entry before confirm, which a re-dispatched batch must follow
+	hasPrev  bool  // prev is set (the queue has an entry before confirm)
 }
 
 // queueLocked returns the queue or nil. Caller holds mu (or qmu). Does not allocate.

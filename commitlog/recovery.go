@@ -682,17 +682,20 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 		first := files[0].base
 		if q.confirm < 0 {
 			q.confirm = q.searchRaw(first, q.cnt, func(e entry) bool { return e.phys >= from })
-		}
-		if q.confirm > first {
-			if prev, _ := q.rawEntry(q.confirm - 1); base != prev.nextOff() || pos < prev.end() {
-				return false, fmt.Sprintf("batch of %s/%d has base queue offset %d, but the queue continues at %d (after the batch at %d)",
-					info.Topic, info.QueueID, base, prev.nextOff(), prev.phys), nil
+			if q.confirm > first {
+				q.prev, _ = q.rawEntry(q.confirm - 1)
+				q.hasPrev = true
 			}
+		}
+		if q.hasPrev && (base != q.prev.nextOff() || pos < q.prev.end()) {
+			return false, fmt.Sprintf("batch of %s/%d has base queue offset %d, but the queue continues at %d (after the batch at %d)",
+				info.Topic, info.QueueID, base, q.prev.nextOff(), q.prev.phys), nil
 		}
 		if q.confirm < q.cnt {
 			if e, ok := q.rawEntry(q.confirm); ok && e.phys == pos && e.base == base && e.size == size &&
 				e.count == count && e.tag == info.TagHash {
 				q.confirm++
+				q.prev, q.hasPrev = e, true
 				q.lastTS.Store(info.StoreTimestamp)
 				return false, "", nil
 			}
@@ -706,6 +709,7 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 	q.last.dirty = true
 	q.hwm = max(q.hwm, q.cnt)
 	q.confirm = q.cnt
+	q.prev, q.hasPrev = entry{phys: pos, size: size, base: base, count: count}, true
 	return true, "", nil
 }
 
