@@ -271,6 +271,13 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 	if b.role.Load().master != nil {
 		delete(kv, "masterAddr") // this broker is the master; what it followed before is history
 	}
+	rec := b.store.Recovery()
+	if rec.Cut {
+		kv["commitLogRecoveryCut"] = fmt.Sprintf("from=%d to=%d reason=%s", rec.End, rec.CutTo, rec.Reason)
+	}
+	if rec.QueuesBack > 0 {
+		kv["commitLogRecoveryQueuesBack"] = strconv.Itoa(rec.QueuesBack)
+	}
 	addHAKeys(kv, b.haStatus())
 	t := protocol.KVTable{}
 	for k, v := range kv {

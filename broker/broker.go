@@ -38,7 +38,6 @@ type Broker struct {
 	consumers *consumerTable
 	stats     stats
 	metrics   *metrics // nil unless metricsPromExporterPort is set (metrics.go)
-	stamp     commitlog.StampFunc
 	limits    protocol.BatchLimits
 	started   time.Time
 
@@ -169,9 +168,6 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	empty := ""
 	b.addr.Store(&empty)
 	b.elected = elected
-	b.stamp = func(dst []byte, phys, baseQueueOffset, storeTimestamp int64) {
-		protocol.StampBatch(dst, phys, baseQueueOffset, storeTimestamp, b.role.Load().Epoch)
-	}
 	if cfg.EnableRaftHA {
 		if b.raft, err = newRaftMember(b); err != nil {
 			store.Close()
@@ -207,7 +203,14 @@ func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
 		Count:           h.Count,
 		TagHash:         tagHash,
 		StoreTimestamp:  h.StoreTimestamp,
+		Epoch:           h.Epoch,
 	}, nil
+}
+
+// stampBatch is the Append StampFunc: the broker-assigned fields, with the epoch of the master
+// role that admitted the send.
+func stampBatch(dst []byte, phys, baseQueueOffset, storeTimestamp int64, epoch uint32) {
+	protocol.StampBatch(dst, phys, baseQueueOffset, storeTimestamp, epoch)
 }
 
 // Start listens on the configured port, starts serving and registers with the NameServers; with

@@ -42,9 +42,7 @@ func openTestStoreCfg(t *testing.T, dir string, segment int64) *commitlog.Store 
 func appendStamped(t *testing.T, s *commitlog.Store, qid int32, epoch uint32, body string) commitlog.AppendResult {
 	t.Helper()
 	b := buildBatch("T", qid, body)
-	res, err := s.Append([]byte("T"), qid, b, 1, 0, func(dst []byte, phys, base, ts int64) {
-		protocol.StampBatch(dst, phys, base, ts, epoch)
-	})
+	res, err := s.Append([]byte("T"), qid, b, 1, 0, epoch, stampBatch)
 	if err != nil {
 		t.Fatal(err)
 	}

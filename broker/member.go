@@ -356,7 +356,9 @@ func (d *roleDriver) electMaster(h protocol.ElectMasterRequest) electResult {
 			ev.Mode = r.Mode
 		}
 		if d.slave != nil {
-			ev.SlaveEpoch = d.slave.Status().Epoch
+			// The promoted epoch is above both what this slave followed and its log's newest
+			// batch (a slave restarted without an answer from its master knows only the latter).
+			ev.SlaveEpoch = max(d.slave.Status().Epoch, b.store.LastEpoch())
 		}
 		if d.master != nil {
 			st := d.master.Status()

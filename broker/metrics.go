@@ -87,6 +87,10 @@ var (
 		"Bytes of the commit log still held (its end offset minus its min offset).", nodeLabels, nil)
 	descFlushBehind = prometheus.NewDesc("petrel_storage_flush_behind_bytes",
 		"Bytes of the commit log appended but not yet flushed to disk.", nodeLabels, nil)
+	descRecoveryCut = prometheus.NewDesc("petrel_storage_recovery_cut",
+		"1 if opening the commit log at start cut its tail (a torn or damaged batch, one that does not continue the log's history, or a truncation), else 0.", nodeLabels, nil)
+	descRecoveryQueuesBack = prometheus.NewDesc("petrel_storage_recovery_queues_back",
+		"Queues whose max offset went below what their consume queue held before the start (the log was cut or lost its tail).", nodeLabels, nil)
 	descRole = prometheus.NewDesc("petrel_broker_role",
 		"1 for the role the broker plays now (SYNC_MASTER, ASYNC_MASTER or SLAVE), 0 for the others.",
 		append(nodeLabels[:2:2], labelRole), nil)
@@ -117,7 +121,7 @@ var (
 
 	allDescs = []*prometheus.Desc{
 		descMessagesIn, descThroughputIn, descMessagesOut, descThroughputOut, descSendErrors, descRequests,
-		descConsumerLag, descTopics, descGroups, descStorageSize, descFlushBehind, descRole, descEpoch,
+		descConsumerLag, descTopics, descGroups, descStorageSize, descFlushBehind, descRecoveryCut, descRecoveryQueuesBack, descRole, descEpoch,
 		descInSyncReplicas, descReplLagBytes, descReplLagSeconds, descReplInSync, descReplConnected,
 		descBehindMaster, descMasterConnected, descRaftTerm, descRaftLeader,
 	}
@@ -311,6 +315,9 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	end := b.store.LogEndOffset()
 	node(descStorageSize, float64(max(end-b.store.LogMinOffset(), 0)))
 	node(descFlushBehind, float64(max(end-b.store.FlushedOffset(), 0)))
+	rec := b.store.Recovery()
+	node(descRecoveryCut, b2f(rec.Cut))
+	node(descRecoveryQueuesBack, float64(rec.QueuesBack))
 
 	// Role and replication.
 	st := b.haStatus()

@@ -162,6 +162,8 @@ func TestMetricsAndPprof(t *testing.T) {
 		{"petrel_broker_role", append(node[:4:4], "role", RoleSlave), 0},
 		{"petrel_append_latency_seconds_count", node, 3},
 		{"petrel_storage_size_bytes", node, float64(b.store.LogEndOffset())},
+		{"petrel_storage_recovery_cut", node, 0},
+		{"petrel_storage_recovery_queues_back", node, 0},
 		{"petrel_replication_in_sync_replicas", node, 1},
 	}
 	for _, ck := range checks {

@@ -265,6 +265,10 @@ func (m *raftMember) startMaster(d *roleDriver) ha.Event {
 		_ = hm.Close()
 		return ha.MasterStarted{Err: fmt.Errorf("cannot record epoch %d: %w", st.Epoch, err)}
 	}
+	if last := b.store.LastEpoch(); st.Epoch < last {
+		b.log.Error("the new epoch is below the epoch of this log's newest batch (Raft state reset with the store kept?); "+
+			"the commit log refuses sends until the group's epoch passes it", "epoch", st.Epoch, "logEpoch", last)
+	}
 	b.adoptStoredTopics()
 	d.master = hm
 	b.log.Info("acting as master", "epoch", st.Epoch, "epochStart", end, "syncStateSet", st.SyncStateSet,

@@ -156,6 +156,12 @@ func (b *Broker) startHA() error {
 	st := ha.StartStatic{Slave: b.cfg.isSlave(), Epoch: b.elected, BrokerID: b.cfg.BrokerID}
 	if st.Slave {
 		st.Master.HAAddr = b.cfg.HAMasterAddress // the client address comes with the master's first answer
+	} else if last := b.store.LastEpoch(); last > st.Epoch {
+		// A master never stamps an epoch below its log's newest batch (Store.Append refuses
+		// it): without an elected file (removed, or roles swapped in the config files) a
+		// static master would start in epoch 0.
+		b.log.Info("starting in the epoch of the log's newest batch", "epoch", last, "electedEpoch", st.Epoch)
+		st.Epoch = last
 	}
 	b.roles.start(&st)
 	r := b.role.Load()

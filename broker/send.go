@@ -75,7 +75,7 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 	if b.metrics != nil {
 		appendStart = time.Now()
 	}
-	res, err := b.store.Append(h.Topic, h.QueueID, f.Body, h.Count, tagHash, b.stamp)
+	res, err := b.store.Append(h.Topic, h.QueueID, f.Body, h.Count, tagHash, r.Epoch, stampBatch)
 	if b.metrics != nil && err == nil {
 		b.metrics.appendLatency.Observe(time.Since(appendStart).Seconds())
 	}

@@ -30,7 +30,7 @@ func BenchmarkAppend(b *testing.B) {
 			b.SetBytes(int64(len(batch)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Append(topic, 0, batch, 1, 0, testStamp); err != nil {
+				if _, err := s.Append(topic, 0, batch, 1, 0, 0, testStamp); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -54,7 +54,7 @@ func BenchmarkAppendSync(b *testing.B) {
 		done := make(chan error, 1)
 		cb := func(err error) { done <- err }
 		for pb.Next() {
-			res, err := s.Append([]byte("bench"), 0, batch, 1, 0, testStamp)
+			res, err := s.Append([]byte("bench"), 0, batch, 1, 0, 0, testStamp)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -74,11 +74,11 @@ func BenchmarkRead(b *testing.B) {
 	const n = 20000
 	batch := makeBatch("bench", 0, 1, 0, make([]byte, 1024-tbHeader-5-12))
 	for range n {
-		if _, err := s.Append([]byte("bench"), 0, batch, 1, 0, testStamp); err != nil {
+		if _, err := s.Append([]byte("bench"), 0, batch, 1, 0, 0, testStamp); err != nil {
 			b.Fatal(err)
 		}
 		// Interleave another queue so batches are not all contiguous.
-		if _, err := s.Append([]byte("other"), 0, batch, 1, 0, testStamp); err != nil {
+		if _, err := s.Append([]byte("other"), 0, batch, 1, 0, 0, testStamp); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -113,7 +113,7 @@ func BenchmarkRecovery(b *testing.B) {
 	}
 	for s.LogEndOffset() < 256<<20 {
 		for q := range int32(8) {
-			if _, err := s.Append([]byte("bench"), q, batches[q], 1, 0, testStamp); err != nil {
+			if _, err := s.Append([]byte("bench"), q, batches[q], 1, 0, 0, testStamp); err != nil {
 				b.Fatal(err)
 			}
 		}

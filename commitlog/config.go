@@ -47,19 +47,24 @@ type BatchInfo struct {
 	TagHash uint32
 	// StoreTimestamp is the store time stamped by Append, in Unix milliseconds.
 	StoreTimestamp int64
+	// Epoch is the epoch stamped by Append (the master epoch that stored the batch); 0 for a
+	// format without epochs. Epochs never go down along the log.
+	Epoch uint32
 }
 
 // Parser validates the batch at the start of b (b may extend past it): the batch CRC, and that
 // the physical offset stored in the batch equals physicalOffset. It returns an error wrapping
-// ErrIncomplete when b is shorter than the batch and any other error for corrupt data. Only
-// Open calls it (recovery), on the goroutine calling Open; it must not retain b.
+// ErrIncomplete when b is shorter than the batch and any other error for corrupt data. Open
+// calls it (recovery, on the goroutine calling Open) and so do ReadReplication and
+// AppendReplicated (any goroutine); it must not retain b. The store then checks that the batch
+// continues the log's history (see the package documentation, "History").
 type Parser func(b []byte, physicalOffset int64) (BatchInfo, error)
 
 // StampFunc writes the broker-assigned fields into the stored copy of a batch. Append calls it
 // under the store mutex with dst = the batch's bytes inside the mapping (len(dst) == cap(dst) ==
-// batch size), its physical offset, base queue offset and store timestamp (Unix milliseconds).
-// It must be short and must not call back into the Store.
-type StampFunc func(dst []byte, physicalOffset, baseQueueOffset, storeTimestamp int64)
+// batch size), its physical offset, base queue offset, store timestamp (Unix milliseconds) and
+// the epoch passed to Append. It must be short and must not call back into the Store.
+type StampFunc func(dst []byte, physicalOffset, baseQueueOffset, storeTimestamp int64, epoch uint32)
 
 // Config configures a Store. Zero values select the documented defaults.
 type Config struct {

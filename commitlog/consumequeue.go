@@ -106,6 +106,9 @@ type consumeQueue struct {
 	confirm  int64 // next entry that must match a re-dispatched batch (-1: not located yet)
 	needZero bool  // the file tail after the last entry may hold stale entries
 	hwm      int64 // one past the highest entry index loaded or written
+	loaded   int64 // max offset of the entries loaded, before re-dispatch
+	prev     entry // the entry before confirm, which a re-dispatched batch must follow
+	hasPrev  bool  // prev is set (the queue has an entry before confirm)
 }
 
 // queueLocked returns the queue or nil. Caller holds mu (or qmu). Does not allocate.

@@ -22,17 +22,41 @@
 //     segment-end marker.
 //   - Config.Parser validates the batch at the start of b (b may extend past it): it checks the
 //     batch CRC and that the physical offset stored in the batch equals physicalOffset, and
-//     returns the batch's BatchInfo. It returns an error wrapping ErrIncomplete when b is shorter
-//     than the batch, and any other error for corrupt data. Recovery stops at the first error,
-//     so a batch whose CRC fails is never served after a restart.
+//     returns the batch's BatchInfo (its queue, base queue offset, count and epoch among them).
+//     It returns an error wrapping ErrIncomplete when b is shorter than the batch, and any other
+//     error for corrupt data. Recovery stops at the first error, so a batch whose CRC fails is
+//     never served after a restart.
 //   - The StampFunc passed to Append writes the broker-assigned fields (physical offset, base
-//     queue offset, store timestamp) into the stored copy; those fields are outside the CRC.
+//     queue offset, store timestamp, epoch) into the stored copy; those fields are outside the
+//     CRC.
+//
+// # History
+//
+// The CRC cannot tell a batch from a stale copy of one: the fields a copy needs changed to pass
+// the parser (its physical offset) are outside it. So every path that puts a batch into the
+// log accepts it only if it continues the log's own history:
+//
+//   - its physical offset is its position (the Parser checks it);
+//   - its base queue offset is its queue's next offset (a queue without entries takes the
+//     first batch's: a log reset to a master's min offset, or a re-created queue);
+//   - its epoch is not below the previous batch's.
+//
+// Append assigns the first two and refuses an epoch below LastEpoch (ErrStaleEpoch);
+// AppendReplicated refuses a chunk with any batch that breaks a rule (ErrReplicaMismatch);
+// recovery cuts the log at the first batch that breaks one (below). So a queue's max offset
+// never goes back across a restart unless the log was cut, and a cut is reported: logged with
+// its range and reason, in Store.Recovery, and per queue whose max offset went back.
+//
+// DeleteQueues records, before it removes a topic's queues, the log end at the deletion in the
+// deletions file: the topic's batches below it belong to the deleted queues (recovery does not
+// index them again), the ones after to the new queues, whose offsets start afresh.
 //
 // # On-disk layout
 //
 //	<Dir>/
 //	  LOCK                                   flock(2)ed while a Store has the directory open
 //	  checkpoint                             40 bytes, see below (written as checkpoint.tmp, renamed)
+//	  deletions                              "<escaped topic> <log offset>\n" per deleted topic (History)
 //	  commitlog/
 //	    00000000000000000000                 segment: physical offsets [0, SegmentSize)
 //	    00000000001073741824                 next segment: [SegmentSize, 2*SegmentSize)
@@ -102,17 +126,22 @@
 //
 // Open scans the log from the start of the segment holding the checkpoint's durable offset (the
 // first segment without a usable checkpoint), calling Parser on each batch, and stops at zeros,
-// at a parser error or at a batch running past its segment; a marker continues at the next
-// segment. It then zeroes the rest of that segment and msyncs it, and only then deletes later
-// segment files (newest first), so a crash at any point of recovery leads to the same result.
-// Consume queues are loaded and validated (each keeps its longest valid prefix) and every batch
-// from the checkpoint's queue-durable offset D (earlier where damage was found) is dispatched
-// again: every entry pointing at or after D must match the scanned batches one for one and in
-// order (the batch's stored base queue offset is authoritative), so entries that match are kept,
-// missing ones appended, and conflicting or dangling ones (past the recovered end) truncated.
-// After a crash each queue's file tail past its last entry is zeroed too, so stale entries can
-// never be revived later. The log and queues are msync'd and a fresh checkpoint is written
-// before Open returns.
+// at a parser error, at a batch running past its segment or at a batch that does not continue
+// the log's history (History: epochs are checked from the scan's start, continuing the epoch
+// of the batch before it; queue offsets from D, below); a marker continues at the next
+// segment. It then zeroes the rest of that segment and msyncs it (after a clean shutdown only
+// when the scan stopped at something else than zeros, or the first 64 KiB after the end are not
+// all zero), and only then deletes later segment files (newest first), so a crash at any point
+// of recovery leads to the same result. Consume queues are loaded and validated (each keeps its
+// longest valid prefix) and every batch from D, the earlier of the checkpoint's two durable
+// offsets (earlier still where damage was found), is dispatched again: its base queue offset
+// must continue where its queue's entries before D and the batches dispatched since end, and
+// every entry pointing at or after D must match the scanned batches one for one and in order,
+// so entries that match are kept, missing ones appended, and dangling ones (past the
+// recovered end) truncated. After a crash or a cut each queue's file tail past its last entry
+// is zeroed too, so stale entries can never be revived later. Recorded deletions above the
+// recovered end move down to it. The log and queues are msync'd and a fresh checkpoint is
+// written before Open returns; Store.Recovery tells what was cut.
 //
 // # Concurrency
 //

@@ -16,6 +16,9 @@ var (
 	ErrCorrupt = errors.New("commitlog: corrupt data")
 	// ErrInvalidBatch is wrapped by Append for a batch that breaks the batch contract.
 	ErrInvalidBatch = errors.New("commitlog: invalid batch")
+	// ErrStaleEpoch is wrapped by Append for an epoch below the epoch of the log's newest batch:
+	// stored, the batch would not continue the log's history and the next Open would cut it.
+	ErrStaleEpoch = errors.New("commitlog: epoch below the epoch of the log's newest batch")
 	// ErrInvalidTopic is wrapped by Append for an empty or too long topic or a negative queue id.
 	ErrInvalidTopic = errors.New("commitlog: invalid topic or queue id")
 	// ErrInvalidConfig is wrapped by Open for a Config it cannot use.

@@ -19,28 +19,32 @@ import (
 
 // Test batch format (big-endian):
 //
-//	0 size u32 | 4 crc32c u32 over [32, size) | 8 phys i64 | 16 base i64 | 24 storeTs i64 |
-//	32 topicLen u16 | 34 topic | queueID i32 | count i32 | tagHash u32 | payload
-const tbHeader = 34
+//	0 size u32 | 4 crc32c u32 over [36, size) | 8 phys i64 | 16 base i64 | 24 storeTs i64 |
+//	32 epoch u32 | 36 topicLen u16 | 38 topic | queueID i32 | count i32 | tagHash u32 | payload
+const (
+	tbHeader   = 38
+	tbCRCStart = 36
+)
 
 func makeBatch(topic string, qid int32, count int32, tag uint32, payload []byte) []byte {
 	size := tbHeader + len(topic) + 12 + len(payload)
 	b := make([]byte, size)
 	binary.BigEndian.PutUint32(b[0:], uint32(size))
-	binary.BigEndian.PutUint16(b[32:], uint16(len(topic)))
-	p := 34 + copy(b[34:], topic)
+	binary.BigEndian.PutUint16(b[tbCRCStart:], uint16(len(topic)))
+	p := tbHeader + copy(b[tbHeader:], topic)
 	binary.BigEndian.PutUint32(b[p:], uint32(qid))
 	binary.BigEndian.PutUint32(b[p+4:], uint32(count))
 	binary.BigEndian.PutUint32(b[p+8:], tag)
 	copy(b[p+12:], payload)
-	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[32:], castagnoli))
+	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[tbCRCStart:], castagnoli))
 	return b
 }
 
-func testStamp(dst []byte, phys, base, ts int64) {
+func testStamp(dst []byte, phys, base, ts int64, epoch uint32) {
 	binary.BigEndian.PutUint64(dst[8:], uint64(phys))
 	binary.BigEndian.PutUint64(dst[16:], uint64(base))
 	binary.BigEndian.PutUint64(dst[24:], uint64(ts))
+	binary.BigEndian.PutUint32(dst[32:], epoch)
 }
 
 var errTestCorrupt = errors.New("test batch corrupt")
@@ -57,32 +61,33 @@ func testParser(b []byte, phys int64) (BatchInfo, error) {
 		return BatchInfo{}, fmt.Errorf("%d of %d bytes: %w", len(b), size, ErrIncomplete)
 	}
 	b = b[:size]
-	if binary.BigEndian.Uint32(b[4:]) != crc32.Checksum(b[32:], castagnoli) {
+	if binary.BigEndian.Uint32(b[4:]) != crc32.Checksum(b[tbCRCStart:], castagnoli) {
 		return BatchInfo{}, fmt.Errorf("crc: %w", errTestCorrupt)
 	}
 	if got := int64(binary.BigEndian.Uint64(b[8:])); got != phys {
 		return BatchInfo{}, fmt.Errorf("stored offset %d != %d: %w", got, phys, errTestCorrupt)
 	}
-	tl := int(binary.BigEndian.Uint16(b[32:]))
-	if 34+tl+12 > size {
+	tl := int(binary.BigEndian.Uint16(b[tbCRCStart:]))
+	if tbHeader+tl+12 > size {
 		return BatchInfo{}, fmt.Errorf("topic length: %w", errTestCorrupt)
 	}
-	p := 34 + tl
+	p := tbHeader + tl
 	return BatchInfo{
 		Size:            size,
-		Topic:           b[34:p],
+		Topic:           b[tbHeader:p],
 		QueueID:         int32(binary.BigEndian.Uint32(b[p:])),
 		BaseQueueOffset: int64(binary.BigEndian.Uint64(b[16:])),
 		Count:           int32(binary.BigEndian.Uint32(b[p+4:])),
 		TagHash:         binary.BigEndian.Uint32(b[p+8:]),
 		StoreTimestamp:  int64(binary.BigEndian.Uint64(b[24:])),
+		Epoch:           binary.BigEndian.Uint32(b[32:]),
 	}, nil
 }
 
 // payloadOf returns the payload of a stored test batch.
 func payloadOf(b []byte) []byte {
-	tl := int(binary.BigEndian.Uint16(b[32:]))
-	return b[34+tl+12 : binary.BigEndian.Uint32(b)]
+	tl := int(binary.BigEndian.Uint16(b[tbCRCStart:]))
+	return b[tbHeader+tl+12 : binary.BigEndian.Uint32(b)]
 }
 
 func quietLogger() *slog.Logger {
@@ -155,6 +160,7 @@ type rec struct {
 	phys    int64
 	size    int
 	payload []byte
+	epoch   uint32
 }
 
 type qkey struct {
@@ -214,8 +220,14 @@ func (m *model) keys() []qkey {
 
 func appendRec(t tb, s *Store, m *model, topic string, qid int32, count int32, payload []byte) rec {
 	t.Helper()
+	return appendRecEpoch(t, s, m, topic, qid, count, payload, 0)
+}
+
+// appendRecEpoch is appendRec in a master epoch.
+func appendRecEpoch(t tb, s *Store, m *model, topic string, qid int32, count int32, payload []byte, epoch uint32) rec {
+	t.Helper()
 	tag := uint32(len(payload)) * 7
-	res, err := s.Append([]byte(topic), qid, makeBatch(topic, qid, count, tag, payload), count, tag, testStamp)
+	res, err := s.Append([]byte(topic), qid, makeBatch(topic, qid, count, tag, payload), count, tag, epoch, testStamp)
 	if err != nil {
 		t.Fatalf("Append(%s/%d): %v", topic, qid, err)
 	}
@@ -223,7 +235,7 @@ func appendRec(t tb, s *Store, m *model, topic string, qid int32, count int32, p
 	if want := m.maxOffset(k); res.BaseQueueOffset != want {
 		t.Fatalf("Append(%s/%d): base %d, want %d", topic, qid, res.BaseQueueOffset, want)
 	}
-	r := rec{topic: topic, qid: qid, base: res.BaseQueueOffset, count: count, tag: tag, phys: res.PhysicalOffset, size: res.Size, payload: payload}
+	r := rec{topic: topic, qid: qid, base: res.BaseQueueOffset, count: count, tag: tag, phys: res.PhysicalOffset, size: res.Size, payload: payload, epoch: epoch}
 	m.add(r)
 	return r
 }
@@ -262,7 +274,7 @@ func checkBatch(t tb, b []byte, r rec) {
 		t.Fatalf("batch %s/%d@%d: %v", r.topic, r.qid, r.base, err)
 	}
 	if info.Size != len(b) || string(info.Topic) != r.topic || info.QueueID != r.qid || info.BaseQueueOffset != r.base ||
-		info.Count != r.count || info.TagHash != r.tag || !bytes.Equal(payloadOf(b), r.payload) {
+		info.Count != r.count || info.TagHash != r.tag || info.Epoch != r.epoch || !bytes.Equal(payloadOf(b), r.payload) {
 		t.Fatalf("batch %s/%d@%d mismatch: %+v", r.topic, r.qid, r.base, info)
 	}
 }

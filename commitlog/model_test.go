@@ -159,12 +159,12 @@ func TestZeroAllocs(t *testing.T) {
 	topic := []byte("allocs")
 	batch := makeBatch("allocs", 1, 1, 0, make([]byte, 200))
 	for range 100 {
-		if _, err := s.Append(topic, 1, batch, 1, 0, testStamp); err != nil {
+		if _, err := s.Append(topic, 1, batch, 1, 0, 0, testStamp); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if a := testing.AllocsPerRun(1000, func() {
-		if _, err := s.Append(topic, 1, batch, 1, 0, testStamp); err != nil {
+		if _, err := s.Append(topic, 1, batch, 1, 0, 0, testStamp); err != nil {
 			t.Fatal(err)
 		}
 	}); a != 0 {

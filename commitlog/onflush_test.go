@@ -26,7 +26,7 @@ func TestOnFlush(t *testing.T) {
 	s := mustOpen(t, cfg)
 	topic := []byte("onflush")
 	batch := makeBatch("onflush", 0, 1, 0, make([]byte, 100))
-	res, err := s.Append(topic, 0, batch, 1, 0, testStamp)
+	res, err := s.Append(topic, 0, batch, 1, 0, 0, testStamp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestOnFlush(t *testing.T) {
 		t.Errorf("after a group commit: %d calls, %d bytes; want >= 1 call covering %d bytes", calls, total, res.EndOffset)
 	}
 	mu.Unlock()
-	if _, err := s.Append(topic, 0, batch, 1, 0, testStamp); err != nil {
+	if _, err := s.Append(topic, 0, batch, 1, 0, 0, testStamp); err != nil {
 		t.Fatal(err)
 	}
 	end := s.LogEndOffset()

@@ -1,9 +1,11 @@
 package commitlog
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +14,23 @@ import (
 	"strings"
 	"time"
 )
+
+// Recovery is what Open found and did (Store.Recovery).
+type Recovery struct {
+	// End is the log end offset Open recovered.
+	End int64
+	// Cut is true when Open dropped bytes after End that were not the log's end: a torn or
+	// damaged batch, a batch that does not continue the log's history, or a truncation request.
+	Cut bool
+	// CutTo is the end of the log's last segment file before the cut: [End, CutTo) was zeroed
+	// or removed (the segments' unwritten tails included). Set when Cut.
+	CutTo int64
+	// Reason says why the scan stopped at End.
+	Reason string
+	// QueuesBack counts the queues whose max offset went below what their consume queue held
+	// before the restart (each is logged): the log was cut, or lost its tail in a crash.
+	QueuesBack int
+}
 
 // recover loads and repairs the store; see the package documentation. Open only: no other
 // goroutine runs yet, and files are freed inline.
@@ -64,7 +83,13 @@ func (s *Store) recover() error {
 	if truncOK {
 		scanFrom, dispatchFrom = min(scanFrom, truncAt), min(dispatchFrom, truncAt)
 	}
+	// Batches past the durable log are checked against their queues too, even where the
+	// queues' entries are durable: the bytes there may not be what was appended.
+	dispatchFrom = min(dispatchFrom, scanFrom)
 
+	if s.deleted, err = readDeletions(s.cfg.Dir); err != nil {
+		return err
+	}
 	damage, err := s.loadQueues()
 	if err != nil {
 		return err
@@ -72,19 +97,24 @@ func (s *Store) recover() error {
 	dispatchFrom = min(dispatchFrom, max(damage, logMin))
 	crashed := !fresh && (!ckOK || !ck.clean) || truncOK
 
-	// Scan (and re-dispatch) from the start of the segment holding the earlier of the two.
+	// Scan (and re-dispatch) from the start of the segment holding the earlier of the two. Every
+	// batch must continue the log's history (package documentation, "History"); the scan stops
+	// at the first one that does not (cut: the bytes there are not the log's end).
 	k := segIndex(segs, min(scanFrom, dispatchFrom))
 	scanStart := segs[k].base
 	pos := scanStart
 	segs[k].newestTS.Store(0)
+	epoch := s.epochBefore(scanStart)
 	var (
 		reason              string
+		cut, history        bool // stopped at bytes that are not the end; at a whole batch that does not continue
 		batches, dispatched int
 	)
 	for {
 		seg := segs[k]
 		if truncOK && pos >= truncAt {
 			reason = fmt.Sprintf("truncation requested at %d", truncAt)
+			cut = true
 			break
 		}
 		rel := pos - seg.base
@@ -109,6 +139,7 @@ func (s *Store) recover() error {
 			reason = "end of log"
 			break
 		}
+		cut = true // unless the batch passes every check below
 		info, err := s.cfg.Parser(b, pos)
 		if err != nil {
 			reason = "batch rejected by parser: " + err.Error()
@@ -122,25 +153,46 @@ func (s *Store) recover() error {
 			reason = fmt.Sprintf("batch with count %d, queue %q/%d, base offset %d", info.Count, info.Topic, info.QueueID, info.BaseQueueOffset)
 			break
 		}
-		if info.StoreTimestamp > seg.newestTS.Load() {
-			seg.newestTS.Store(info.StoreTimestamp)
+		if info.Epoch < epoch {
+			reason = fmt.Sprintf("batch of %s/%d (base queue offset %d) is of epoch %d, after one of epoch %d",
+				info.Topic, info.QueueID, info.BaseQueueOffset, info.Epoch, epoch)
+			history = true
+			break
 		}
 		if pos >= dispatchFrom {
-			did, err := s.redispatch(pos, &info, dispatchFrom)
+			did, why, err := s.redispatch(pos, &info, dispatchFrom)
 			if err != nil {
 				return err
+			}
+			if why != "" {
+				reason, history = why, true
+				break
 			}
 			if did {
 				dispatched++
 			}
 		}
+		cut = false
+		if info.StoreTimestamp > seg.newestTS.Load() {
+			seg.newestTS.Store(info.StoreTimestamp)
+		}
+		epoch = info.Epoch
 		pos += int64(info.Size)
 		batches++
 	}
 	end := pos
 	endSeg := segs[k]
-	if end != ck.logDurable {
-		crashed = true // not where the clean shutdown left it
+	if end != ck.logDurable || cut {
+		crashed = true // not where the clean shutdown left it, or something was written after it
+	}
+	if !crashed {
+		// A clean Close left zeros after the end; bytes that are not (written while the store
+		// was closed) would be read as the log's continuation once appends reach them.
+		rel := end - endSeg.base
+		if !allZero(endSeg.data[rel:min(rel+tailCheckWindow, endSeg.size)]) {
+			s.logger.Warn("commitlog: bytes that are not zero after the end of a cleanly closed log; zeroing the segment's tail", "end", end)
+			crashed = true
+		}
 	}
 
 	// Consume queues first: entries at or after dispatchFrom that no scanned batch confirmed
@@ -163,6 +215,7 @@ func (s *Store) recover() error {
 			return err
 		}
 	}
+	back := s.queuesBack(end, cut)
 	var zeroed int64
 	if crashed { // after a clean Close the tail is known to be zero
 		if err := zeroTail(endSeg.path(), endSeg.data, end-endSeg.base, true); err != nil {
@@ -197,6 +250,10 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
+	if err := s.finishDeletions(logMin, end); err != nil {
+		return err
+	}
+	s.lastEpoch.Store(epoch)
 	ck = checkpoint{logDurable: end, queueDurable: end}
 	if err := writeCheckpoint(s.cfg.Dir, ck, s.cfg.Now()); err != nil {
 		return err
@@ -209,6 +266,19 @@ func (s *Store) recover() error {
 		if err := doneTruncateRequest(s.cfg.Dir); err != nil {
 			return fmt.Errorf("cannot remove the truncation request: %w", err)
 		}
+	}
+	s.recovery = Recovery{End: end, Cut: cut, Reason: reason, QueuesBack: back}
+	if cut {
+		s.recovery.CutTo = lastEnd
+		// A torn write is what a crash leaves; anything else after the end (a clean shutdown
+		// left it zero) or a whole batch that does not continue the history was not written
+		// by this log's appends.
+		level := slog.LevelWarn
+		if history || ckOK && ck.clean && !truncOK {
+			level = slog.LevelError
+		}
+		s.logger.Log(context.Background(), level, "commitlog: recovery cut the log; everything from the first batch that does not continue the log's history is dropped",
+			"cutFrom", end, "cutTo", lastEnd, "reason", reason, "segmentsRemoved", removed, "queuesWentBack", back)
 	}
 	s.logger.Info("commitlog: recovered",
 		"dir", s.cfg.Dir,
@@ -352,6 +422,10 @@ func (s *Store) loadQueues() (int64, error) {
 	return damage, nil
 }
 
+// tailCheckWindow is how far past the end of a cleanly closed log recovery checks that the
+// bytes are zero.
+const tailCheckWindow = 64 << 10
+
 // crashZeroWindow is how far past a queue's last entry recovery zeroes its file after a crash
 // (a range FALLOC_FL_ZERO_RANGE clears cheaply). NB: a crash of the machine (not just
 // the process) can persist pages out of order, so entries written after the last queue flush
@@ -478,6 +552,15 @@ scan:
 	}
 	q.hwm = idx + 1 // a torn entry at idx
 	q.truncateRecovery(idx)
+	q.loaded = q.next
+	if d, ok := s.deleted[topic]; ok && q.cnt > files[0].base {
+		if e, _ := q.rawEntry(files[0].base); e.phys < d {
+			// Left by a crash inside DeleteQueues, after the record and before the move.
+			s.logger.Warn("commitlog: removing a consume queue its topic's recorded deletion removed", "topic", topic, "queue", id, "deletedAt", d)
+			s.dropQueueRecovery(q)
+			return damage, nil
+		}
+	}
 	q.needZero = bad || damaged
 	if bad || damaged {
 		damage = 0
@@ -576,49 +659,113 @@ func (q *consumeQueue) finishTail(from int64, crashed bool) (bool, error) {
 	return zero, nil
 }
 
-// redispatch indexes the batch at pos (>= from) during recovery. Entries pointing at or after
+// redispatch indexes the batch at pos (>= from) during recovery, if it continues its queue:
+// its base queue offset must be where the queue's entries before from and the batches
+// re-dispatched since end (any base for a queue with none, whose first batch sets its offsets).
+// Otherwise it returns why not, and recovery cuts the log there. Entries pointing at or after
 // from must match the scanned batches one for one, in order: a matching entry is kept, anything
-// else from there on is truncated and the batch's entry appended. The batch's stored base queue
-// offset is authoritative.
-func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, error) {
+// else from there on is truncated and the batch's entry appended. A batch of a topic below its
+// recorded deletion belongs to the deleted queues and is not indexed.
+func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string, error) {
+	if d, ok := s.deleted[string(info.Topic)]; ok && pos < d {
+		return false, "", nil
+	}
 	q := s.queueLocked(info.Topic, info.QueueID)
 	if q == nil {
 		var err error
 		if q, err = s.createQueueLocked(string(info.Topic), info.QueueID); err != nil {
-			return false, err
+			return false, "", err
 		}
 	}
 	base, size, count := info.BaseQueueOffset, int64(info.Size), int64(info.Count)
-	q.lastTS.Store(info.StoreTimestamp)
 	if files := *q.files.Load(); len(files) > 0 {
 		first := files[0].base
 		if q.confirm < 0 {
 			q.confirm = q.searchRaw(first, q.cnt, func(e entry) bool { return e.phys >= from })
+			if q.confirm > first {
+				q.prev, _ = q.rawEntry(q.confirm - 1)
+				q.hasPrev = true
+			}
+		}
+		if q.hasPrev && (base != q.prev.nextOff() || pos < q.prev.end()) {
+			return false, fmt.Sprintf("batch of %s/%d has base queue offset %d, but the queue continues at %d (after the batch at %d)",
+				info.Topic, info.QueueID, base, q.prev.nextOff(), q.prev.phys), nil
 		}
 		if q.confirm < q.cnt {
 			if e, ok := q.rawEntry(q.confirm); ok && e.phys == pos && e.base == base && e.size == size &&
 				e.count == count && e.tag == info.TagHash {
 				q.confirm++
-				return false, nil
+				q.prev, q.hasPrev = e, true
+				q.lastTS.Store(info.StoreTimestamp)
+				return false, "", nil
 			}
 			q.truncateRecovery(q.confirm)
 		}
-		if q.cnt > first {
-			// An older entry overlapping this batch (in queue offsets) goes too.
-			if last, _ := q.rawEntry(q.cnt - 1); last.nextOff() > base || last.end() > pos {
-				q.truncateRecovery(q.searchRaw(first, q.cnt, func(e entry) bool { return e.nextOff() > base || e.end() > pos }))
-			}
-		}
 	}
 	if err := q.ensureRoomLocked(); err != nil {
-		return false, err
+		return false, "", err
 	}
 	q.writeEntryLocked(pos, info.Size, base, info.Count, info.TagHash, info.StoreTimestamp)
 	q.last.dirty = true
 	q.hwm = max(q.hwm, q.cnt)
 	q.confirm = q.cnt
-	return true, nil
+	q.prev, q.hasPrev = entry{phys: pos, size: size, base: base, count: count}, true
+	return true, "", nil
 }
+
+// epochBefore returns the epoch of the log's last batch before off as the consume queues index
+// it (0 when none is, or it does not parse): where the scan starts in the middle of the log, the
+// history it checks continues that batch's. Recovery only.
+func (s *Store) epochBefore(off int64) uint32 {
+	var last entry
+	found := false
+	for _, q := range s.allQueues() {
+		files := *q.files.Load()
+		if len(files) == 0 {
+			continue
+		}
+		i := q.searchRaw(files[0].base, q.cnt, func(e entry) bool { return e.phys >= off })
+		if i == files[0].base {
+			continue
+		}
+		if e, ok := q.rawEntry(i - 1); ok && (!found || e.phys > last.phys) {
+			last, found = e, true
+		}
+	}
+	if !found {
+		return 0
+	}
+	info, _ := s.parseEntry(last)
+	return info.Epoch
+}
+
+// queuesBack reports the queues whose max offset is below what their consume queue held when
+// Open loaded it: only a cut log (or entries pointing past a log that lost its tail) may do
+// that, and it is logged per queue. It returns how many. Recovery only, after finishTail.
+func (s *Store) queuesBack(end int64, cut bool) int {
+	why := "its entries pointed past the recovered log end"
+	if cut {
+		why = "the log was cut"
+	}
+	n := 0
+	for _, q := range s.allQueues() {
+		if q.next >= q.loaded {
+			continue
+		}
+		n++
+		if n <= maxQueuesBackLogged {
+			s.logger.Warn("commitlog: a queue's max offset went back across the restart", "topic", q.topic, "queue", q.queueID,
+				"maxOffsetBefore", q.loaded, "maxOffset", q.next, "logEnd", end, "because", why)
+		}
+	}
+	if n > maxQueuesBackLogged {
+		s.logger.Warn("commitlog: more queues' max offsets went back", "queues", n, "logged", maxQueuesBackLogged)
+	}
+	return n
+}
+
+// maxQueuesBackLogged bounds the per-queue lines queuesBack logs.
+const maxQueuesBackLogged = 20
 
 // allQueues returns every consume queue (a snapshot; callers work on it without qmu).
 func (s *Store) allQueues() []*consumeQueue {
@@ -687,15 +834,22 @@ func (s *Store) parseStoreTS(q *consumeQueue) int64 {
 	if !ok {
 		return 0
 	}
+	info, _ := s.parseEntry(e)
+	return info.StoreTimestamp
+}
+
+// parseEntry parses the batch a consume-queue entry points at; ok is false (and the BatchInfo
+// zero) when it is not in the log or does not parse. Recovery only (no references taken).
+func (s *Store) parseEntry(e entry) (BatchInfo, bool) {
 	seg := findSegment(*s.segs.Load(), e.phys)
 	if seg == nil || e.end() > seg.end() {
-		return 0
+		return BatchInfo{}, false
 	}
 	info, err := s.cfg.Parser(seg.data[e.phys-seg.base:e.end()-seg.base], e.phys)
 	if err != nil {
-		return 0
+		return BatchInfo{}, false
 	}
-	return info.StoreTimestamp
+	return info, true
 }
 
 // dropQueueRecovery removes an empty queue and its directory. Recovery only.

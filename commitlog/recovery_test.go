@@ -88,7 +88,7 @@ func TestRecoveryTornTail(t *testing.T) {
 					writeAt(t, path, end-base, g[:min(len(g), int(base+cfg.SegmentSize-end))])
 				case variant == "partial batch":
 					b := makeBatch("orders", 0, 1, 0, bytes.Repeat([]byte{1}, 400))
-					testStamp(b, end, m.maxOffset(qkey{"orders", 0}), 1)
+					testStamp(b, end, m.maxOffset(qkey{"orders", 0}), 1, 0)
 					writeAt(t, path, end-base, b[:min(len(b)/2, int(base+cfg.SegmentSize-end))])
 				case variant == "corrupt last batch":
 					lb := last.phys / cfg.SegmentSize * cfg.SegmentSize
@@ -429,7 +429,7 @@ func childMain(dir string) {
 			for {
 				base := s.MaxOffset([]byte("kill"), q)
 				p, count := childBatch(q, base)
-				res, err := s.Append([]byte("kill"), q, makeBatch("kill", q, count, 0, p), count, 0, testStamp)
+				res, err := s.Append([]byte("kill"), q, makeBatch("kill", q, count, 0, p), count, 0, 0, testStamp)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "append:", err)
 					os.Exit(4)

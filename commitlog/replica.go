@@ -106,10 +106,11 @@ func (s *Store) readBatches(seg *mappedFile, start, limit int64, maxBytes int, f
 // AppendReplicated writes batches copied from the master's log at start, which must be the log
 // end or, when the master rolled there, the base of the next segment (this log then writes its
 // own segment-end marker and rolls, so both logs stay byte-identical). data holds whole
-// batches, checked with the Parser before anything is written; each batch's stored base queue
-// offset must continue its queue. It returns the new log end. Errors wrap ErrReplicaMismatch,
-// ErrDiskFull, ErrClosed, or the Parser's. Master and slave must use the same segment size.
-// Slave only: the log must not take Appends meanwhile.
+// batches, checked before anything is written: each must pass the Parser at its position and
+// continue the log's history (package documentation, "History": its base queue offset is its
+// queue's next offset, its epoch is not below the previous batch's). It returns the new log
+// end. Errors wrap ErrReplicaMismatch, ErrDiskFull, ErrClosed, or the Parser's. Master and
+// slave must use the same segment size. Slave only: the log must not take Appends meanwhile.
 func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -135,16 +136,26 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 	}
 	// Check everything before writing anything.
 	s.replInfos = s.replInfos[:0]
+	epoch := s.lastEpoch.Load()
 	for pos := 0; pos < len(data); {
-		info, err := s.cfg.Parser(data[pos:], start+int64(pos))
+		at := start + int64(pos)
+		info, err := s.cfg.Parser(data[pos:], at)
 		if err != nil {
-			return 0, fmt.Errorf("cannot append replicated batch at %d: %w", start+int64(pos), err)
+			return 0, fmt.Errorf("cannot append replicated batch at %d: %w", at, err)
 		}
-		if q := s.queueLocked(info.Topic, info.QueueID); q != nil && q.cnt > 0 && info.BaseQueueOffset != s.pendingNext(q, info) {
+		if info.Size < minBatchSize || info.Size > len(data)-pos || info.Count <= 0 || info.BaseQueueOffset < 0 {
+			return 0, fmt.Errorf("replicated batch at %d: size %d of %d bytes left, count %d, base queue offset %d: %w",
+				at, info.Size, len(data)-pos, info.Count, info.BaseQueueOffset, ErrReplicaMismatch)
+		}
+		if next, known := s.pendingNext(info); known && info.BaseQueueOffset != next {
 			return 0, fmt.Errorf("replicated batch at %d has queue offset %d for %s/%d, which continues at %d: %w",
-				start+int64(pos), info.BaseQueueOffset, info.Topic, info.QueueID, s.pendingNext(q, info), ErrReplicaMismatch)
+				at, info.BaseQueueOffset, info.Topic, info.QueueID, next, ErrReplicaMismatch)
 		}
-		s.replInfos = append(s.replInfos, replInfo{BatchInfo: info, pos: start + int64(pos)})
+		if info.Epoch < epoch {
+			return 0, fmt.Errorf("replicated batch at %d is of epoch %d, after one of epoch %d: %w", at, info.Epoch, epoch, ErrReplicaMismatch)
+		}
+		epoch = info.Epoch
+		s.replInfos = append(s.replInfos, replInfo{BatchInfo: info, pos: at})
 		pos += info.Size
 	}
 	// The data starts the next segment: after a marker the master wrote, or right at the end of
@@ -174,6 +185,7 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		}
 		q.writeEntryLocked(ri.pos, ri.Size, ri.BaseQueueOffset, ri.Count, ri.TagHash, ri.StoreTimestamp)
 		seg.newestTS.Store(ri.StoreTimestamp)
+		s.lastEpoch.Store(ri.Epoch)
 	}
 	return s.publishReplicatedLocked(seg, start+int64(len(data))), nil
 }
@@ -184,15 +196,19 @@ type replInfo struct {
 	pos int64
 }
 
-// pendingNext returns where q continues, counting batches of this call already checked.
-func (s *Store) pendingNext(q *consumeQueue, info BatchInfo) int64 {
-	next := q.next
-	for i := range s.replInfos {
+// pendingNext returns where the queue of info continues, counting the batches of this call
+// already checked; known is false for a queue without entries (its first batch sets its
+// offsets: a log reset to the master's min offset starts its queues where the master's are).
+func (s *Store) pendingNext(info BatchInfo) (next int64, known bool) {
+	for i := len(s.replInfos) - 1; i >= 0; i-- { // the queue's latest batch in this call
 		if ri := &s.replInfos[i]; ri.QueueID == info.QueueID && string(ri.Topic) == string(info.Topic) {
-			next = ri.BaseQueueOffset + int64(ri.Count)
+			return ri.BaseQueueOffset + int64(ri.Count), true
 		}
 	}
-	return next
+	if q := s.queueLocked(info.Topic, info.QueueID); q != nil && q.cnt > 0 {
+		return q.next, true
+	}
+	return 0, false
 }
 
 // publishReplicatedLocked makes the log end at end visible. Caller holds mu.
@@ -281,6 +297,13 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 	if err := fsyncDir(s.logDir); err != nil {
 		return "", fmt.Errorf("cannot reset the log: %w", err)
 	}
+	// The new log holds no batch of a deleted queue, nor any epoch yet. (A crash before this
+	// leaves records above the new log's end, which recovery moves down to it.)
+	clear(s.deleted)
+	if err := writeDeletions(s.cfg.Dir, nil); err != nil {
+		return "", fmt.Errorf("cannot reset the log: %w", err)
+	}
+	s.lastEpoch.Store(0)
 	kick(s.allocKick)
 	kick(s.qflushKick)
 	s.logger.Warn("commitlog: log reset for a resync", "base", base, "segmentsDropped", len(old), "keptIn", kept)

@@ -369,7 +369,7 @@ func TestPrepareTruncate(t *testing.T) {
 	// Appends go on from the cut with the next queue offsets.
 	s = mustOpen(t, cfg)
 	defer s.Close()
-	res, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, make([]byte, 10)), 1, 0, testStamp)
+	res, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, make([]byte, 10)), 1, 0, 0, testStamp)
 	if err != nil || res.PhysicalOffset != cut.phys || res.BaseQueueOffset != 70 {
 		t.Fatalf("append after the cut: %+v, %v", res, err)
 	}

@@ -36,6 +36,14 @@ type Store struct {
 	writePos int64       // (mu) physical offset of the next append (== end)
 	// replInfos is AppendReplicated's scratch list of checked batches. (mu)
 	replInfos []replInfo
+	// deleted maps a topic whose queues DeleteQueues removed to the log end at its last
+	// deletion: the topic's batches below it belong to the deleted queues (deletions file). (mu)
+	deleted map[string]int64
+
+	// lastEpoch is the epoch of the log's newest batch, written under mu.
+	lastEpoch atomic.Uint32
+	// recovery is what Open found; set before Open returns, then read-only.
+	recovery Recovery
 
 	closedFlag atomic.Bool
 	segs       atomic.Pointer[[]*mappedFile] // copy-on-write, written under mu
@@ -123,6 +131,7 @@ func Open(cfg Config) (*Store, error) {
 		logDir:        filepath.Join(cfg.Dir, "commitlog"),
 		cqDir:         filepath.Join(cfg.Dir, "consumequeue"),
 		topics:        make(map[string]*topicQueues),
+		deleted:       make(map[string]int64),
 		flushKick:     make(chan struct{}, 1),
 		allocKick:     make(chan struct{}, 1),
 		gcKick:        make(chan struct{}, 1),
@@ -161,15 +170,16 @@ func Open(cfg Config) (*Store, error) {
 
 // Append stores batch as the next batch of queue (topic, queueID) and returns where it went.
 // The batch must follow the batch contract (package documentation); count is its number of
-// messages (>= 1) and tagHash goes into the consume-queue entry. stamp (may be nil) is called
-// with the stored copy to write the assigned fields. The batch is visible to Read when Append
-// returns; it is durable once WaitFlushed(result.EndOffset) completes.
+// messages (>= 1) and tagHash goes into the consume-queue entry. epoch is the master epoch
+// the batch is stored in: never below LastEpoch. stamp (may be nil) is called with the stored
+// copy to write the assigned fields. The batch is visible to Read when Append returns; it is
+// durable once WaitFlushed(result.EndOffset) completes.
 //
-// Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrClosed, ErrDiskFull (no space for the next
+// Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrStaleEpoch, ErrClosed, ErrDiskFull (no space for the next
 // segment or consume-queue file: nothing was written and a later Append retries) or an I/O
 // error. Any goroutine (typically event loops); appends are serialised by the store mutex and
 // make no syscall and no allocation except when a segment, queue or queue file is created.
-func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, tagHash uint32, stamp StampFunc) (AppendResult, error) {
+func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, tagHash uint32, epoch uint32, stamp StampFunc) (AppendResult, error) {
 	size := len(batch)
 	if size < minBatchSize || int64(size) > s.cfg.SegmentSize || binary.BigEndian.Uint32(batch) == 0 || count <= 0 {
 		return AppendResult{}, fmt.Errorf("cannot append batch of %d bytes (%d messages, segment size %d): %w", size, count, s.cfg.SegmentSize, ErrInvalidBatch)
@@ -181,6 +191,10 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	defer s.mu.Unlock()
 	if s.closed {
 		return AppendResult{}, ErrClosed
+	}
+	lastEpoch := s.lastEpoch.Load()
+	if epoch < lastEpoch {
+		return AppendResult{}, fmt.Errorf("cannot append a batch of epoch %d after one of epoch %d: %w", epoch, lastEpoch, ErrStaleEpoch)
 	}
 	q := s.queueLocked(topic, queueID)
 	if q == nil {
@@ -206,10 +220,13 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	ts := s.cfg.Now().UnixMilli()
 	base := q.next
 	if stamp != nil {
-		stamp(dst, pos, base, ts)
+		stamp(dst, pos, base, ts, epoch)
 	}
 	q.writeEntryLocked(pos, size, base, count, tagHash, ts)
 	seg.newestTS.Store(ts)
+	if epoch != lastEpoch {
+		s.lastEpoch.Store(epoch)
+	}
 	end := pos + int64(size)
 	s.writePos = end
 	s.end.Store(end)
@@ -227,6 +244,14 @@ func (s *Store) LogMinOffset() int64 { return s.minOffset.Load() }
 
 // LogEndOffset returns the physical offset just past the newest batch. Any goroutine.
 func (s *Store) LogEndOffset() int64 { return s.end.Load() }
+
+// LastEpoch returns the epoch of the log's newest batch (0 for an empty log): Append refuses a
+// lower one. After Open it is the newest epoch recovery found, from the scanned batches or the
+// batch before them. Any goroutine.
+func (s *Store) LastEpoch() uint32 { return s.lastEpoch.Load() }
+
+// Recovery returns what Open found and cut. Any goroutine.
+func (s *Store) Recovery() Recovery { return s.recovery }
 
 // FlushedOffset returns the physical offset up to which the log is known durable. Any goroutine.
 func (s *Store) FlushedOffset() int64 { return s.flushed.Load() }
@@ -296,22 +321,36 @@ func (s *Store) Queues() []QueueID {
 }
 
 // DeleteQueues deletes every consume queue of topic (its files go once no reader holds them).
-// The batches stay in the log until retention. NB: batches of the topic appended after the last
-// checkpoint are indexed again if the broker crashes before the next queue-flush tick. Any
-// goroutine; takes the store mutex.
-func (s *Store) DeleteQueues(topic []byte) {
+// The batches stay in the log until retention. The deletion is recorded durably first (the
+// deletions file: the topic and the log end), so that recovery never indexes the deleted
+// queues' batches again and takes the topic's later batches, whose queue offsets start afresh,
+// for the new queues they are. It returns an error (and deletes nothing) when the record cannot
+// be written, or ErrClosed. Any goroutine; takes the store mutex, which it holds across the
+// record's write and fsync (an administrative operation, not a hot path).
+func (s *Store) DeleteQueues(topic []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return
+		return ErrClosed
 	}
 	t := s.topics[string(topic)]
 	if t == nil {
-		return
+		return nil
+	}
+	prev, had := s.deleted[t.name]
+	s.deleted[t.name] = s.writePos
+	if err := writeDeletions(s.cfg.Dir, s.deleted); err != nil {
+		if had {
+			s.deleted[t.name] = prev
+		} else {
+			delete(s.deleted, t.name)
+		}
+		return fmt.Errorf("cannot delete the queues of %q: %w", t.name, err)
 	}
 	s.deleteQueuesLocked(t)
 	kick(s.qflushKick)
-	s.logger.Info("commitlog: deleted consume queues", "topic", t.name, "queues", len(t.queues))
+	s.logger.Info("commitlog: deleted consume queues", "topic", t.name, "queues", len(t.queues), "logOffset", s.writePos)
+	return nil
 }
 
 // Close stops the goroutines, flushes the log and the consume queues, writes the checkpoint,

@@ -79,7 +79,7 @@ func TestAppendValidation(t *testing.T) {
 		{"", 0, good, 1, ErrInvalidTopic},
 		{"t", -1, good, 1, ErrInvalidTopic},
 	} {
-		if _, err := s.Append([]byte(c.topic), c.qid, c.batch, c.count, 0, nil); !errors.Is(err, c.want) {
+		if _, err := s.Append([]byte(c.topic), c.qid, c.batch, c.count, 0, 0, nil); !errors.Is(err, c.want) {
 			t.Errorf("Append(%q, %d, %d bytes, %d) = %v, want %v", c.topic, c.qid, len(c.batch), c.count, err, c.want)
 		}
 	}
@@ -424,7 +424,7 @@ func TestSyncGroupCommit(t *testing.T) {
 			defer wg.Done()
 			done := make(chan error, 1)
 			for i := range per {
-				res, err := s.Append([]byte("t"), int32(w), makeBatch("t", int32(w), 1, 0, make([]byte, 200+i)), 1, 0, testStamp)
+				res, err := s.Append([]byte("t"), int32(w), makeBatch("t", int32(w), 1, 0, make([]byte, 200+i)), 1, 0, 0, testStamp)
 				if err != nil {
 					t.Error(err)
 					return
@@ -498,7 +498,7 @@ func TestStickyFlushError(t *testing.T) {
 		return unix.Msync(b, flags)
 	}
 	defer func() { msync = unix.Msync }()
-	res, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, nil), 1, 0, testStamp)
+	res, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, nil), 1, 0, 0, testStamp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +539,7 @@ func TestDiskFull(t *testing.T) {
 	for i := 0; i < 500 && err == nil; i++ {
 		payload := make([]byte, 1000)
 		var res AppendResult
-		res, err = s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, payload), 1, 0, testStamp)
+		res, err = s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, payload), 1, 0, 0, testStamp)
 		if err == nil {
 			m.add(rec{topic: "a", qid: 0, base: res.BaseQueueOffset, count: 1, phys: res.PhysicalOffset, size: res.Size, payload: payload})
 		}
@@ -548,12 +548,12 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("want ErrDiskFull, got %v", err)
 	}
 	// A new queue needs a consume-queue file: disk full too.
-	if _, err := s.Append([]byte("new"), 0, makeBatch("new", 0, 1, 0, nil), 1, 0, testStamp); !errors.Is(err, ErrDiskFull) {
+	if _, err := s.Append([]byte("new"), 0, makeBatch("new", 0, 1, 0, nil), 1, 0, 0, testStamp); !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("new queue: %v", err)
 	}
 	end := s.LogEndOffset()
 	verifyQueue(t, s, m, qkey{"a", 0}, 10, 0)
-	if _, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, make([]byte, 1000)), 1, 0, testStamp); !errors.Is(err, ErrDiskFull) {
+	if _, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, make([]byte, 1000)), 1, 0, 0, testStamp); !errors.Is(err, ErrDiskFull) {
 		t.Fatal(err)
 	}
 	if s.LogEndOffset() != end {
@@ -580,7 +580,9 @@ func TestDeleteQueues(t *testing.T) {
 	if err := s.Read([]byte("gone"), 0, 0, 1, 0, &rr); err != nil || rr.Status != Found {
 		t.Fatal(err)
 	}
-	s.DeleteQueues([]byte("gone"))
+	if err := s.DeleteQueues([]byte("gone")); err != nil {
+		t.Fatal(err)
+	}
 	var rr2 ReadResult
 	if err := s.Read([]byte("gone"), 0, 0, 1, 0, &rr2); err != nil || rr2.Status != NoQueue {
 		t.Fatal(rr2.Status, err)
@@ -623,7 +625,7 @@ func TestClosedStore(t *testing.T) {
 	if s.liveFiles.Load() != 0 {
 		t.Fatalf("%d files still mapped", s.liveFiles.Load())
 	}
-	if _, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, nil), 1, 0, nil); !errors.Is(err, ErrClosed) {
+	if _, err := s.Append([]byte("a"), 0, makeBatch("a", 0, 1, 0, nil), 1, 0, 0, nil); !errors.Is(err, ErrClosed) {
 		t.Fatal(err)
 	}
 	if err := s.Read([]byte("a"), 0, 0, 1, 0, &rr); !errors.Is(err, ErrClosed) {
@@ -665,7 +667,7 @@ func TestConcurrentAppendReadRetention(t *testing.T) {
 				default:
 				}
 				q := int32(i % 3)
-				if _, err := s.Append([]byte("t"), q, makeBatch("t", q, 2, 0, make([]byte, 100+w*50)), 2, 0, testStamp); err != nil {
+				if _, err := s.Append([]byte("t"), q, makeBatch("t", q, 2, 0, make([]byte, 100+w*50)), 2, 0, 0, testStamp); err != nil {
 					t.Error(err)
 					return
 				}
@@ -733,7 +735,7 @@ func TestCloseUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				res, err := s.Append([]byte("t"), int32(w), makeBatch("t", int32(w), 1, 0, make([]byte, 300)), 1, 0, testStamp)
+				res, err := s.Append([]byte("t"), int32(w), makeBatch("t", int32(w), 1, 0, make([]byte, 300)), 1, 0, 0, testStamp)
 				if errors.Is(err, ErrClosed) {
 					return
 				}

@@ -1,0 +1,97 @@
+package commitlog
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/petrel-mq/petrel/internal/fsutil"
+)
+
+// deletionsName is the file that records, for each topic whose queues DeleteQueues removed,
+// the log end at the deletion (see the package documentation, "History").
+const deletionsName = "deletions"
+
+// readDeletions loads the deletions file (an empty map when there is none). A file that does
+// not parse is an error wrapping ErrCorrupt: guessing could index a deleted topic's batches
+// again, or cut the log at its re-created queues.
+func readDeletions(dir string) (map[string]int64, error) {
+	path := filepath.Join(dir, deletionsName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]int64{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %q: %w", path, err)
+	}
+	out := map[string]int64{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		name, off, ok := bytes.Cut(sc.Bytes(), []byte{' '})
+		topic, err := unescapeTopic(string(name))
+		d, err2 := strconv.ParseInt(string(off), 10, 64)
+		if !ok || err != nil || err2 != nil || topic == "" || d < 0 {
+			return nil, fmt.Errorf("cannot load %q: line %d is not \"<escaped topic> <offset>\" (remove the file if no topic was deleted): %w", path, n, ErrCorrupt)
+		}
+		out[topic] = d
+	}
+	return out, nil
+}
+
+// writeDeletions replaces the deletions file atomically (fsynced), or removes it when m is
+// empty.
+func writeDeletions(dir string, m map[string]int64) error {
+	path := filepath.Join(dir, deletionsName)
+	if len(m) == 0 {
+		if err := os.Remove(path); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("cannot remove %q: %w", path, err)
+		}
+		return fsyncDir(dir)
+	}
+	topics := make([]string, 0, len(m))
+	for t := range m {
+		topics = append(topics, t)
+	}
+	slices.Sort(topics)
+	var b []byte
+	for _, t := range topics {
+		b = append(b, escapeTopic(t)...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, m[t], 10)
+		b = append(b, '\n')
+	}
+	if err := fsutil.WriteFileAtomic(path, b, 0o644); err != nil {
+		return fmt.Errorf("cannot record the queue deletions: %w", err)
+	}
+	return nil
+}
+
+// finishDeletions brings the recorded deletions in line with the recovered log [logMin, end):
+// a deletion above the end moves down to it (the log lost or cut what followed, and every
+// batch of the topic below the end predates the deletion), and one at or below logMin goes
+// (none of the deleted queues' batches is left). Recovery only.
+func (s *Store) finishDeletions(logMin, end int64) error {
+	changed := false
+	for t, d := range s.deleted {
+		switch {
+		case d <= logMin:
+			delete(s.deleted, t)
+			changed = true
+		case d > end:
+			s.deleted[t] = end
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return writeDeletions(s.cfg.Dir, s.deleted)
+}
