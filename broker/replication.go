@@ -81,6 +81,8 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 		ListenAddr:        b.cfg.haListenAddr(),
 		Codec:             ha.Codec(b.cfg.HACompression), // validated by Config.Validate
 		MaxChunkBytes:     b.cfg.HAMaxChunkBytes,
+		FrameReadTimeout:  b.cfg.FrameReadTimeout,
+		MaxConns:          b.cfg.HAMaxConnections,
 		InSyncMaxLagBytes: b.cfg.HAInSyncMaxLagBytes,
 		InSyncMaxLagTime:  b.cfg.HAInSyncMaxLagTime,
 		// NB: a held pull counts its slave as alive and caught up, and the master does not see

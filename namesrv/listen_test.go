@@ -2,7 +2,6 @@ package namesrv
 
 import (
 	"encoding/binary"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -24,17 +23,6 @@ func startLogged(t *testing.T, edit func(*Config)) (*Server, *testutil.SyncBuffe
 	return s, logs
 }
 
-// closedByServer waits, as testutil.Eventually does, until the server closes nc.
-func closedByServer(t *testing.T, nc net.Conn) {
-	t.Helper()
-	_ = nc.SetReadDeadline(time.Now().Add(testutil.DefaultWait))
-	_, err := io.Copy(io.Discard, nc)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("the connection is still open after %v", testutil.DefaultWait)
-	}
-}
-
 // TestStalledFrameClosed: 12 bytes of a 16-byte frame prefix, then silence. The NameServer
 // closes the connection once the frame read timeout has passed since the frame's first byte,
 // though BrokerExpiry, its idle timeout, is two minutes away, and says why.
@@ -52,7 +40,7 @@ func TestStalledFrameClosed(t *testing.T) {
 	if _, err := nc.Write(prefix[:12]); err != nil {
 		t.Fatal(err)
 	}
-	closedByServer(t, nc)
+	testutil.WaitClosed(t, nc, "the connection")
 	logs.WaitForLine(t, "request frame incomplete", "remote="+nc.LocalAddr().String(), "got=12")
 	// A client served before and after is not disturbed.
 	c := dial(t, s.Addr())
@@ -73,7 +61,7 @@ func TestProbeNamed(t *testing.T) {
 	if _, err := nc.Write(hello); err != nil {
 		t.Fatal(err)
 	}
-	closedByServer(t, nc)
+	testutil.WaitClosed(t, nc, "the connection")
 	line := logs.WaitForLine(t, "looks like a TLS ClientHello; this port speaks Petrel's binary protocol", "remote="+nc.LocalAddr().String())
 	if logs.Count("remote="+nc.LocalAddr().String()) != 1 {
 		t.Fatalf("more than one line for one probe:\n%s", logs.String())
@@ -97,7 +85,7 @@ func TestMaxConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	closedByServer(t, nc)
+	testutil.WaitClosed(t, nc, "the connection")
 	logs.WaitForLine(t, "refusing connection: too many connections", "maxConns=2")
 	_ = a.Close()
 	testutil.Eventually(t, "a slot free again", func() bool { return s.rpc.Conns() < 2 })

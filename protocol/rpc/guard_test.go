@@ -19,14 +19,6 @@ func validFrame() []byte {
 	return protocol.AppendFrame(nil, uint16(protocol.CodeGetMaxOffset), 0, 1, &protocol.QueueHeader{Topic: "T"}, nil)
 }
 
-// closedEventually waits, as testutil.Eventually does, for the server to close nc.
-func closedEventually(t *testing.T, nc net.Conn, what string) {
-	t.Helper()
-	if !serverClosed(nc, testutil.DefaultWait) {
-		t.Fatalf("%s: the connection is still open after %v", what, testutil.DefaultWait)
-	}
-}
-
 // TestStalledPrefixClosed: 12 bytes of a 16-byte frame prefix, then silence. The frame read
 // timeout runs from the frame's first byte, so the connection is closed although the idle
 // timeout is an hour away: as a connection's first frame and after a whole one.
@@ -49,7 +41,7 @@ func TestStalledPrefixClosed(t *testing.T) {
 		if _, err := nc.Write(framePrefix(100)[:12]); err != nil {
 			t.Fatal(err)
 		}
-		closedEventually(t, nc, "12 bytes of a frame prefix")
+		testutil.WaitClosed(t, nc, "12 bytes of a frame prefix")
 		srv.logs.WaitForLine(t, "closing connection: request frame incomplete for the frame read timeout", "remote="+nc.LocalAddr().String(), "got=12")
 	}
 }
@@ -63,7 +55,7 @@ func TestSilentConnectionClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	closedEventually(t, nc, "a silent connection")
+	testutil.WaitClosed(t, nc, "a silent connection")
 	srv.logs.WaitForLine(t, "closing connection: no request within the frame read timeout of connecting", "remote="+nc.LocalAddr().String())
 }
 
@@ -135,7 +127,7 @@ func TestJunkConnectionFlood(t *testing.T) {
 	}
 	during := heapInUse()
 	for i, nc := range ncs {
-		closedEventually(t, nc, "junk connection "+string(rune('0'+i%len(junk))))
+		testutil.WaitClosed(t, nc, "junk connection "+string(rune('0'+i%len(junk))))
 	}
 	testutil.Eventually(t, "every junk connection closed on the server", func() bool { return srv.Conns() <= 1 })
 	close(stop)
