@@ -298,7 +298,7 @@ func (b *Broker) syncWithMaster() {
 	for _, tc := range topics.Topics {
 		ok, err := b.topics.upsert(tc)
 		if err != nil {
-			b.log.Error("cannot store the master's topic config", "topic", tc.Topic, "err", err)
+			b.warn.Error(b.log, "cannot store the master's topic config", "topic", tc.Topic, "err", err)
 			continue
 		}
 		changed = changed || ok

@@ -86,24 +86,25 @@ type Reasons struct {
 // Warn logs msg at Warn level unless a line with the same message was logged less than
 // Interval ago (Limiter.Warn).
 func (r *Reasons) Warn(log *slog.Logger, msg string, args ...any) {
-	r.limiter(msg).log(log, slog.LevelWarn, msg, args)
+	r.Of(msg).log(log, slog.LevelWarn, msg, args)
 }
 
 // Error is Warn at Error level.
 func (r *Reasons) Error(log *slog.Logger, msg string, args ...any) {
-	r.limiter(msg).log(log, slog.LevelError, msg, args)
+	r.Of(msg).log(log, slog.LevelError, msg, args)
 }
 
 // Info is Warn at Info level.
 func (r *Reasons) Info(log *slog.Logger, msg string, args ...any) {
-	r.limiter(msg).log(log, slog.LevelInfo, msg, args)
+	r.Of(msg).log(log, slog.LevelInfo, msg, args)
 }
 
-// limiter returns msg's Limiter, made on first use.
-func (r *Reasons) limiter(msg string) *Limiter {
+// Of returns the Limiter of a reason, made on first use: for lines whose message is built
+// from details (a library's formatted line), limited by the constant it was built from.
+func (r *Reasons) Of(reason string) *Limiter {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l := r.byMsg[msg]; l != nil {
+	if l := r.byMsg[reason]; l != nil {
 		return l
 	}
 	if r.byMsg == nil {
@@ -114,6 +115,6 @@ func (r *Reasons) limiter(msg string) *Limiter {
 		return r.others
 	}
 	l := &Limiter{Interval: r.Interval}
-	r.byMsg[msg] = l
+	r.byMsg[reason] = l
 	return l
 }
