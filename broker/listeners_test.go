@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,49 +136,20 @@ func TestClientPortFlood(t *testing.T) {
 	b, logs := startLogged(t, cfg)
 	good := dial(t, b.Addr())
 	createTopic(t, good, "F", 1)
-	before := heapInUse()
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		for {
-			if n := b.conns.Load(); n > peak.Load() {
-				peak.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	junk := [][]byte{prefix12(), tlsClientHello[:6], nil}
-	var ncs []net.Conn
-	for i := 0; i < conns; i++ {
-		nc, err := net.Dial("tcp", b.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		if j := junk[i%len(junk)]; j != nil {
-			_, _ = nc.Write(j) // a refused connection may be closed already
-		}
-		ncs = append(ncs, nc)
-	}
-	during := heapInUse()
+	before := testutil.HeapInUse()
+	peak := testutil.Peak(func() int { return int(b.conns.Load()) })
+	ncs := testutil.Flood(t, b.Addr(), conns, [][]byte{prefix12(), tlsClientHello[:6], nil})
+	during := testutil.HeapInUse()
 	for i, nc := range ncs {
 		testutil.WaitClosed(t, nc, fmt.Sprintf("junk connection %d", i))
 	}
 	testutil.Eventually(t, "only the real client left", func() bool { return b.conns.Load() == 1 })
-	close(stop)
-	sampler.Wait()
+	p := peak()
 	send(t, good, "F", 0, "served throughout")
-	after := heapInUse()
+	after := testutil.HeapInUse()
 	t.Logf("heap in use: %d KiB before, %d KiB with %d connections opened, %d KiB after; peak connections %d (cap %d)",
-		before>>10, during>>10, conns, after>>10, peak.Load(), maxConns)
-	if p := peak.Load(); p > maxConns {
+		before>>10, during>>10, conns, after>>10, p, maxConns)
+	if p > maxConns {
 		t.Fatalf("%d connections open at once, cap %d", p, maxConns)
 	}
 	if after > before+16<<20 {
@@ -309,12 +277,4 @@ func TestMetricsPortGuard(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("scrape: %s", resp.Status)
 	}
-}
-
-// heapInUse returns the heap's bytes in use after a collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
 }

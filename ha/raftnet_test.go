@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -101,42 +100,23 @@ func TestRaftPortFlood(t *testing.T) {
 	var logs testutil.SyncBuffer
 	nodes := startGuardedGroup(t, 300*time.Millisecond, maxConns, &logs)
 	stream := nodes[0].stream
-	before := heapInUse()
-	peak := 0
-	var ncs []net.Conn
-	for i := 0; i < conns; i++ {
-		nc, err := net.Dial("tcp", stream.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		if i%2 == 1 {
-			_, _ = nc.Write([]byte{0x00, 0x8f}) // refused ones may be closed already
-		}
-		ncs = append(ncs, nc)
-		peak = max(peak, stream.Open())
-	}
-	during := heapInUse()
+	before := testutil.HeapInUse()
+	peak := testutil.Peak(stream.Open)
+	ncs := testutil.Flood(t, stream.Addr().String(), conns, [][]byte{nil, {0x00, 0x8f}})
+	during := testutil.HeapInUse()
 	for i, nc := range ncs {
 		testutil.WaitClosed(t, nc, fmt.Sprintf("junk connection %d", i))
 	}
+	p := peak()
 	waitCommit(t, nodes)
-	after := heapInUse()
+	after := testutil.HeapInUse()
 	t.Logf("heap in use: %d KiB before, %d KiB with %d connections opened, %d KiB after; peak open %d (cap %d)",
-		before>>10, during>>10, conns, after>>10, peak, maxConns)
-	if peak > maxConns {
-		t.Fatalf("%d connections open at once, cap %d", peak, maxConns)
+		before>>10, during>>10, conns, after>>10, p, maxConns)
+	if p > maxConns {
+		t.Fatalf("%d connections open at once, cap %d", p, maxConns)
 	}
 	if after > before+16<<20 {
 		t.Fatalf("heap grew from %d to %d bytes", before, after)
 	}
 	logs.WaitForLine(t, "refusing Raft connection: raftMaxConnections reached")
-}
-
-// heapInUse returns the heap's bytes in use after a collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
 }

@@ -79,3 +79,20 @@ func TestReasonsBounded(t *testing.T) {
 		t.Fatalf("%d lines, want one per kept reason and one for the rest", n)
 	}
 }
+
+// TestReasonsOf: Of names a reason apart from the message, so formatted lines of one kind
+// share its limit.
+func TestReasonsOf(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var r Reasons
+	if r.Of("accept failed: %v") != r.Of("accept failed: %v") {
+		t.Fatal("two limiters for one reason")
+	}
+	for i := 0; i < 10; i++ {
+		r.Of("accept failed: %v").Warn(log, fmt.Sprintf("accept failed: error %d", i))
+	}
+	if n := strings.Count(buf.String(), "accept failed"); n != 1 {
+		t.Fatalf("%d lines:\n%s", n, buf.String())
+	}
+}

@@ -2,11 +2,9 @@ package rpc
 
 import (
 	"bufio"
+	"fmt"
 	"net"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,53 +92,25 @@ func TestJunkConnectionFlood(t *testing.T) {
 	if _, err := getMaxOffset(ctxT(t), good, "T", 0); err != nil { // within the first frame's bound
 		t.Fatal(err)
 	}
-	before := heapInUse()
-	var peak atomic.Int32
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Add(1)
-	go func() {
-		defer sampler.Done()
-		for {
-			if n := int32(srv.Conns()); n > peak.Load() {
-				peak.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
+	before := testutil.HeapInUse()
+	peak := testutil.Peak(srv.Conns)
 	junk := [][]byte{framePrefix(100)[:12], {0x16, 0x03, 0x01, 0x02, 0x00, 0x01}, nil, []byte("GET /")}
-	var ncs []net.Conn
-	for i := 0; i < conns; i++ {
-		nc, err := net.Dial("tcp", srv.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		if b := junk[i%len(junk)]; b != nil {
-			_, _ = nc.Write(b) // a refused connection may be closed already
-		}
-		ncs = append(ncs, nc)
-	}
-	during := heapInUse()
+	ncs := testutil.Flood(t, srv.addr, conns, junk)
+	during := testutil.HeapInUse()
 	for i, nc := range ncs {
-		testutil.WaitClosed(t, nc, "junk connection "+string(rune('0'+i%len(junk))))
+		testutil.WaitClosed(t, nc, fmt.Sprintf("junk connection %d", i))
 	}
 	testutil.Eventually(t, "every junk connection closed on the server", func() bool { return srv.Conns() <= 1 })
-	close(stop)
-	sampler.Wait()
-	if p := peak.Load(); p > maxConns {
+	p := peak()
+	if p > maxConns {
 		t.Fatalf("%d connections served at once, cap %d", p, maxConns)
 	}
 	if _, err := getMaxOffset(ctxT(t), good, "T", 0); err != nil {
 		t.Fatalf("the real client was not served: %v", err)
 	}
-	after := heapInUse()
+	after := testutil.HeapInUse()
 	t.Logf("heap in use: %d KiB before, %d KiB with %d connections opened, %d KiB after; peak connections served %d",
-		before>>10, during>>10, conns, after>>10, peak.Load())
+		before>>10, during>>10, conns, after>>10, p)
 	if after > before+8<<20 {
 		t.Fatalf("heap grew from %d to %d bytes", before, after)
 	}
@@ -148,12 +118,4 @@ func TestJunkConnectionFlood(t *testing.T) {
 		t.Fatalf("%d log lines for %d junk connections:\n%s", n, conns, srv.logs.String())
 	}
 	srv.logs.WaitForLine(t, "looks like a TLS ClientHello")
-}
-
-// heapInUse returns the heap's bytes in use after a collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
 }
