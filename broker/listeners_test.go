@@ -220,14 +220,19 @@ func TestBogusPullsRateLimited(t *testing.T) {
 		return strings.Contains(hc.logs.String()[before:], "similar_not_logged=")
 	})
 	var warns []string
+	lines := 0
 	for _, line := range strings.Split(hc.logs.String()[before:], "\n") {
-		if strings.Contains(line, "member=b0") && (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) {
+		if !strings.Contains(line, "member=b0") {
+			continue
+		}
+		lines++
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
 			warns = append(warns, line)
 		}
 	}
 	// Each reason logs at most once a second, plus the one that counted the rest.
 	allowed := reasons*(int(elapsed/time.Second)+2) + 1
-	t.Logf("%d bogus requests in %v: %d warnings (at most %d allowed)", requests, elapsed.Round(time.Millisecond), len(warns), allowed)
+	t.Logf("%d bogus requests in %v: %d warnings (at most %d allowed), %d lines in all", requests, elapsed.Round(time.Millisecond), len(warns), allowed, lines)
 	if len(warns) > allowed {
 		t.Fatalf("%d warnings for %d bogus requests in %v, want at most %d:\n%s", len(warns), requests, elapsed, allowed, strings.Join(warns, "\n"))
 	}

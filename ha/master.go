@@ -590,7 +590,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 	sess := &session{peer: p, slaveID: h.SlaveID, bytes: b}
 	sess.enc.codec = m.codec
 	m.sessions[p.ID()] = sess
-	m.log.Info("slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "haAddr", p.RemoteAddr())
+	m.warn.Info(m.log, "slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "haAddr", p.RemoteAddr())
 	m.publishLocked()
 	return sess, nil
 }
@@ -612,7 +612,7 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 		return // taken over by a newer connection
 	}
 	s := res.Slave
-	m.log.Info("slave disconnected", "slave", s.BrokerID, "haAddr", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
+	m.warn.Info(m.log, "slave disconnected", "slave", s.BrokerID, "haAddr", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
 	m.verdictsChangedLocked(res.Changes)
 	if res.Removed {
 		delete(m.bytes, s.BrokerID)
