@@ -126,7 +126,8 @@ type Config struct {
 	MaxInboundBufferedBytes int64 `prop:"maxInboundBufferedBytes"`
 	// FrameReadTimeout closes a connection whose request frame stays incomplete this long after
 	// its first byte, or that sends no whole request this long after it connects (ms in the
-	// file, default 30 s): on the client, replication and Raft ports alike.
+	// file, default 30 s): on the client, replication, Raft and metrics ports alike (on the
+	// metrics port a request's header gets at most 10 s).
 	FrameReadTimeout time.Duration `prop:"frameReadTimeout" unit:"ms"`
 	// HAListenPort is the replication port a master serves its slaves on (default listenPort+1,
 	// as RocketMQ's haListenPort; with listenPort 0, a free port).

@@ -23,7 +23,7 @@ var configHelp = map[string]string{
 	"FlushConsumerOffsetInterval":   "how often committed consumer offsets are persisted (ms in the file, default 1 s)",
 	"FlushDiskType":                 "ASYNC_FLUSH or SYNC_FLUSH (group commit: a send is acknowledged after the fdatasync/msync that covers it)",
 	"FlushIntervalCommitLog":        "the ASYNC_FLUSH period (ms in the file)",
-	"FrameReadTimeout":              "closes a connection whose request frame stays incomplete this long after its first byte, or that sends no whole request this long after it connects (ms in the file, default 30 s): on the client, replication and Raft ports alike",
+	"FrameReadTimeout":              "closes a connection whose request frame stays incomplete this long after its first byte, or that sends no whole request this long after it connects (ms in the file, default 30 s): on the client, replication, Raft and metrics ports alike (on the metrics port a request's header gets at most 10 s)",
 	"HACompression":                 "the codec of replication chunks: s2 (default), zstd or none",
 	"HAInSyncMaxLagBytes":           "takes a slave out of the in-sync set when it lags more than this many bytes for longer than haInSyncMaxLagTime (default 256 MiB, as RocketMQ's haMaxGapNotInSync); it rejoins once caught up, and a closed connection leaves at once",
 	"HAInSyncMaxLagTime":            "how long a slave may lag more than haInSyncMaxLagBytes, or stay silent, before it leaves the in-sync set (ms in the file, default 1 s: a stalled slave holds SYNC sends up for at most that long)",

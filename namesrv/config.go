@@ -84,7 +84,8 @@ type Config struct {
 func ConfigHelp(field string) string { return configHelp[field] }
 
 // DefaultConfig returns the default configuration: listen on 0.0.0.0:9876, expire brokers
-// after 120 s of silence, scan every 5 s, log to slog.Default().
+// after 120 s of silence, scan every 5 s, bound request frames by 10 s, serve at most 16384
+// connections (fewer under a lower open-file limit), log to slog.Default().
 func DefaultConfig() Config {
 	return Config{
 		ListenAddr:       DefaultListenAddr,

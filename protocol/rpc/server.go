@@ -114,6 +114,13 @@ const (
 const speaks = "Petrel's binary protocol"
 
 // Server serves protocol frames with one goroutine per connection. Serve runs until Close.
+//
+// A peer holds a connection only while it uses it: every frame must be whole within
+// FrameReadTimeout of its first byte and a connection's first frame within it of the accept,
+// answers must be written within WriteTimeout, a connection idle for IdleTimeout between
+// frames is closed, and at most MaxConns are served. The line that closes a connection says
+// why, and names the protocol a first frame looks like when it is TLS or HTTP
+// (internal/netguard.Sniff); lines are rate-limited per reason.
 type Server struct {
 	handler Handler
 	opts    ServerOptions
