@@ -51,11 +51,13 @@ type Broker struct {
 	// NOT_MASTER from a broker that has not taken its configured role yet.
 	serving atomic.Bool
 
-	paused         pausedConns
-	connSet        connSet
-	conns          atomic.Int64
-	maxConns       int
-	connLog        ratelog.Limiter
+	paused   pausedConns
+	connSet  connSet
+	conns    atomic.Int64
+	maxConns int
+	// warn rate-limits, per reason, the lines a client can cause on the client port (a refused
+	// or closed connection, a bad frame) and on its request paths.
+	warn           ratelog.Reasons
 	appendLog      ratelog.Limiter // "append failed": once a second, not once per send (disk full)
 	regLog         ratelog.Limiter // "cannot register": once a second while a NameServer is down
 	inboundPartial atomic.Int64    // bytes of incomplete frames over all connections
@@ -232,7 +234,7 @@ func (b *Broker) Start() error {
 			gnet.WithReuseAddr(true),
 			gnet.WithTicker(true),
 			gnet.WithReadBufferCap(256<<10),
-			gnet.WithLogger(gnetLogger{b.log}),
+			gnet.WithLogger(gnetLogger{l: b.log, warn: &b.warn}),
 		)
 		if releaseProcs != nil {
 			releaseProcs() // the loops are gone
@@ -425,7 +427,13 @@ func (b *Broker) housekeeping() {
 	}
 }
 
-type gnetLogger struct{ l *slog.Logger }
+// gnetLogger passes gnet's lines to the broker's logger; warnings and errors, which a peer
+// can cause (accept failures while out of file descriptors, events of a connection already
+// closed), are rate-limited per format.
+type gnetLogger struct {
+	l    *slog.Logger
+	warn *ratelog.Reasons
+}
 
 func (g gnetLogger) Debugf(format string, args ...any) {
 	g.l.Debug(fmt.Sprintf(format, args...), "component", "gnet")
@@ -434,10 +442,10 @@ func (g gnetLogger) Infof(format string, args ...any) {
 	g.l.Debug(fmt.Sprintf(format, args...), "component", "gnet")
 }
 func (g gnetLogger) Warnf(format string, args ...any) {
-	g.l.Warn(fmt.Sprintf(format, args...), "component", "gnet")
+	g.warn.Of(format).Warn(g.l, fmt.Sprintf(format, args...), "component", "gnet")
 }
 func (g gnetLogger) Errorf(format string, args ...any) {
-	g.l.Error(fmt.Sprintf(format, args...), "component", "gnet")
+	g.warn.Of(format).Error(g.l, fmt.Sprintf(format, args...), "component", "gnet")
 }
 func (g gnetLogger) Fatalf(format string, args ...any) {
 	g.l.Error(fmt.Sprintf(format, args...), "component", "gnet", "fatal", true)

@@ -112,11 +112,22 @@ type Config struct {
 	// broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for
 	// the store, at least 64).
 	MaxConnections int `prop:"maxConnections"`
+	// HAMaxConnections caps the connections of the replication port (haListenPort); more are
+	// closed at once with a log line (default 64: each slave holds one).
+	HAMaxConnections int `prop:"haMaxConnections"`
+	// RaftMaxConnections caps the connections of the Raft port (with enableRaftHA); more are
+	// closed at once with a log line (default 64: each other member holds a few).
+	RaftMaxConnections int `prop:"raftMaxConnections"`
+	// MetricsMaxConnections caps the connections of the admin HTTP port
+	// (metricsPromExporterPort); more are closed at once with a log line (default 16).
+	MetricsMaxConnections int `prop:"metricsMaxConnections"`
 	// MaxInboundBufferedBytes caps the bytes of incomplete request frames buffered over all
 	// connections (default 256 MiB); past it, connections holding an incomplete frame are closed.
 	MaxInboundBufferedBytes int64 `prop:"maxInboundBufferedBytes"`
-	// FrameReadTimeout closes a connection whose request frame stays incomplete this long (ms
-	// in the file, default 30 s).
+	// FrameReadTimeout closes a connection whose request frame stays incomplete this long after
+	// its first byte, or that sends no whole request this long after it connects (ms in the
+	// file, default 30 s): on the client, replication, Raft and metrics ports alike (on the
+	// metrics port a request's header gets at most 10 s).
 	FrameReadTimeout time.Duration `prop:"frameReadTimeout" unit:"ms"`
 	// HAListenPort is the replication port a master serves its slaves on (default listenPort+1,
 	// as RocketMQ's haListenPort; with listenPort 0, a free port).
@@ -234,6 +245,9 @@ func DefaultConfig() Config {
 		SlaveReadLoadMsgsPerSec:       200_000,
 		SlaveSyncInterval:             3 * time.Second,
 		FrameReadTimeout:              30 * time.Second,
+		HAMaxConnections:              64,
+		RaftMaxConnections:            64,
+		MetricsMaxConnections:         16,
 		RaftHeartbeatTimeout:          300 * time.Millisecond,
 		RaftElectionTimeout:           300 * time.Millisecond,
 	}
@@ -362,6 +376,14 @@ func (c *Config) Validate() error {
 	}
 	if c.NumEventLoop < 0 || c.MaxConnections < 0 {
 		return fmt.Errorf("numEventLoop %d and maxConnections %d must not be negative (0: automatic)", c.NumEventLoop, c.MaxConnections)
+	}
+	for _, n := range []struct {
+		key string
+		v   int
+	}{{"haMaxConnections", c.HAMaxConnections}, {"raftMaxConnections", c.RaftMaxConnections}, {"metricsMaxConnections", c.MetricsMaxConnections}} {
+		if n.v < 1 {
+			return fmt.Errorf("%s %d: at least 1", n.key, n.v)
+		}
 	}
 	if c.MaxInboundBufferedBytes < int64(c.MaxFrameSize) {
 		return fmt.Errorf("maxInboundBufferedBytes %d: at least maxFrameSize (%d)", c.MaxInboundBufferedBytes, c.MaxFrameSize)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -42,6 +43,8 @@ type metrics struct {
 	appendLatency prometheus.Histogram
 	flushLatency  prometheus.Histogram
 	log           *slog.Logger
+	guard         metricsGuard // the port's bounds and lines
+	maxConns      int          // metricsMaxConnections
 
 	addr atomic.Pointer[string] // the bound admin address, set once serving
 	srv  *http.Server           // set by start, before any other goroutine uses it
@@ -135,8 +138,10 @@ func newMetrics(cfg *Config, log *slog.Logger) *metrics {
 	}
 	labels := prometheus.Labels{labelCluster: cfg.BrokerClusterName, labelNodeID: nodeID(cfg)}
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		log: log,
+		reg:      prometheus.NewRegistry(),
+		log:      log,
+		guard:    newMetricsGuard(cfg, log),
+		maxConns: cfg.MetricsMaxConnections,
 		appendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:        "petrel_append_latency_seconds",
 			Help:        "Time the commit-log append of a stored send took: the copy into the mapped log under the store mutex.",
@@ -188,7 +193,7 @@ func (m *metrics) start(addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorLog: promLogger{m.log},
+		ErrorLog: promLogger{m.log, &m.guard.warn},
 		// A collector's error (say, two slaves with the same id) drops its metrics, not the scrape.
 		ErrorHandling: promhttp.ContinueOnError,
 		Registry:      m.reg,
@@ -206,13 +211,15 @@ func (m *metrics) start(addr string) error {
 	})
 	m.srv = &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No WriteTimeout: a CPU profile or trace answers after the seconds it is asked for.
-		ErrorLog: slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: m.guard.headerTimeout,
+		ReadTimeout:       m.guard.readTimeout,
+		IdleTimeout:       metricsIdleTimeout,
+		MaxHeaderBytes:    metricsMaxHeaderBytes,
+		ErrorLog:          m.guard.errorLog(),
 	}
 	m.done = make(chan struct{})
 	bound := ln.Addr().String()
+	ln = m.guard.listener(ln, m.maxConns)
 	m.addr.Store(&bound)
 	go func() {
 		defer close(m.done)
@@ -251,12 +258,16 @@ func (b *Broker) MetricsAddr() string {
 	return ""
 }
 
-// promLogger adapts the broker's logger to promhttp.Logger.
-type promLogger struct{ l *slog.Logger }
+// promLogger adapts the broker's logger to promhttp.Logger, rate-limited (a scraper can make
+// every scrape fail the same way).
+type promLogger struct {
+	l    *slog.Logger
+	warn *ratelog.Reasons
+}
 
 // Println logs one promhttp error as a warning.
 func (p promLogger) Println(v ...any) {
-	p.l.Warn("metrics: "+fmt.Sprint(v...), "component", "metrics")
+	p.warn.Of("promhttp").Warn(p.l, "metrics: "+fmt.Sprint(v...), "component", "metrics")
 }
 
 // brokerCollector computes the broker's metrics when scraped. It takes no broker lock but the

@@ -136,6 +136,8 @@ func (m *raftMember) start() error {
 		Dir:              filepath.Join(m.b.cfg.StorePathRootDir, "raft"),
 		HeartbeatTimeout: m.b.cfg.RaftHeartbeatTimeout,
 		ElectionTimeout:  m.b.cfg.RaftElectionTimeout,
+		FrameReadTimeout: m.b.cfg.FrameReadTimeout,
+		MaxConns:         m.b.cfg.RaftMaxConnections,
 		Logger:           m.b.log.With("component", "raft"),
 		OnChange:         func(ha.ControlState) { m.b.roles.poke() },
 	})

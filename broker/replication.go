@@ -87,6 +87,8 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 		ListenAddr:        b.cfg.haListenAddr(),
 		Codec:             ha.Codec(b.cfg.HACompression), // validated by Config.Validate
 		MaxChunkBytes:     b.cfg.HAMaxChunkBytes,
+		FrameReadTimeout:  b.cfg.FrameReadTimeout,
+		MaxConns:          b.cfg.HAMaxConnections,
 		InSyncMaxLagBytes: b.cfg.HAInSyncMaxLagBytes,
 		InSyncMaxLagTime:  b.cfg.HAInSyncMaxLagTime,
 		// NB: a held pull counts its slave as alive and caught up, and the master does not see
@@ -309,7 +311,7 @@ func (b *Broker) syncWithMaster() {
 	for _, tc := range topics.Topics {
 		ok, err := b.topics.upsert(tc)
 		if err != nil {
-			b.log.Error("cannot store the master's topic config", "topic", tc.Topic, "err", err)
+			b.warn.Error(b.log, "cannot store the master's topic config", "topic", tc.Topic, "err", err)
 			continue
 		}
 		changed = changed || ok

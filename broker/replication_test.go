@@ -1036,10 +1036,11 @@ func TestHAPortBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		bytes []byte
+		line  string // "": a line of the same reason was just logged, this one may be suppressed
 	}{
-		{"garbage", []byte("GET / HTTP/1.1\r\nHost: petrel\r\n\r\n")},
-		{"huge length prefix", prefix(0x7ffffff0, uint16(protocol.CodeHAPull), 1)},
-		{"response flag", append(prefix(12, uint16(protocol.CodeHAPull), 1)[:6], 1, 1, 0, 0, 0, 1, 0, 0, 0, 0)},
+		{"HTTP", []byte("GET / HTTP/1.1\r\nHost: petrel\r\n\r\n"), "closing connection: looks like an HTTP/1.x request"},
+		{"huge length prefix", prefix(0x7ffffff0, uint16(protocol.CodeHAPull), 1), "closing connection: bad frame"},
+		{"response flag", append(prefix(12, uint16(protocol.CodeHAPull), 1)[:6], 1, 1, 0, 0, 0, 1, 0, 0, 0, 0), ""},
 	} {
 		nc, err := net.Dial("tcp", haAddr)
 		if err != nil {
@@ -1053,9 +1054,11 @@ func TestHAPortBadInput(t *testing.T) {
 		}
 		local := nc.LocalAddr().String()
 		nc.Close()
-		testutil.Eventually(t, tc.name+": closed connection logged", func() bool {
-			return hc.logs.HasLine("closing connection: bad frame", "remote="+local, "reason=")
-		})
+		if tc.line != "" {
+			testutil.Eventually(t, tc.name+": closed connection logged", func() bool {
+				return hc.logs.HasLine(tc.line, "remote="+local, "reason=")
+			})
+		}
 		sendSome("after " + tc.name)
 	}
 

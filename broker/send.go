@@ -125,7 +125,7 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 	if syncFlush {
 		b.store.WaitFlushed(res.EndOffset, func(err error) {
 			if err != nil {
-				b.log.Error("sync flush failed", "err", err)
+				b.warn.Error(b.log, "sync flush failed", "err", err)
 				a.fail(protocol.StatusFlushDiskTimeout, "stored, but the flush failed: "+err.Error())
 			}
 			a.done()
@@ -220,7 +220,7 @@ func (b *Broker) autoCreateThenSend(cs *connState, f *protocol.Frame, name strin
 		cfg := protocol.TopicConfig{Topic: name, ReadQueueNums: b.cfg.DefaultTopicQueueNums, WriteQueueNums: b.cfg.DefaultTopicQueueNums, Perm: protocol.PermReadWrite}
 		changed, err := b.topics.upsert(cfg)
 		if err != nil {
-			b.log.Error("cannot auto-create topic", "topic", name, "err", err)
+			b.warn.Error(b.log, "cannot auto-create topic", "topic", name, "err", err)
 			b.asyncReply(cs, req.RequestID, &rpc.Reply{Status: protocol.StatusSystemError, Remark: "cannot auto-create topic: " + err.Error()})
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/petrel-mq/petrel/commitlog"
+	"github.com/petrel-mq/petrel/internal/netguard"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -29,12 +30,18 @@ type connState struct {
 
 	paused  bool                 // loop
 	partial int                  // loop: bytes of an incomplete frame buffered
+	pending bool                 // loop: a frame is awaited since partialSince
 	rr      commitlog.ReadResult // loop: reused by every pull of the connection
-	// partialSince is when the incomplete frame now buffered started (unix ns, 0: none); the
-	// housekeeping goroutine closes connections stuck on one longer than FrameReadTimeout.
+	// partialSince is when the frame awaited began (unix ns, 0: none): its first byte, or the
+	// connection's open for its first frame. The housekeeping goroutine closes connections
+	// whose frame is not whole FrameReadTimeout after it.
 	partialSince atomic.Int64
-	out          []byte   // loop: response scratch
-	iov          [][]byte // loop: writev scratch
+	// framed is set once the connection's first frame was whole; until then probe holds what
+	// the bytes buffered look like (netguard.Sniff), for the line that closes it.
+	framed atomic.Bool
+	probe  atomic.Uint32
+	out    []byte   // loop: response scratch
+	iov    [][]byte // loop: writev scratch
 	// corked is set while OnTraffic dispatches the frames of one read: the answers written on
 	// the loop meanwhile collect in pend and leave in one write when OnTraffic returns, so a
 	// client with many requests in flight (64 producers on one connection) costs one system
@@ -68,10 +75,11 @@ func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	b := h.b
 	if n := b.conns.Add(1); n > int64(b.maxConns) {
 		b.conns.Add(-1)
-		b.connLog.Warn(b.log, "refusing connection: maxConnections reached", "remote", c.RemoteAddr().String(), "maxConnections", b.maxConns)
+		b.warn.Warn(b.log, "refusing connection: maxConnections reached", "remote", c.RemoteAddr().String(), "maxConnections", b.maxConns)
 		return nil, gnet.Close
 	}
-	cs := &connState{c: c, remote: c.RemoteAddr().String()}
+	cs := &connState{c: c, remote: c.RemoteAddr().String(), pending: true}
+	cs.partialSince.Store(time.Now().UnixNano()) // the first frame's clock runs from the open
 	c.SetContext(cs)
 	b.connSet.add(cs)
 	return nil, gnet.None
@@ -85,7 +93,7 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	b := h.b
 	b.log.Debug("connection closed", "remote", cs.remote, "reason", err)
 	cs.closed.Store(true)
-	b.setPartial(cs, 0, false)
+	b.setPartial(cs, 0)
 	b.paused.remove(cs)
 	b.connSet.remove(cs)
 	cs.rr.Release()
@@ -165,11 +173,10 @@ const (
 
 func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 	b := h.b
-	progressed := false // a frame completed in this call
 	for {
 		if !b.serving.Load() || cs.overloaded(b) {
 			if c.InboundBuffered() > maxPausedInbound {
-				b.log.Warn("closing connection: client ignores backpressure", "remote", cs.remote, "unread", c.InboundBuffered())
+				b.warn.Warn(b.log, "closing connection: client ignores backpressure", "remote", cs.remote, "unread", c.InboundBuffered())
 				return gnet.Close
 			}
 			if !cs.paused {
@@ -184,7 +191,7 @@ func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 		}
 		n := c.InboundBuffered()
 		if n < protocol.FramePrefixSize {
-			return b.incomplete(cs, n, progressed)
+			return b.incomplete(cs, n)
 		}
 		p, _ := c.Peek(protocol.FramePrefixSize)
 		fh, err := protocol.ParseFrameHeader(p, b.cfg.MaxFrameSize)
@@ -192,19 +199,25 @@ func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 			err = errResponseFrame
 		}
 		if err != nil {
-			b.log.Warn("closing connection: bad frame", "remote", cs.remote, "reason", err)
+			if !cs.framed.Load() {
+				if probe := netguard.Sniff(p); probe != netguard.NoProbe {
+					b.warn.Warn(b.log, probe.Reason(clientPortSpeaks), "remote", cs.remote, "reason", err)
+					return gnet.Close
+				}
+			}
+			b.warn.Warn(b.log, "closing connection: bad frame", "remote", cs.remote, "reason", err)
 			return gnet.Close
 		}
 		total := fh.TotalSize()
 		if n < total {
-			return b.incomplete(cs, n, progressed)
+			return b.incomplete(cs, n)
 		}
 		frame, err := c.Next(total)
 		if err != nil {
-			b.log.Warn("closing connection: cannot read frame", "remote", cs.remote, "reason", err)
+			b.warn.Warn(b.log, "closing connection: cannot read frame", "remote", cs.remote, "reason", err)
 			return gnet.Close
 		}
-		progressed = true
+		cs.frameDone()
 		hdrEnd := protocol.FramePrefixSize + int(fh.HeaderLength)
 		f := protocol.Frame{FrameHeader: fh, Header: frame[protocol.FramePrefixSize:hdrEnd], Body: frame[hdrEnd:]}
 		b.dispatch(cs, &f)
@@ -214,9 +227,14 @@ func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 // incomplete accounts for the n bytes of an incomplete frame left buffered on cs and closes
 // the connection when incomplete frames over all connections exceed MaxInboundBufferedBytes:
 // a client announcing big frames and sending them slowly must not exhaust memory.
-func (b *Broker) incomplete(cs *connState, n int, progressed bool) gnet.Action {
-	if total := b.setPartial(cs, n, progressed); n > 0 && total > b.cfg.MaxInboundBufferedBytes {
-		b.log.Warn("closing connection: incomplete frames over all connections exceed maxInboundBufferedBytes",
+func (b *Broker) incomplete(cs *connState, n int) gnet.Action {
+	total := b.setPartial(cs, n)
+	if n > 0 && !cs.framed.Load() && cs.probe.Load() == uint32(netguard.NoProbe) {
+		p, _ := cs.c.Peek(min(n, protocol.FramePrefixSize))
+		cs.probe.Store(uint32(netguard.Sniff(p)))
+	}
+	if n > 0 && total > b.cfg.MaxInboundBufferedBytes {
+		b.warn.Warn(b.log, "closing connection: incomplete frames over all connections exceed maxInboundBufferedBytes",
 			"remote", cs.remote, "buffered", n, "total", total, "limit", b.cfg.MaxInboundBufferedBytes)
 		return gnet.Close
 	}
@@ -224,29 +242,54 @@ func (b *Broker) incomplete(cs *connState, n int, progressed bool) gnet.Action {
 }
 
 // setPartial records that cs holds n bytes of an incomplete frame and returns the total over
-// all connections. The frame's start time restarts when the previous one completed. Loop only.
-func (b *Broker) setPartial(cs *connState, n int, progressed bool) int64 {
+// all connections; the frame's clock starts with its first byte, unless it runs already (the
+// first frame's, from the open). Loop only.
+func (b *Broker) setPartial(cs *connState, n int) int64 {
 	total := b.inboundPartial.Add(int64(n - cs.partial))
-	switch {
-	case n == 0:
-		cs.partialSince.Store(0)
-	case cs.partial == 0 || progressed:
+	cs.partial = n
+	if n > 0 && !cs.pending {
+		cs.pending = true
 		cs.partialSince.Store(time.Now().UnixNano())
 	}
-	cs.partial = n
 	return total
 }
 
-// closeStalled closes connections whose incomplete frame is older than FrameReadTimeout
-// (housekeeping goroutine).
+// frameDone records that a whole frame was taken from cs: no frame is awaited until the next
+// byte. Loop only.
+func (cs *connState) frameDone() {
+	if cs.pending {
+		cs.pending = false
+		cs.partialSince.Store(0)
+		if !cs.framed.Load() {
+			cs.framed.Store(true)
+		}
+	}
+}
+
+// clientPortSpeaks names the client port's protocol in the line that says a probe reached it.
+const clientPortSpeaks = "Petrel's binary protocol"
+
+// closeStalled closes connections whose awaited frame began more than FrameReadTimeout ago:
+// an incomplete frame, or no whole frame since the open (housekeeping goroutine).
 func (b *Broker) closeStalled(now time.Time) {
 	limit := now.Add(-b.cfg.FrameReadTimeout).UnixNano()
 	for _, cs := range b.connSet.snapshot() {
-		if since := cs.partialSince.Load(); since != 0 && since < limit {
-			b.log.Warn("closing connection: request frame incomplete for too long", "remote", cs.remote,
-				"since", time.Unix(0, since).Format(time.RFC3339Nano), "frameReadTimeout", b.cfg.FrameReadTimeout)
-			_ = cs.c.Close()
+		since := cs.partialSince.Load()
+		if since == 0 || since >= limit {
+			continue
 		}
+		at := time.Unix(0, since).Format(time.RFC3339Nano)
+		switch probe := netguard.Probe(cs.probe.Load()); {
+		case cs.framed.Load():
+			b.warn.Warn(b.log, "closing connection: request frame incomplete for too long", "remote", cs.remote,
+				"since", at, "frameReadTimeout", b.cfg.FrameReadTimeout)
+		case probe != netguard.NoProbe:
+			b.warn.Warn(b.log, probe.Reason(clientPortSpeaks), "remote", cs.remote, "since", at)
+		default:
+			b.warn.Warn(b.log, "closing connection: no whole request within frameReadTimeout of connecting", "remote", cs.remote,
+				"since", at, "frameReadTimeout", b.cfg.FrameReadTimeout)
+		}
+		_ = cs.c.Close()
 	}
 }
 

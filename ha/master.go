@@ -26,6 +26,9 @@ const (
 	// idleTimeout closes a replication connection that sends no request for this long (a slave
 	// sends its next pull as soon as it has stored the previous answer).
 	idleTimeout = time.Minute
+	// DefaultMaxConns caps the replication connections served at once: a group's slaves hold
+	// one each, and one more while they ask to leave the in-sync set.
+	DefaultMaxConns = 64
 )
 
 // MasterConfig configures a Master. Zero values take the defaults.
@@ -43,6 +46,14 @@ type MasterConfig struct {
 	MaxChunkBytes int
 	// MaxWait caps how long a pull with nothing to return is held (default 5 s).
 	MaxWait time.Duration
+	// FrameReadTimeout closes a connection whose request frame is not whole this long after its
+	// first byte, or that sends no whole request this long after it connects (default
+	// rpc.DefaultFrameReadTimeout). A connection that sends no request for a minute between
+	// two is closed too: a slave pulls again as soon as it has stored an answer.
+	FrameReadTimeout time.Duration
+	// MaxConns caps the replication connections served at once (default DefaultMaxConns); more
+	// are closed as they come, with a log line.
+	MaxConns int
 	// InSyncMaxLagBytes and InSyncMaxLagTime: a slave lagging more than InSyncMaxLagBytes
 	// (default 256 MiB, RocketMQ's haMaxGapNotInSync) for longer than InSyncMaxLagTime (default
 	// 1 s), or not heard from for InSyncMaxLagTime, leaves the in-sync set.
@@ -118,7 +129,8 @@ type Master struct {
 	cfg   MasterConfig
 	codec uint8
 	log   *slog.Logger
-	warn  ratelog.Limiter
+	// warn rate-limits, per reason, the lines a slave's (or any peer's) pulls cause.
+	warn ratelog.Reasons
 
 	// end is the highest end passed to NotifyAppend: held pulls wake when it moves.
 	end atomic.Int64
@@ -190,6 +202,9 @@ func NewMaster(cfg MasterConfig) *Master {
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if cfg.InSyncMaxLagBytes <= 0 {
 		cfg.InSyncMaxLagBytes = DefaultInSyncMaxLagBytes
 	}
@@ -259,9 +274,11 @@ func (m *Master) Start() error {
 	m.addr = ln.Addr().String()
 	m.end.Store(m.cfg.Log.LogEndOffset())
 	m.srv = rpc.NewServer(m.handle, rpc.ServerOptions{
-		IdleTimeout:  idleTimeout,
-		OnDisconnect: m.onDisconnect,
-		Logger:       m.log,
+		IdleTimeout:      idleTimeout,
+		FrameReadTimeout: m.cfg.FrameReadTimeout,
+		MaxConns:         m.cfg.MaxConns,
+		OnDisconnect:     m.onDisconnect,
+		Logger:           m.log,
 	})
 	m.wg.Add(3)
 	go func() {
@@ -573,7 +590,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 	sess := &session{peer: p, slaveID: h.SlaveID, bytes: b}
 	sess.enc.codec = m.codec
 	m.sessions[p.ID()] = sess
-	m.log.Info("slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "haAddr", p.RemoteAddr())
+	m.warn.Info(m.log, "slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "haAddr", p.RemoteAddr())
 	m.publishLocked()
 	return sess, nil
 }
@@ -595,7 +612,7 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 		return // taken over by a newer connection
 	}
 	s := res.Slave
-	m.log.Info("slave disconnected", "slave", s.BrokerID, "haAddr", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
+	m.warn.Info(m.log, "slave disconnected", "slave", s.BrokerID, "haAddr", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
 	m.verdictsChangedLocked(res.Changes)
 	if res.Removed {
 		delete(m.bytes, s.BrokerID)
@@ -614,7 +631,7 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 	m.mu.Lock()
 	res := m.tr.Ack(sess.peer.ID(), offset, readEnd, m.cfg.Log.LogEndOffset(), m.cfg.Now())
 	if res.Regressed {
-		m.log.Warn("slave's acknowledged offset went back; it no longer counts for what it lost",
+		m.warn.Warn(m.log, "slave's acknowledged offset went back; it no longer counts for what it lost",
 			"slave", res.BrokerID, "from", res.From, "to", offset)
 	}
 	m.verdictsChangedLocked(res.Changes)
@@ -746,7 +763,7 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 		sess.resp.Result = protocol.HAResync
 		m.fillBounds(&sess.resp)
 		sess.resp.Offset = sess.resp.MasterMin
-		m.log.Warn("slave asks from an offset retention removed; telling it to resync",
+		m.warn.Warn(m.log, "slave asks from an offset retention removed; telling it to resync",
 			"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
 	case pullReadError:
 		m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", rd.err)

@@ -8,13 +8,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-
-	"github.com/petrel-mq/petrel/internal/ratelog"
 )
 
 // RaftPeer is one member of a Raft-elected broker group: its Raft server id (raftSelfId, e.g.
@@ -37,6 +34,13 @@ type RaftConfig struct {
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
+	// FrameReadTimeout closes a Raft connection whose RPC is not whole this long after its
+	// first byte, or that sends no whole RPC this long after it connects (default
+	// DefaultRaftFrameReadTimeout).
+	FrameReadTimeout time.Duration
+	// MaxConns caps the Raft port's connections (default DefaultRaftMaxConns); more are
+	// closed as they come, with a log line.
+	MaxConns int
 	// Logger receives Raft's log lines at warn level and above; default slog.Default().
 	Logger *slog.Logger
 	// OnChange hears every change of the control state (see ControlFSM).
@@ -53,6 +57,8 @@ type RaftNode struct {
 	r     *raft.Raft
 	store *raftboltdb.BoltStore
 	trans *raft.NetworkTransport
+	// stream is the transport's listener and its guard.
+	stream *raftStream
 }
 
 // ErrNotLeader is returned by Propose on a member that is not the Raft leader.
@@ -83,6 +89,12 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.FrameReadTimeout <= 0 {
+		cfg.FrameReadTimeout = DefaultRaftFrameReadTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultRaftMaxConns
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
@@ -101,18 +113,27 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 		n.store.Close()
 		return nil, fmt.Errorf("raft: address %q: %w", self.Addr, err)
 	}
-	if n.trans, err = raft.NewTCPTransport(self.Addr, tcpAddr, 3, 2*time.Second, io.Discard); err != nil {
+	if tcpAddr.IP == nil || tcpAddr.IP.IsUnspecified() {
+		n.store.Close()
+		return nil, fmt.Errorf("raft: address %q: not an address other members can reach", self.Addr)
+	}
+	stream, err := listenRaft(self.Addr, tcpAddr, cfg.FrameReadTimeout, cfg.MaxConns, cfg.Logger)
+	if err != nil {
 		n.store.Close()
 		return nil, fmt.Errorf("raft: cannot listen on %s: %w", self.Addr, err)
 	}
+	logger := raftLogger(cfg.Logger)
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 3, Timeout: 2 * time.Second, Logger: logger,
+	})
+	n.stream = stream
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.SelfID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
 	rc.CommitTimeout = 5 * time.Millisecond
-	rc.LogOutput = &raftLogWriter{l: cfg.Logger}
-	rc.LogLevel = "WARN"
+	rc.Logger = logger
 	n.rc = *rc
 	if n.r, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans); err != nil {
 		n.trans.Close()
@@ -135,18 +156,6 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 		}
 	}
 	return n, nil
-}
-
-// raftLogWriter passes hashicorp/raft's warnings and errors to the member's logger, at most one a
-// second (a peer that is down makes the leader warn every heartbeat).
-type raftLogWriter struct {
-	l    *slog.Logger
-	rate ratelog.Limiter
-}
-
-func (w *raftLogWriter) Write(p []byte) (int, error) {
-	w.rate.Warn(w.l, "raft: "+strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // IsLeader reports whether this member is the Raft leader now.

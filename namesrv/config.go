@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/magiconair/properties"
+
+	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
 // Defaults, as RocketMQ's NameServer.
@@ -24,6 +26,13 @@ const (
 	// DefaultScanInterval is how often silent brokers are looked for, as RocketMQ's
 	// scanNotActiveBrokerInterval.
 	DefaultScanInterval = 5 * time.Second
+	// DefaultFrameReadTimeout bounds a request frame from its first byte to its last, and a
+	// connection's first request from its accept. NameServer requests are small (a
+	// registration with 10,000 topics is under a megabyte).
+	DefaultFrameReadTimeout = 10 * time.Second
+	// DefaultMaxConnections caps the connections served at once, lowered to the open-file
+	// limit less 64 descriptors when that is smaller: every client and broker holds one.
+	DefaultMaxConnections = 16384
 )
 
 // ErrConfig is wrapped by every configuration error (bad value, unknown key, bad file).
@@ -47,6 +56,17 @@ type Config struct {
 	//
 	// Default DefaultScanInterval.
 	ScanInterval time.Duration
+	// FrameReadTimeout closes a connection whose request frame is not whole this long after
+	// its first byte, or that sends no whole request this long after it connects.
+	//
+	// A connection silent between requests is closed after BrokerExpiry (at least a second).
+	// Default DefaultFrameReadTimeout.
+	FrameReadTimeout time.Duration
+	// MaxConnections caps the connections served at once; more are closed as they come, with
+	// a log line.
+	//
+	// Default DefaultMaxConnections, or the open-file limit less 64 when lower.
+	MaxConnections int
 	// Logger receives the server's logs.
 	//
 	// Default slog.Default().
@@ -64,15 +84,27 @@ type Config struct {
 func ConfigHelp(field string) string { return configHelp[field] }
 
 // DefaultConfig returns the default configuration: listen on 0.0.0.0:9876, expire brokers
-// after 120 s of silence, scan every 5 s, log to slog.Default().
+// after 120 s of silence, scan every 5 s, bound request frames by 10 s, serve at most 16384
+// connections (fewer under a lower open-file limit), log to slog.Default().
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:   DefaultListenAddr,
-		BrokerExpiry: DefaultBrokerExpiry,
-		ScanInterval: DefaultScanInterval,
-		Logger:       slog.Default(),
-		Now:          time.Now,
+		ListenAddr:       DefaultListenAddr,
+		BrokerExpiry:     DefaultBrokerExpiry,
+		ScanInterval:     DefaultScanInterval,
+		FrameReadTimeout: DefaultFrameReadTimeout,
+		MaxConnections:   defaultMaxConnections(),
+		Logger:           slog.Default(),
+		Now:              time.Now,
 	}
+}
+
+// defaultMaxConnections is DefaultMaxConnections, or the open-file limit less 64 descriptors
+// when lower.
+func defaultMaxConnections() int {
+	if n := rpc.FileLimitConns(64); n > 0 && n < DefaultMaxConnections {
+		return n
+	}
+	return DefaultMaxConnections
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -86,6 +118,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ScanInterval == 0 {
 		c.ScanInterval = d.ScanInterval
+	}
+	if c.FrameReadTimeout == 0 {
+		c.FrameReadTimeout = d.FrameReadTimeout
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = d.MaxConnections
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger
@@ -109,6 +147,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ScanInterval < 0 {
 		return fmt.Errorf("%w: scan interval %v is negative", ErrConfig, c.ScanInterval)
+	}
+	if c.FrameReadTimeout < 0 {
+		return fmt.Errorf("%w: frame read timeout %v is negative", ErrConfig, c.FrameReadTimeout)
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("%w: max connections %d is negative", ErrConfig, c.MaxConnections)
 	}
 	return nil
 }
@@ -140,6 +184,10 @@ const (
 	KeyScanIntervalMs = "scanIntervalMs"
 	// KeyScanNotActiveBrokerInterval is RocketMQ's name of KeyScanIntervalMs (milliseconds).
 	KeyScanNotActiveBrokerInterval = "scanNotActiveBrokerInterval"
+	// KeyFrameReadTimeoutMs is Config.FrameReadTimeout in milliseconds.
+	KeyFrameReadTimeoutMs = "frameReadTimeoutMs"
+	// KeyMaxConnections is Config.MaxConnections.
+	KeyMaxConnections = "maxConnections"
 )
 
 // LoadFile applies the RocketMQ-style properties file at path to c (see Load).
@@ -153,7 +201,8 @@ func (c *Config) LoadFile(path string) error {
 
 // Load applies Java-properties text (key=value lines, # comments) to c; source names it in
 // errors. Keys are KeyListenAddr, KeyBindAddress, KeyListenPort, KeyBrokerExpiryMs,
-// KeyScanIntervalMs and KeyScanNotActiveBrokerInterval; keys not set keep c's values. An
+// KeyScanIntervalMs, KeyScanNotActiveBrokerInterval, KeyFrameReadTimeoutMs and
+// KeyMaxConnections; keys not set keep c's values. An
 // unknown key, a bad value or a conflicting pair of keys is an error wrapping ErrConfig that
 // names the key, and leaves c unchanged.
 func (c *Config) Load(data []byte, source string) error {
@@ -167,7 +216,8 @@ func (c *Config) Load(data []byte, source string) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		switch k {
-		case KeyListenAddr, KeyBindAddress, KeyListenPort, KeyBrokerExpiryMs, KeyScanIntervalMs, KeyScanNotActiveBrokerInterval:
+		case KeyListenAddr, KeyBindAddress, KeyListenPort, KeyBrokerExpiryMs, KeyScanIntervalMs, KeyScanNotActiveBrokerInterval,
+			KeyFrameReadTimeoutMs, KeyMaxConnections:
 		default:
 			return fmt.Errorf("%w: %s: unknown key %q", ErrConfig, source, k)
 		}
@@ -238,6 +288,18 @@ func (c *Config) Load(data []byte, source string) error {
 			next.ScanInterval = d
 		}
 	}
+	if d, ok, err := ms(KeyFrameReadTimeoutMs); err != nil {
+		return err
+	} else if ok {
+		next.FrameReadTimeout = d
+	}
+	if v, ok := get(KeyMaxConnections); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%w: %s: %s=%q is not a positive number", ErrConfig, source, KeyMaxConnections, v)
+		}
+		next.MaxConnections = n
+	}
 	*c = next
 	return nil
 }
@@ -250,5 +312,7 @@ func (c Config) Properties() string {
 	fmt.Fprintf(&b, "%s=%s\n", KeyListenAddr, e.ListenAddr)
 	fmt.Fprintf(&b, "%s=%d\n", KeyBrokerExpiryMs, e.BrokerExpiry.Milliseconds())
 	fmt.Fprintf(&b, "%s=%d\n", KeyScanIntervalMs, e.ScanInterval.Milliseconds())
+	fmt.Fprintf(&b, "%s=%d\n", KeyFrameReadTimeoutMs, e.FrameReadTimeout.Milliseconds())
+	fmt.Fprintf(&b, "%s=%d\n", KeyMaxConnections, e.MaxConnections)
 	return b.String()
 }

@@ -4,9 +4,11 @@ package namesrv
 
 // configHelp is the help text of each field of Config: the first paragraph of its doc comment.
 var configHelp = map[string]string{
-	"BrokerExpiry": "removes a broker that has not registered for this long",
-	"ListenAddr":   "the TCP address to listen on (host:port); port 0 picks a free port",
-	"Logger":       "receives the server's logs",
-	"Now":          "the clock used for heartbeats and expiry (tests move it)",
-	"ScanInterval": "how often expired brokers are looked for",
+	"BrokerExpiry":     "removes a broker that has not registered for this long",
+	"FrameReadTimeout": "closes a connection whose request frame is not whole this long after its first byte, or that sends no whole request this long after it connects",
+	"ListenAddr":       "the TCP address to listen on (host:port); port 0 picks a free port",
+	"Logger":           "receives the server's logs",
+	"MaxConnections":   "caps the connections served at once; more are closed as they come, with a log line",
+	"Now":              "the clock used for heartbeats and expiry (tests move it)",
+	"ScanInterval":     "how often expired brokers are looked for",
 }

@@ -3,6 +3,7 @@ package namesrv
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,13 +16,15 @@ import (
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
 	if c.ListenAddr != "0.0.0.0:9876" || c.BrokerExpiry != 120*time.Second || c.ScanInterval != 5*time.Second ||
+		c.FrameReadTimeout != 10*time.Second || c.MaxConnections <= 0 || c.MaxConnections > DefaultMaxConnections ||
 		c.Logger == nil || c.Now == nil {
 		t.Errorf("DefaultConfig() = %+v", c)
 	}
 	if err := c.Validate(); err != nil {
 		t.Errorf("default config invalid: %v", err)
 	}
-	if got, want := (Config{}).Properties(), "listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\n"; got != want {
+	want := fmt.Sprintf("listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\nframeReadTimeoutMs=10000\nmaxConnections=%d\n", c.MaxConnections)
+	if got := (Config{}).Properties(); got != want {
 		t.Errorf("Properties() of the zero config = %q, want %q", got, want)
 	}
 }
@@ -38,6 +41,7 @@ func TestConfigLoad(t *testing.T) {
 		{"ipv6 bind", "bindAddress=::1\n", Config{ListenAddr: "[::1]:9876"}},
 		{"durations", "brokerExpiryMs=30000\nscanIntervalMs=250\n", Config{BrokerExpiry: 30 * time.Second, ScanInterval: 250 * time.Millisecond}},
 		{"rocketmq scan key", "scanNotActiveBrokerInterval=1000\n", Config{ScanInterval: time.Second}},
+		{"connection limits", "frameReadTimeoutMs=2500\nmaxConnections=50\n", Config{FrameReadTimeout: 2500 * time.Millisecond, MaxConnections: 50}},
 	}
 	for _, tc := range cases {
 		var c Config
@@ -45,7 +49,8 @@ func TestConfigLoad(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if c.ListenAddr != tc.want.ListenAddr || c.BrokerExpiry != tc.want.BrokerExpiry || c.ScanInterval != tc.want.ScanInterval {
+		if c.ListenAddr != tc.want.ListenAddr || c.BrokerExpiry != tc.want.BrokerExpiry || c.ScanInterval != tc.want.ScanInterval ||
+			c.FrameReadTimeout != tc.want.FrameReadTimeout || c.MaxConnections != tc.want.MaxConnections {
 			t.Errorf("%s: got %+v, want %+v", tc.name, c, tc.want)
 		}
 	}
@@ -60,6 +65,9 @@ func TestConfigLoadErrors(t *testing.T) {
 		{"bad ms", "brokerExpiryMs=2m\n", "brokerExpiryMs"},
 		{"zero ms", "scanIntervalMs=0\n", "scanIntervalMs"},
 		{"both scan keys", "scanIntervalMs=1\nscanNotActiveBrokerInterval=2\n", "scanNotActiveBrokerInterval"},
+		{"zero frame timeout", "frameReadTimeoutMs=0\n", "frameReadTimeoutMs"},
+		{"zero connections", "maxConnections=0\n", "maxConnections"},
+		{"bad connections", "maxConnections=many\n", "maxConnections"},
 	}
 	for _, tc := range cases {
 		c := Config{ListenAddr: "127.0.0.1:5"}
@@ -74,7 +82,8 @@ func TestConfigLoadErrors(t *testing.T) {
 }
 
 func TestConfigLoadFileRoundTrip(t *testing.T) {
-	want := Config{ListenAddr: "127.0.0.1:9999", BrokerExpiry: 7 * time.Second, ScanInterval: 300 * time.Millisecond}
+	want := Config{ListenAddr: "127.0.0.1:9999", BrokerExpiry: 7 * time.Second, ScanInterval: 300 * time.Millisecond,
+		FrameReadTimeout: 900 * time.Millisecond, MaxConnections: 77}
 	path := filepath.Join(t.TempDir(), "namesrv.conf")
 	if err := os.WriteFile(path, []byte(want.Properties()), 0o644); err != nil {
 		t.Fatal(err)
@@ -83,7 +92,8 @@ func TestConfigLoadFileRoundTrip(t *testing.T) {
 	if err := got.LoadFile(path); err != nil {
 		t.Fatal(err)
 	}
-	if got.ListenAddr != want.ListenAddr || got.BrokerExpiry != want.BrokerExpiry || got.ScanInterval != want.ScanInterval {
+	if got.ListenAddr != want.ListenAddr || got.BrokerExpiry != want.BrokerExpiry || got.ScanInterval != want.ScanInterval ||
+		got.FrameReadTimeout != want.FrameReadTimeout || got.MaxConnections != want.MaxConnections {
 		t.Errorf("round trip: got %+v, want %+v", got, want)
 	}
 	if err := got.LoadFile(filepath.Join(t.TempDir(), "missing.conf")); !errors.Is(err, ErrConfig) {
@@ -94,7 +104,7 @@ func TestConfigLoadFileRoundTrip(t *testing.T) {
 // TestConfigHelp: config_help.go is what go generate makes of config.go now, and the fields
 // petrel-namesrv has flags for are described.
 func TestConfigHelp(t *testing.T) {
-	for _, f := range []string{"ListenAddr", "BrokerExpiry", "ScanInterval"} {
+	for _, f := range []string{"ListenAddr", "BrokerExpiry", "ScanInterval", "FrameReadTimeout", "MaxConnections"} {
 		if ConfigHelp(f) == "" {
 			t.Errorf("%s: no help text", f)
 		}

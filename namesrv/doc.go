@@ -37,6 +37,14 @@
 // data; removing a master while slaves remain keeps the group's queue data, so the route lists
 // the group with its slaves and no master, and consumers read from the slaves.
 //
+// # Connections
+//
+// A request frame must be whole within Config.FrameReadTimeout of its first byte, and a
+// connection's first request within it of the accept; a connection silent for BrokerExpiry
+// between requests is closed, and at most Config.MaxConnections are served at once. A first
+// frame that looks like TLS or HTTP is logged as such. Lines a peer can cause are
+// rate-limited per reason (internal/ratelog).
+//
 // # Concurrency
 //
 // Requests are served on the rpc.Server's goroutine per connection; handlers hold the table lock

@@ -39,8 +39,9 @@ type Server struct {
 	log     *slog.Logger
 	table   *routeTable
 	closing atomic.Bool
-	// rejectLog rate-limits the line of a refused registration: a broker retries it.
-	rejectLog ratelog.Limiter
+	// warn rate-limits, per reason, the lines a peer's requests cause (a refused registration,
+	// which the broker retries; two brokers with one brokerId, which displace each other).
+	warn ratelog.Reasons
 
 	mu      sync.Mutex // guards the fields below
 	started bool
@@ -89,16 +90,18 @@ func (s *Server) Start() error {
 	// Config.Now), so it is at least minIdleTimeout: a goroutine of a loaded machine may well
 	// stay silent for a few tens of milliseconds between two requests.
 	s.rpc = rpc.NewServer(s.handle, rpc.ServerOptions{
-		OnDisconnect: s.onDisconnect,
-		Logger:       s.log,
-		IdleTimeout:  max(s.cfg.BrokerExpiry, minIdleTimeout),
-		MaxConns:     rpc.FileLimitConns(64),
+		OnDisconnect:     s.onDisconnect,
+		Logger:           s.log,
+		IdleTimeout:      max(s.cfg.BrokerExpiry, minIdleTimeout),
+		FrameReadTimeout: s.cfg.FrameReadTimeout,
+		MaxConns:         s.cfg.MaxConnections,
 	})
 	s.wg.Add(2)
 	go s.serve(ln)
 	go s.scanLoop()
 	s.log.Info("NameServer listening", "addr", ln.Addr().String(),
-		"brokerExpiry", s.cfg.BrokerExpiry, "scanInterval", s.cfg.ScanInterval)
+		"brokerExpiry", s.cfg.BrokerExpiry, "scanInterval", s.cfg.ScanInterval,
+		"frameReadTimeout", s.cfg.FrameReadTimeout, "maxConnections", s.cfg.MaxConnections)
 	return nil
 }
 
@@ -258,7 +261,7 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 	r.now = s.cfg.Now()
 	res, err := s.table.register(&r)
 	if err != nil {
-		s.rejectLog.Warn(s.log, "broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
+		s.warn.Warn(s.log, "broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
 			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "err", err)
 		var stale *errStaleMaster
 		if errors.As(err, &stale) {
@@ -275,7 +278,7 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 		"addr", h.BrokerAddr, "haAddr", h.HAServerAddr, "dataVersion", h.DataVersion,
 		"topics", len(r.topics), "queueDataUpdated", res.queueDataUpdated, "remote", req.Peer.RemoteAddr()}
 	if res.displaced != "" {
-		s.log.Warn("broker replaces another address with the same brokerId", append(attrs, "displaced", res.displaced)...)
+		s.warn.Warn(s.log, "broker replaces another address with the same brokerId", append(attrs, "displaced", res.displaced)...)
 	}
 	if res.isNew {
 		s.log.Info("broker registered", attrs...)

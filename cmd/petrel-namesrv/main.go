@@ -41,6 +41,8 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		logLevel     string
 		brokerExpiry time.Duration
 		scanInterval time.Duration
+		frameTimeout time.Duration
+		maxConns     int
 	)
 	cmd := &cobra.Command{
 		Use:           "petrel-namesrv",
@@ -64,6 +66,12 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 			}
 			if flags.Changed("scan-interval") {
 				cfg.ScanInterval = scanInterval
+			}
+			if flags.Changed("frame-read-timeout") {
+				cfg.FrameReadTimeout = frameTimeout
+			}
+			if flags.Changed("max-connections") {
+				cfg.MaxConnections = maxConns
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -89,11 +97,13 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", namesrv.DefaultListenAddr, namesrv.ConfigHelp("ListenAddr"))
-	f.StringVarP(&configPath, "config", "c", "", "RocketMQ-style properties file (listenAddr, bindAddress, listenPort, brokerExpiryMs, scanIntervalMs)")
+	f.StringVarP(&configPath, "config", "c", "", "RocketMQ-style properties file (listenAddr, bindAddress, listenPort, brokerExpiryMs, scanIntervalMs, frameReadTimeoutMs, maxConnections)")
 	f.BoolVarP(&printConfig, "print-config", "p", false, "print the effective configuration and exit")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&brokerExpiry, "broker-expiry", namesrv.DefaultBrokerExpiry, namesrv.ConfigHelp("BrokerExpiry"))
 	f.DurationVar(&scanInterval, "scan-interval", namesrv.DefaultScanInterval, namesrv.ConfigHelp("ScanInterval"))
+	f.DurationVar(&frameTimeout, "frame-read-timeout", namesrv.DefaultFrameReadTimeout, namesrv.ConfigHelp("FrameReadTimeout"))
+	f.IntVar(&maxConns, "max-connections", namesrv.DefaultMaxConnections, namesrv.ConfigHelp("MaxConnections"))
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	return cmd

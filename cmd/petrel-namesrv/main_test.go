@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/internal/testutil"
+	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -38,16 +40,17 @@ func TestPrintConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\n"; out != want {
+	conns := namesrv.DefaultConfig().MaxConnections
+	if want := fmt.Sprintf("listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\nframeReadTimeoutMs=10000\nmaxConnections=%d\n", conns); out != want {
 		t.Errorf("-p printed %q, want %q", out, want)
 	}
 
 	conf := writeConf(t, "listenPort=9999\nbrokerExpiryMs=1000\nscanIntervalMs=100\n")
-	out, _, err = execute("-c", conf, "--listen", "127.0.0.1:7", "--scan-interval", "2s", "-p")
+	out, _, err = execute("-c", conf, "--listen", "127.0.0.1:7", "--scan-interval", "2s", "--frame-read-timeout", "3s", "--max-connections", "9", "-p")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "listenAddr=127.0.0.1:7\nbrokerExpiryMs=1000\nscanIntervalMs=2000\n"; out != want {
+	if want := "listenAddr=127.0.0.1:7\nbrokerExpiryMs=1000\nscanIntervalMs=2000\nframeReadTimeoutMs=3000\nmaxConnections=9\n"; out != want {
 		t.Errorf("-p with file and flags printed %q, want %q", out, want)
 	}
 }

@@ -1,7 +1,9 @@
 // Package testutil holds what Petrel's tests share: waiting until a condition holds
 // (Eventually), capturing log output that many goroutines write (SyncBuffer), picking free
-// loopback ports for servers a test starts later (FreePorts), and the goroutine leak check that
-// every package's TestMain runs (VerifyTestMain).
+// loopback ports for servers a test starts later (FreePorts), the goroutine leak check that
+// every package's TestMain runs (VerifyTestMain), and what listener tests need: a flood of
+// connections that never complete a request (Flood), waiting for a server to close one
+// (WaitClosed), the peak of a count while it runs (Peak) and the heap in use (HeapInUse).
 //
 // Only tests import it. It imports nothing of Petrel's, so that any package's tests, internal
 // ones included, can use it without an import cycle.

@@ -694,11 +694,9 @@ func TestIdleTimeout(t *testing.T) {
 
 // TestBadFrames sends what no well-behaved client sends over raw sockets. The server must close
 // that connection with a log line, without allocating for a hostile length, while another
-// connection keeps working.
+// connection keeps working. (A server per case: lines of one reason are rate-limited.)
 func TestBadFrames(t *testing.T) {
 	const maxFrame = 64 << 10
-	srv := startServer(t, newService().handle, ServerOptions{MaxFrameSize: maxFrame})
-	good := dial(t, srv.addr, Options{})
 
 	valid := protocol.AppendFrame(nil, uint16(protocol.CodeGetMaxOffset), 0, 1, &protocol.QueueHeader{Topic: "T"}, nil)
 	prefix := func(length uint32, flags, version uint8, hdrLen uint32) []byte {
@@ -714,7 +712,10 @@ func TestBadFrames(t *testing.T) {
 		closeSend bool // half-close after sending: the server sees the stream end
 		log       []string
 	}{
-		{"garbage", []byte("GET / HTTP/1.1\r\nHost: petrel\r\n\r\n"), false, []string{"bad frame", "frame larger than the maximum"}},
+		{"HTTP/1.1", []byte("GET / HTTP/1.1\r\nHost: petrel\r\n\r\n"), false, []string{"looks like an HTTP/1.x request; this port speaks Petrel's binary protocol", "frame larger than the maximum"}},
+		{"HTTP/2", []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), false, []string{"looks like the HTTP/2 connection preface; this port speaks Petrel's binary protocol"}},
+		{"TLS", append([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03}, make([]byte, 40)...), false, []string{"looks like a TLS ClientHello; this port speaks Petrel's binary protocol"}},
+		{"garbage", bytes.Repeat([]byte{0xfe}, 16), false, []string{"bad frame", "frame larger than the maximum"}},
 		{"2 GiB length", prefix(1<<31, 0, protocol.Version, 0), false, []string{"bad frame", "frame larger than the maximum"}},
 		{"over the server's max", prefix(maxFrame, 0, protocol.Version, 0), false, []string{"bad frame", "frame larger than the maximum"}},
 		{"length below the prefix", prefix(3, 0, protocol.Version, 0), false, []string{"bad frame", "malformed"}},
@@ -725,8 +726,11 @@ func TestBadFrames(t *testing.T) {
 		{"truncated frame", valid[:len(valid)-3], true, []string{"truncated frame"}},
 		{"truncated prefix", valid[:7], true, []string{"closing connection", "unexpected EOF"}},
 		{"good frame then garbage", append(append([]byte(nil), valid...), bytes.Repeat([]byte{0xff}, 16)...), false, []string{"bad frame"}},
+		{"good frame then HTTP", append(append([]byte(nil), valid...), "GET / HTTP/1.1\r\n\r\n"...), false, []string{"bad frame"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t, newService().handle, ServerOptions{MaxFrameSize: maxFrame})
+			good := dial(t, srv.addr, Options{})
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			nc, err := net.Dial("tcp", srv.addr)

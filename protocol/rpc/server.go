@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/netguard"
+	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -69,11 +72,16 @@ func (p *Peer) Close() error { return p.nc.Close() }
 type ServerOptions struct {
 	// MaxFrameSize bounds request frames (bytes); default protocol.DefaultMaxFrameSize.
 	MaxFrameSize int
-	// IdleTimeout closes a connection that sends nothing for this long; default 0 (never).
+	// IdleTimeout closes a connection that starts no frame for this long after its previous
+	// one; default 0 (never).
 	IdleTimeout time.Duration
-	// FrameReadTimeout closes a connection whose started frame is not complete within this
-	// time; default 30 s.
+	// FrameReadTimeout bounds every frame from its first byte to its last, and a connection's
+	// first frame from the connection's accept: a connection that sends nothing, or part of a
+	// frame, for this long is closed; default DefaultFrameReadTimeout.
 	FrameReadTimeout time.Duration
+	// WriteTimeout closes a connection whose answers cannot be written for this long (a peer
+	// that stopped reading); default DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// MaxConns caps open connections; more are closed at once with a log line; default 0
 	// (no cap).
 	MaxConns int
@@ -83,11 +91,36 @@ type ServerOptions struct {
 	MaxBufferedBytes int64
 	// OnDisconnect runs once when a connection closes, after its last request.
 	OnDisconnect func(p *Peer)
-	// Logger receives connection errors; default slog.Default().
+	// Logger receives connection errors; default slog.Default(). Every line a peer can cause
+	// (a refused or closed connection) is rate-limited per reason (ratelog.Reasons).
 	Logger *slog.Logger
 }
 
+// Defaults of ServerOptions.
+const (
+	DefaultFrameReadTimeout = 30 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
+)
+
+// Buffer sizes of a connection. The read buffer is small: frames larger than it are read
+// straight into their own buffer, and a connection that never completes a frame (a scanner, a
+// slow sender) costs little. The write buffer is made with the first answer.
+const (
+	readBufferSize  = 4 << 10
+	writeBufferSize = 64 << 10
+)
+
+// speaks names the protocol in the line that says a probe reached a port (netguard.Probe).
+const speaks = "Petrel's binary protocol"
+
 // Server serves protocol frames with one goroutine per connection. Serve runs until Close.
+//
+// A peer holds a connection only while it uses it: every frame must be whole within
+// FrameReadTimeout of its first byte and a connection's first frame within it of the accept,
+// answers must be written within WriteTimeout, a connection idle for IdleTimeout between
+// frames is closed, and at most MaxConns are served. The line that closes a connection says
+// why, and names the protocol a first frame looks like when it is TLS or HTTP
+// (internal/netguard.Sniff); lines are rate-limited per reason.
 type Server struct {
 	handler Handler
 	opts    ServerOptions
@@ -95,6 +128,8 @@ type Server struct {
 	nextID  atomic.Uint64
 
 	buffered atomic.Int64 // bytes of frames being read, over all connections
+	open     atomic.Int32 // connections being served
+	warn     ratelog.Reasons
 
 	mu     sync.Mutex
 	peers  map[*Peer]struct{}
@@ -111,7 +146,10 @@ func NewServer(h Handler, opts ServerOptions) *Server {
 		opts.Logger = slog.Default()
 	}
 	if opts.FrameReadTimeout <= 0 {
-		opts.FrameReadTimeout = 30 * time.Second
+		opts.FrameReadTimeout = DefaultFrameReadTimeout
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	if opts.MaxBufferedBytes <= 0 {
 		opts.MaxBufferedBytes = 64 << 20
@@ -144,7 +182,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			// Out of file descriptors, a connection aborted before accept, ...: keep serving
 			// the connections there are and try again (as net/http does).
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.opts.Logger.Warn("cannot accept a connection; retrying", "listen", ln.Addr().String(), "err", err, "retryIn", backoff)
+			s.warn.Warn(s.opts.Logger, "cannot accept a connection; retrying", "listen", ln.Addr().String(), "err", err, "retryIn", backoff)
 			time.Sleep(backoff)
 			continue
 		}
@@ -152,6 +190,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
+		accepted := time.Now()
 		p := &Peer{id: s.nextID.Add(1), remote: nc.RemoteAddr().String(), nc: nc}
 		s.mu.Lock()
 		if s.closed {
@@ -161,14 +200,15 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		if s.opts.MaxConns > 0 && len(s.peers) >= s.opts.MaxConns {
 			s.mu.Unlock()
-			s.opts.Logger.Warn("refusing connection: too many connections", "remote", p.remote, "maxConns", s.opts.MaxConns)
+			s.warn.Warn(s.opts.Logger, "refusing connection: too many connections", "remote", p.remote, "maxConns", s.opts.MaxConns)
 			_ = nc.Close()
 			continue
 		}
 		s.peers[p] = struct{}{}
+		s.open.Add(1)
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.servePeer(p)
+		go s.servePeer(p, accepted)
 	}
 }
 
@@ -192,43 +232,49 @@ func (s *Server) Close() error {
 	return nil
 }
 
-func (s *Server) servePeer(p *Peer) {
+// Conns returns the number of connections being served.
+func (s *Server) Conns() int { return int(s.open.Load()) }
+
+func (s *Server) servePeer(p *Peer, accepted time.Time) {
 	defer s.wg.Done()
 	defer func() {
 		_ = p.nc.Close()
 		s.mu.Lock()
 		delete(s.peers, p)
 		s.mu.Unlock()
+		s.open.Add(-1)
 		if s.opts.OnDisconnect != nil {
 			s.opts.OnDisconnect(p)
 		}
 	}()
-	br := bufio.NewReaderSize(p.nc, 64<<10)
-	bw := bufio.NewWriterSize(p.nc, 64<<10)
+	br := bufio.NewReaderSize(p.nc, readBufferSize)
+	var bw *bufio.Writer
 	var prefix [protocol.FramePrefixSize]byte
 	var frame, out []byte
-	for {
+	for first := true; ; first = false {
 		// Replies wait in bw only while the next request is already buffered (pipelined requests
 		// share one write); flush them before the read below can block. NB: this must happen here,
 		// not after each reply: a oneway request or an unknown code can be the last buffered frame.
-		if bw.Buffered() > 0 && !nextFrameBuffered(br, s.opts.MaxFrameSize) {
-			p.wmu.Lock()
-			err := bw.Flush()
-			p.wmu.Unlock()
-			if err != nil {
-				s.opts.Logger.Info("closing connection: write failed", "remote", p.remote, "reason", err)
+		if bw != nil && bw.Buffered() > 0 && !nextFrameBuffered(br, s.opts.MaxFrameSize) {
+			if err := s.flush(p, bw); err != nil {
+				s.warn.Info(s.opts.Logger, "closing connection: write failed", "remote", p.remote, "reason", err)
 				return
 			}
 		}
-		var idle time.Time // zero: no deadline (readFrame set one for the previous frame)
-		if s.opts.IdleTimeout > 0 {
-			idle = time.Now().Add(s.opts.IdleTimeout)
+		// The frame's first byte: within IdleTimeout of the previous frame, or, for the first
+		// frame, within FrameReadTimeout of the accept. From it on, the frame must be whole
+		// within FrameReadTimeout.
+		if err := s.awaitFrame(p, br, first, accepted); err != nil {
+			s.logClose(p, err, nil, first)
+			return
 		}
-		_ = p.nc.SetReadDeadline(idle)
-		if _, err := io.ReadFull(br, prefix[:]); err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.opts.Logger.Info("closing connection", "remote", p.remote, "reason", err)
-			}
+		start := accepted
+		if !first {
+			start = time.Now()
+		}
+		_ = p.nc.SetReadDeadline(start.Add(s.opts.FrameReadTimeout))
+		if n, err := io.ReadFull(br, prefix[:]); err != nil {
+			s.logClose(p, err, prefix[:n], first)
 			return
 		}
 		fh, err := protocol.ParseFrameHeader(prefix[:], s.opts.MaxFrameSize)
@@ -236,12 +282,12 @@ func (s *Server) servePeer(p *Peer) {
 			err = fmt.Errorf("%w: response frame sent to a server", protocol.ErrFrameMalformed)
 		}
 		if err != nil {
-			s.opts.Logger.Warn("closing connection: bad frame", "remote", p.remote, "reason", err)
+			s.badFrame(p, prefix[:], first, err)
 			return
 		}
-		frame, err = s.readFrame(p, br, prefix[:], fh.TotalSize(), frame)
+		frame, err = s.readFrame(br, prefix[:], fh.TotalSize(), frame)
 		if err != nil {
-			s.opts.Logger.Warn("closing connection: cannot read frame", "remote", p.remote, "reason", err)
+			s.logClose(p, err, frame, false)
 			return
 		}
 		f, _ := protocol.ParseFrame(frame, s.opts.MaxFrameSize)
@@ -258,12 +304,16 @@ func (s *Server) servePeer(p *Peer) {
 		if f.Flags.IsOneway() {
 			continue
 		}
+		if bw == nil {
+			bw = bufio.NewWriterSize(p.nc, writeBufferSize)
+		}
 		out = AppendReply(out[:0], f.RequestID, &rep)
 		p.wmu.Lock()
+		_ = p.nc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 		_, err = bw.Write(out)
 		p.wmu.Unlock()
 		if err != nil {
-			s.opts.Logger.Info("closing connection: write failed", "remote", p.remote, "reason", err)
+			s.warn.Info(s.opts.Logger, "closing connection: write failed", "remote", p.remote, "reason", err)
 			return
 		}
 		if cap(out) > 1<<20 {
@@ -272,16 +322,87 @@ func (s *Server) servePeer(p *Peer) {
 	}
 }
 
+// flush writes the replies waiting in bw, within WriteTimeout.
+func (s *Server) flush(p *Peer, bw *bufio.Writer) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_ = p.nc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+	return bw.Flush()
+}
+
+// awaitFrame waits until the first byte of the next frame is buffered: at most IdleTimeout
+// (none when 0), or, for the connection's first frame, until FrameReadTimeout after the accept.
+func (s *Server) awaitFrame(p *Peer, br *bufio.Reader, first bool, accepted time.Time) error {
+	if br.Buffered() > 0 {
+		return nil
+	}
+	var deadline time.Time // zero: none
+	switch {
+	case first:
+		deadline = accepted.Add(s.opts.FrameReadTimeout)
+	case s.opts.IdleTimeout > 0:
+		deadline = time.Now().Add(s.opts.IdleTimeout)
+	}
+	_ = p.nc.SetReadDeadline(deadline)
+	_, err := br.Peek(1)
+	return err
+}
+
+// logClose logs why a connection is closed after a read failed with err; got holds the bytes of
+// the frame read so far, and first tells whether it was the connection's first frame (whose
+// bytes may be another protocol's opening). A peer that closed between frames is not logged.
+func (s *Server) logClose(p *Peer, err error, got []byte, first bool) {
+	if errors.Is(err, net.ErrClosed) {
+		return // the server is closing, or the peer was closed on purpose (Peer.Close)
+	}
+	if first && len(got) > 0 {
+		if probe := netguard.Sniff(got); probe != netguard.NoProbe {
+			s.warn.Warn(s.opts.Logger, probe.Reason(speaks), "remote", p.remote, "reason", err)
+			return
+		}
+	}
+	timeout := errors.Is(err, os.ErrDeadlineExceeded)
+	switch {
+	case len(got) == 0 && errors.Is(err, io.EOF):
+	case len(got) == 0 && timeout && first:
+		s.warn.Warn(s.opts.Logger, "closing connection: no request within the frame read timeout of connecting",
+			"remote", p.remote, "frameReadTimeout", s.opts.FrameReadTimeout)
+	case len(got) == 0 && timeout:
+		s.warn.Info(s.opts.Logger, "closing connection: idle", "remote", p.remote, "idleTimeout", s.opts.IdleTimeout)
+	case timeout:
+		s.warn.Warn(s.opts.Logger, "closing connection: request frame incomplete for the frame read timeout",
+			"remote", p.remote, "got", len(got), "frameReadTimeout", s.opts.FrameReadTimeout)
+	case errors.Is(err, errServerBusy):
+		s.warn.Warn(s.opts.Logger, "closing connection: frames being read exceed the server's buffer budget",
+			"remote", p.remote, "got", len(got), "maxBufferedBytes", s.opts.MaxBufferedBytes)
+	case len(got) > 0:
+		s.warn.Warn(s.opts.Logger, "closing connection: request frame truncated", "remote", p.remote, "got", len(got), "reason", err)
+	default:
+		s.warn.Info(s.opts.Logger, "closing connection", "remote", p.remote, "reason", err)
+	}
+}
+
+// badFrame logs why a connection whose frame prefix failed ParseFrameHeader is closed: the
+// probe its first bytes look like, or the frame's fault.
+func (s *Server) badFrame(p *Peer, prefix []byte, first bool, err error) {
+	if first {
+		if probe := netguard.Sniff(prefix); probe != netguard.NoProbe {
+			s.warn.Warn(s.opts.Logger, probe.Reason(speaks), "remote", p.remote, "reason", err)
+			return
+		}
+	}
+	s.warn.Warn(s.opts.Logger, "closing connection: bad frame", "remote", p.remote, "reason", err)
+}
+
 // errServerBusy is returned by readFrame when frames being read over all connections would
 // pass MaxBufferedBytes.
 var errServerBusy = errors.New("rpc: frames being read exceed the server's buffer budget")
 
-// readFrame reads the rest of a frame of n bytes whose prefix was read, within
-// FrameReadTimeout. The buffer grows as bytes arrive, not to the announced length at once, and
-// the bytes count against MaxBufferedBytes while the frame is read, so clients announcing big
-// frames cannot reserve memory they do not send.
-func (s *Server) readFrame(p *Peer, br *bufio.Reader, prefix []byte, n int, buf []byte) ([]byte, error) {
-	_ = p.nc.SetReadDeadline(time.Now().Add(s.opts.FrameReadTimeout))
+// readFrame reads the rest of a frame of n bytes whose prefix was read (within the deadline
+// set for the frame). The buffer grows as bytes arrive, not to the announced length at once,
+// and the bytes count against MaxBufferedBytes while the frame is read, so clients announcing
+// big frames cannot reserve memory they do not send.
+func (s *Server) readFrame(br *bufio.Reader, prefix []byte, n int, buf []byte) ([]byte, error) {
 	buf = append(buf[:0], prefix...)
 	held := int64(0)
 	defer func() { s.buffered.Add(-held) }()
@@ -333,7 +454,7 @@ func nextFrameBuffered(br *bufio.Reader, maxFrameSize int) bool {
 func (s *Server) serve(req *Request) (rep Reply) {
 	defer func() {
 		if v := recover(); v != nil {
-			s.opts.Logger.Error("BUG: request handler panicked", "code", req.Code, "remote", req.Peer.remote, "panic", v, "stack", string(debug.Stack()))
+			s.warn.Error(s.opts.Logger, "BUG: request handler panicked", "code", req.Code, "remote", req.Peer.remote, "panic", v, "stack", string(debug.Stack()))
 			rep = Errorf(protocol.StatusSystemError, "internal error serving %s", req.Code)
 		}
 	}()

@@ -1,0 +1,122 @@
+package ha
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/petrel-mq/petrel/internal/netguard"
+	"github.com/petrel-mq/petrel/internal/ratelog"
+)
+
+// Defaults of the Raft port's guard (RaftConfig).
+const (
+	// DefaultRaftFrameReadTimeout bounds an RPC from its first byte to its last, and a
+	// connection's first RPC from its accept.
+	DefaultRaftFrameReadTimeout = 30 * time.Second
+	// DefaultRaftMaxConns caps the Raft port's connections: each other member holds a few
+	// (hashicorp/raft pools up to three per peer, plus one for pipelined appends).
+	DefaultRaftMaxConns = 64
+)
+
+// raftKeepAlive probes the Raft port's idle connections, so that those of a member that
+// vanished without closing them (a partition, a machine lost) are closed within about 20 s
+// rather than hold a slot of the cap for the system's default of minutes.
+var raftKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+// raftStream is the Raft transport's stream layer (raft.StreamLayer): a netguard.Guarded
+// listener and plain TCP dials.
+//
+// The guard's rules fit the transport: it serves a connection's RPCs in turn and answers each
+// before it reads the next one's type byte, so an RPC must be whole within the frame read
+// timeout of its first byte and a connection's first RPC within it of the accept, while a
+// pooled connection may stay idle between RPCs as long as it likes (hashicorp/raft reuses
+// pooled connections without a check: closing an idle one would fail the vote or append that
+// takes it next).
+type raftStream struct {
+	*netguard.Guarded
+	advertise net.Addr
+}
+
+// listenRaft listens on addr (advertised as advertise) for a Raft transport.
+func listenRaft(addr string, advertise net.Addr, frameTimeout time.Duration, maxConns int, log *slog.Logger) (*raftStream, error) {
+	g, err := netguard.Listen(addr, netguard.GuardConfig{
+		FrameTimeout: frameTimeout,
+		MaxConns:     maxConns,
+		MaxConnsKey:  "raftMaxConnections",
+		Port:         "Raft",
+		Speaks:       "hashicorp/raft's binary protocol",
+		KeepAlive:    raftKeepAlive,
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &raftStream{Guarded: g, advertise: advertise}, nil
+}
+
+// Addr returns the advertised address (the member's Raft address in raftPeers).
+func (s *raftStream) Addr() net.Addr { return s.advertise }
+
+// Dial opens a connection to another member.
+func (s *raftStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(address), timeout)
+}
+
+// raftLogger returns hashicorp/raft's logger for a member: warnings and errors only, written
+// as JSON that raftLogWriter passes to log, rate-limited per message (a peer that is down
+// makes the leader warn every heartbeat; a stranger on the port makes the transport fail to
+// decode what it sent).
+func raftLogger(log *slog.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "raft",
+		Level:      hclog.Warn,
+		Output:     &raftLogWriter{l: log},
+		JSONFormat: true,
+	})
+}
+
+// raftLogWriter passes the JSON lines of raftLogger to a slog logger: the message as "raft: "
+// and the message, the fields as attributes, through ratelog.Reasons.
+type raftLogWriter struct {
+	l    *slog.Logger
+	rate ratelog.Reasons
+}
+
+func (w *raftLogWriter) Write(p []byte) (int, error) {
+	var line map[string]any
+	if err := json.Unmarshal(p, &line); err != nil {
+		w.rate.Warn(w.l, "raft: "+string(p))
+		return len(p), nil
+	}
+	msg, _ := line["@message"].(string)
+	level, _ := line["@level"].(string)
+	keys := make([]string, 0, len(line))
+	for k := range line {
+		switch k {
+		case "@message", "@level", "@timestamp":
+		default:
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	args := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		name := k
+		if k == "@module" {
+			name = "module"
+		}
+		args = append(args, name, line[k])
+	}
+	if level == "error" {
+		w.rate.Error(w.l, "raft: "+msg, args...)
+	} else {
+		w.rate.Warn(w.l, "raft: "+msg, args...)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,122 @@
+package ha
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
+)
+
+// startGuardedGroup starts three members on loopback with the Raft port guard's timeout and cap,
+// logging to logs, and returns them once one leads.
+func startGuardedGroup(t *testing.T, frameTimeout time.Duration, maxConns int, logs *testutil.SyncBuffer) []*RaftNode {
+	t.Helper()
+	addrs := testutil.FreeAddrs(t, 3)
+	var peers []RaftPeer
+	for i, a := range addrs {
+		peers = append(peers, RaftPeer{ID: fmt.Sprintf("b%d", i+1), Addr: a})
+	}
+	dir := t.TempDir()
+	var nodes []*RaftNode
+	for _, p := range peers {
+		n, err := StartRaftNode(RaftConfig{SelfID: p.ID, Peers: peers, Dir: filepath.Join(dir, p.ID),
+			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
+			FrameReadTimeout: frameTimeout, MaxConns: maxConns,
+			Logger: slog.New(slog.NewTextHandler(logs, nil)).With("member", p.ID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	})
+	waitCommit(t, nodes)
+	return nodes
+}
+
+// waitCommit waits until the group's leader commits a command.
+func waitCommit(t *testing.T, nodes []*RaftNode) {
+	t.Helper()
+	testutil.Eventually(t, "the group's leader commits", func() bool {
+		for _, n := range nodes {
+			if n.IsLeader() {
+				return n.Propose(Command{Kind: CmdNoop}, time.Second) == nil
+			}
+		}
+		return false
+	})
+}
+
+// TestRaftPortGuard: on a member's Raft port, an RPC left incomplete, a connection that sends
+// nothing and a TLS ClientHello are each closed with a line that says why, connections past
+// the cap are refused, and the group goes on committing.
+func TestRaftPortGuard(t *testing.T) {
+	var logs testutil.SyncBuffer
+	nodes := startGuardedGroup(t, 300*time.Millisecond, 16, &logs)
+	addr := nodes[0].cfg.Peers[0].Addr
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+		line  string
+	}{
+		// An AppendEntries type byte and the start of its msgpack map, then silence.
+		{"incomplete RPC", []byte{0x00, 0x8f, 0xa4}, "closing Raft connection: request incomplete for the frame read timeout"},
+		{"silent", nil, "closing Raft connection: no request within the frame read timeout of connecting"},
+		{"TLS", []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc}, "looks like a TLS ClientHello; this port speaks hashicorp/raft's binary protocol"},
+		{"HTTP", []byte("GET / HTTP/1.1\r\n\r\n"), "looks like an HTTP/1.x request; this port speaks hashicorp/raft's binary protocol"},
+		// Petrel's protocol on the wrong port: 12 bytes of a frame prefix.
+		{"Petrel frame prefix", []byte{0, 0, 0, 52, 0, 105, 0, 1, 0, 0, 0, 7}, ""},
+	} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tc.bytes) > 0 {
+			if _, err := nc.Write(tc.bytes); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testutil.WaitClosed(t, nc, tc.name)
+		if tc.line != "" {
+			logs.WaitForLine(t, tc.line, "remote="+nc.LocalAddr().String())
+		}
+		nc.Close()
+	}
+	waitCommit(t, nodes)
+}
+
+// TestRaftPortFlood: a flood of silent and junk connections on a member's Raft port never
+// holds more than the cap, is closed within the frame read timeout, costs a bounded heap, and
+// leaves a group that commits again.
+func TestRaftPortFlood(t *testing.T) {
+	const conns, maxConns = 500, 32
+	var logs testutil.SyncBuffer
+	nodes := startGuardedGroup(t, 300*time.Millisecond, maxConns, &logs)
+	stream := nodes[0].stream
+	before := testutil.HeapInUse()
+	peak := testutil.Peak(stream.Open)
+	ncs := testutil.Flood(t, stream.Addr().String(), conns, [][]byte{nil, {0x00, 0x8f}})
+	during := testutil.HeapInUse()
+	for i, nc := range ncs {
+		testutil.WaitClosed(t, nc, fmt.Sprintf("junk connection %d", i))
+	}
+	p := peak()
+	waitCommit(t, nodes)
+	after := testutil.HeapInUse()
+	t.Logf("heap in use: %d KiB before, %d KiB with %d connections opened, %d KiB after; peak open %d (cap %d)",
+		before>>10, during>>10, conns, after>>10, p, maxConns)
+	if p > maxConns {
+		t.Fatalf("%d connections open at once, cap %d", p, maxConns)
+	}
+	if after > before+16<<20 {
+		t.Fatalf("heap grew from %d to %d bytes", before, after)
+	}
+	logs.WaitForLine(t, "refusing Raft connection: raftMaxConnections reached")
+}

@@ -1,0 +1,186 @@
+package netguard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/petrel-mq/petrel/internal/ratelog"
+)
+
+// GuardConfig configures a Guarded listener.
+type GuardConfig struct {
+	// FrameTimeout bounds a request from its first byte to its last, and a connection's first
+	// request from its accept. Required.
+	FrameTimeout time.Duration
+	// MaxConns caps the connections open at once (0: no cap).
+	MaxConns int
+	// MaxConnsKey names the cap's config key in the line of a refused connection.
+	MaxConnsKey string
+	// Port names the port in its lines ("closing Raft connection: ...").
+	Port string
+	// Speaks names the port's protocol in the line that says a probe reached it.
+	Speaks string
+	// KeepAlive probes idle connections (net.ListenConfig.KeepAliveConfig).
+	KeepAlive net.KeepAliveConfig
+	// Logger receives the lines, rate-limited per reason.
+	Logger *slog.Logger
+}
+
+// Guarded is a TCP listener for a request/response protocol whose frames carry no length the
+// listener could read (hashicorp/raft's type byte and msgpack body), so its rules go by reads
+// and writes: the server answers each request before it reads the next one's first byte
+// (pipelined requests aside, whose bytes may already be buffered), so the bytes read since
+// the last write are one request. A request must be whole within FrameTimeout of its first
+// byte, and a connection's first request within it of the accept; between requests a
+// connection may stay silent (a client pool's idle connections; the cap and the keepalive
+// probes bound those). A first read that looks like another protocol's opening (Sniff) is
+// logged as such and ends the connection, as does a write that cannot finish within
+// FrameTimeout (a peer that stopped reading). Closing the listener closes every connection it
+// accepted.
+//
+// Each connection's Read and Write must be called from one goroutine at a time (the server's
+// goroutine of the connection); Close may be called from any.
+type Guarded struct {
+	ln  *LimitListener
+	cfg GuardConfig
+	// The lines' messages, one constant string per reason.
+	refusedMsg, silentMsg, stalledMsg, writeMsg string
+	warn                                        ratelog.Reasons
+
+	mu     sync.Mutex // a leaf: the accepted connections, closed with the listener
+	conns  map[*guardedConn]struct{}
+	closed bool
+}
+
+// Listen listens on addr (TCP) under cfg's rules.
+func Listen(addr string, cfg GuardConfig) (*Guarded, error) {
+	lc := net.ListenConfig{KeepAliveConfig: cfg.KeepAlive}
+	inner, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	g := &Guarded{cfg: cfg, conns: make(map[*guardedConn]struct{})}
+	g.refusedMsg = "refusing " + cfg.Port + " connection: " + cfg.MaxConnsKey + " reached"
+	g.silentMsg = "closing " + cfg.Port + " connection: no request within the frame read timeout of connecting"
+	g.stalledMsg = "closing " + cfg.Port + " connection: request incomplete for the frame read timeout"
+	g.writeMsg = "closing " + cfg.Port + " connection: answer not written"
+	g.ln = Limit(inner, cfg.MaxConns, func(remote net.Addr) {
+		g.warn.Warn(g.cfg.Logger, g.refusedMsg, "remote", remote.String(), cfg.MaxConnsKey, cfg.MaxConns)
+	})
+	return g, nil
+}
+
+// Accept returns the next connection within the cap.
+func (g *Guarded) Accept() (net.Conn, error) {
+	nc, err := g.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c := &guardedConn{Conn: nc, g: g, remote: nc.RemoteAddr().String(), started: time.Now()}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		_ = nc.Close()
+		return nil, net.ErrClosed
+	}
+	g.conns[c] = struct{}{}
+	g.mu.Unlock()
+	return c, nil
+}
+
+// Close stops accepting and closes every accepted connection.
+func (g *Guarded) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	conns := make([]*guardedConn, 0, len(g.conns))
+	for c := range g.conns {
+		conns = append(conns, c)
+	}
+	g.mu.Unlock()
+	err := g.ln.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	return err
+}
+
+// Addr returns the address listened on.
+func (g *Guarded) Addr() net.Addr { return g.ln.Addr() }
+
+// Open returns the number of connections accepted and not yet closed.
+func (g *Guarded) Open() int { return g.ln.Open() }
+
+// guardedConn is a connection accepted by a Guarded listener.
+type guardedConn struct {
+	net.Conn
+	g      *Guarded
+	remote string
+	// started is when the request being read began (its first byte, or the accept for the
+	// first request); zero between an answer and the next request's first byte.
+	started time.Time
+	reads   int // reads that returned bytes
+}
+
+// Read reads within the request's deadline. A deadline passed, a probe, or the connection
+// closed here reads as io.EOF once the reason is logged: the server need not log a failed
+// decode as well.
+func (c *guardedConn) Read(p []byte) (int, error) {
+	var deadline time.Time // zero: between requests, none
+	if !c.started.IsZero() {
+		deadline = c.started.Add(c.g.cfg.FrameTimeout)
+	}
+	_ = c.Conn.SetReadDeadline(deadline)
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		if c.started.IsZero() {
+			c.started = time.Now()
+		}
+		c.reads++
+		if c.reads == 1 {
+			if probe := Sniff(p[:n]); probe != NoProbe {
+				c.g.warn.Warn(c.g.cfg.Logger, probe.Reason(c.g.cfg.Speaks), "remote", c.remote)
+				_ = c.Close()
+				return 0, io.EOF
+			}
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, net.ErrClosed):
+		return n, io.EOF
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if c.reads == 0 {
+			c.g.warn.Warn(c.g.cfg.Logger, c.g.silentMsg, "remote", c.remote, "frameReadTimeout", c.g.cfg.FrameTimeout)
+		} else {
+			c.g.warn.Warn(c.g.cfg.Logger, c.g.stalledMsg, "remote", c.remote, "frameReadTimeout", c.g.cfg.FrameTimeout)
+		}
+		return n, io.EOF
+	}
+	return n, err
+}
+
+// Write writes an answer within FrameTimeout; the next byte read starts the next request.
+func (c *guardedConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.g.cfg.FrameTimeout))
+	n, err := c.Conn.Write(p)
+	c.started = time.Time{}
+	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EPIPE)) {
+		c.g.warn.Info(c.g.cfg.Logger, c.g.writeMsg, "remote", c.remote, "reason", err)
+	}
+	return n, err
+}
+
+// Close closes the connection and forgets it.
+func (c *guardedConn) Close() error {
+	c.g.mu.Lock()
+	delete(c.g.conns, c)
+	c.g.mu.Unlock()
+	return c.Conn.Close()
+}
