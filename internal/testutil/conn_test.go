@@ -3,6 +3,7 @@ package testutil
 import (
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -37,9 +38,18 @@ func TestFloodWaitClosedPeak(t *testing.T) {
 			}()
 		}
 	}()
-	peak := Peak(func() int { return int(open.Load()) })
+	sampledAll := make(chan struct{}) // closed once Peak has sampled all four open
+	var once sync.Once
+	peak := Peak(func() int {
+		n := int(open.Load())
+		if n == 4 {
+			once.Do(func() { close(sampledAll) })
+		}
+		return n
+	})
 	conns := Flood(t, ln.Addr().String(), 4, [][]byte{{1}, {2}})
 	Eventually(t, "every connection served", func() bool { return got.Load() == 4 })
+	<-sampledAll // a loaded machine may run the sampler late; the connections wait for it
 	close(release)
 	for _, nc := range conns {
 		WaitClosed(t, nc, "flooded")
