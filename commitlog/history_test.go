@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // Offsets of the broker-assigned fields of the test batch format (outside its CRC).
@@ -588,4 +590,46 @@ func verifyPrefix(t tb, s *Store, m *model, k qkey) {
 		off = rr.NextQueueOffset
 		rr.Release()
 	}
+}
+
+// TestRecoveryEndWithoutRoomForAMarker: a crash with the log ending less than a segment-end
+// marker before its segment's end, and the next segment already preallocated (empty), recovers
+// the end where the live store had it, not at the next segment's base (where a slave would ask
+// its master for an offset beyond the master's end); the next append rolls as it would have.
+func TestRecoveryEndWithoutRoomForAMarker(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.SegmentSize = 4096
+	s := mustOpen(t, cfg)
+	m := newModel()
+	first := appendRec(t, s, m, "T", 0, 1, make([]byte, 100))
+	second := appendRec(t, s, m, "T", 0, 1, make([]byte, 200))
+	perByte := float64(second.size-first.size) / 100
+	if perByte != 1 {
+		t.Fatalf("batch size grows by %v per payload byte; the test assumes 1", perByte)
+	}
+	overhead := int64(first.size) - 100
+	const want = 4096 - 6
+	for s.LogEndOffset()+overhead+1000 < want {
+		appendRec(t, s, m, "T", 0, 1, make([]byte, 1000))
+	}
+	appendRec(t, s, m, "T", 0, 1, make([]byte, want-s.LogEndOffset()-overhead))
+	if got := s.LogEndOffset(); got != want {
+		t.Fatalf("log end %d before the crash, want %d", got, want)
+	}
+	testutil.Eventually(t, "the next segment preallocated", func() bool {
+		s.amu.Lock()
+		defer s.amu.Unlock()
+		return s.prepared != nil && s.prepared.base == 4096
+	})
+	s.abandon()
+
+	s = mustOpen(t, cfg)
+	checkEnd(t, s, m)
+	verifyAll(t, s, m)
+	r := appendRec(t, s, m, "T", 0, 1, []byte("after"))
+	if r.phys != 4096 {
+		t.Fatalf("the append after recovery went to %d, want the next segment's base 4096", r.phys)
+	}
+	reopenClean(t, s, cfg, m).Close()
 }

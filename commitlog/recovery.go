@@ -121,7 +121,11 @@ func (s *Store) recover() error {
 		rem := seg.size - rel
 		if rem < markerSize || binary.BigEndian.Uint32(seg.data[rel:]) == 0 &&
 			binary.BigEndian.Uint32(seg.data[rel+4:]) == SegmentEndMagic {
-			if k+1 < len(segs) {
+			// Without room for a marker the log moves on only to a next segment that holds a
+			// batch: an empty one was preallocated ahead of the roll, and the end is here, as a
+			// live store that had not rolled yet reported it (a slave recovering past it would
+			// ask its master for an offset beyond the master's end).
+			if k+1 < len(segs) && (rem >= markerSize || binary.BigEndian.Uint32(segs[k+1].data) != 0) {
 				k++
 				pos = segs[k].base
 				segs[k].newestTS.Store(0)
