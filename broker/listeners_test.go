@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -136,25 +135,12 @@ func TestClientPortFlood(t *testing.T) {
 	b, logs := startLogged(t, cfg)
 	good := dial(t, b.Addr())
 	createTopic(t, good, "F", 1)
-	before := testutil.HeapInUse()
-	peak := testutil.Peak(func() int { return int(b.conns.Load()) })
-	ncs := testutil.Flood(t, b.Addr(), conns, [][]byte{prefix12(), tlsClientHello[:6], nil})
-	during := testutil.HeapInUse()
-	for i, nc := range ncs {
-		testutil.WaitClosed(t, nc, fmt.Sprintf("junk connection %d", i))
-	}
-	testutil.Eventually(t, "only the real client left", func() bool { return b.conns.Load() == 1 })
-	p := peak()
-	send(t, good, "F", 0, "served throughout")
-	after := testutil.HeapInUse()
-	t.Logf("heap in use: %d KiB before, %d KiB with %d connections opened, %d KiB after; peak connections %d (cap %d)",
-		before>>10, during>>10, conns, after>>10, p, maxConns)
-	if p > maxConns {
-		t.Fatalf("%d connections open at once, cap %d", p, maxConns)
-	}
-	if after > before+16<<20 {
-		t.Fatalf("heap grew from %d to %d bytes", before, after)
-	}
+	r := testutil.FloodUntilClosed(t, b.Addr(), conns, [][]byte{prefix12(), tlsClientHello[:6], nil},
+		func() int { return int(b.conns.Load()) }, func() {
+			testutil.Eventually(t, "only the real client left", func() bool { return b.conns.Load() == 1 })
+			send(t, good, "F", 0, "served throughout")
+		})
+	r.Check(t, maxConns, 16<<20)
 	if n := strings.Count(logs.String(), "\n"); n > 40 {
 		t.Fatalf("%d log lines for %d junk connections:\n%s", n, conns, logs.String())
 	}

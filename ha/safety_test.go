@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -209,26 +206,7 @@ func (s *memSink) Close() error  { return nil }
 // TestReadIndex: the leader's read index, waited for on a follower, makes the follower's state
 // at least as new as the leader's; a follower gives no read index.
 func TestReadIndex(t *testing.T) {
-	addrs := testutil.FreeAddrs(t, 3)
-	var peers []RaftPeer
-	for i, a := range addrs {
-		peers = append(peers, RaftPeer{ID: fmt.Sprintf("b%d", i+1), Addr: a})
-	}
-	dir := t.TempDir()
-	var nodes []*RaftNode
-	for _, p := range peers {
-		n, err := StartRaftNode(RaftConfig{SelfID: p.ID, Peers: peers, Dir: filepath.Join(dir, p.ID),
-			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, n)
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			_ = n.Close()
-		}
-	})
+	nodes := startNodeGroup(t, nil)
 	var l *RaftNode
 	eventually(t, 5*time.Second, "a leader", func() bool {
 		for _, n := range nodes {

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -90,5 +91,54 @@ func Peak(count func() int) (stop func() int) {
 			peak.Store(n)
 		}
 		return int(peak.Load())
+	}
+}
+
+// FloodResult is what a connection flood measured (FloodUntilClosed): the heap in use before,
+// while the n connections were open and after, in bytes, and the highest connection count the
+// server reported while they were open.
+type FloodResult struct {
+	Before, During, After uint64
+	Conns, Peak           int
+}
+
+// FloodUntilClosed floods addr with n connections as Flood does, waits until the server has
+// closed every one (WaitClosed), then calls settled (nil for none: e.g. wait for the server's
+// own count to drop, or serve a real client) and measures the heap again. count is the server's
+// connection count, sampled (Peak) from before the first dial until settled returns.
+func FloodUntilClosed(t interface {
+	TB
+	Cleanup(func())
+}, addr string, n int, junk [][]byte, count func() int, settled func()) FloodResult {
+	t.Helper()
+	r := FloodResult{Before: HeapInUse(), Conns: n}
+	peak := Peak(count)
+	ncs := Flood(t, addr, n, junk)
+	r.During = HeapInUse()
+	for i, nc := range ncs {
+		WaitClosed(t, nc, fmt.Sprintf("junk connection %d", i))
+	}
+	if settled != nil {
+		settled()
+	}
+	r.Peak = peak()
+	r.After = HeapInUse()
+	return r
+}
+
+// Check logs r and fails t when more than maxConns connections were open at once or the heap
+// grew by more than slack bytes.
+func (r FloodResult) Check(t interface {
+	TB
+	Logf(format string, args ...any)
+}, maxConns int, slack uint64) {
+	t.Helper()
+	t.Logf("heap in use: %d KiB before, %d KiB with %d connections opened, %d KiB after; peak connections %d (cap %d)",
+		r.Before>>10, r.During>>10, r.Conns, r.After>>10, r.Peak, maxConns)
+	if r.Peak > maxConns {
+		t.Fatalf("%d connections open at once, cap %d", r.Peak, maxConns)
+	}
+	if r.After > r.Before+slack {
+		t.Fatalf("heap grew from %d to %d bytes", r.Before, r.After)
 	}
 }

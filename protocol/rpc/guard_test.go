@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"bufio"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -92,28 +91,14 @@ func TestJunkConnectionFlood(t *testing.T) {
 	if _, err := getMaxOffset(ctxT(t), good, "T", 0); err != nil { // within the first frame's bound
 		t.Fatal(err)
 	}
-	before := testutil.HeapInUse()
-	peak := testutil.Peak(srv.Conns)
 	junk := [][]byte{framePrefix(100)[:12], {0x16, 0x03, 0x01, 0x02, 0x00, 0x01}, nil, []byte("GET /")}
-	ncs := testutil.Flood(t, srv.addr, conns, junk)
-	during := testutil.HeapInUse()
-	for i, nc := range ncs {
-		testutil.WaitClosed(t, nc, fmt.Sprintf("junk connection %d", i))
-	}
-	testutil.Eventually(t, "every junk connection closed on the server", func() bool { return srv.Conns() <= 1 })
-	p := peak()
-	if p > maxConns {
-		t.Fatalf("%d connections served at once, cap %d", p, maxConns)
-	}
-	if _, err := getMaxOffset(ctxT(t), good, "T", 0); err != nil {
-		t.Fatalf("the real client was not served: %v", err)
-	}
-	after := testutil.HeapInUse()
-	t.Logf("heap in use: %d KiB before, %d KiB with %d connections opened, %d KiB after; peak connections served %d",
-		before>>10, during>>10, conns, after>>10, p)
-	if after > before+8<<20 {
-		t.Fatalf("heap grew from %d to %d bytes", before, after)
-	}
+	r := testutil.FloodUntilClosed(t, srv.addr, conns, junk, srv.Conns, func() {
+		testutil.Eventually(t, "every junk connection closed on the server", func() bool { return srv.Conns() <= 1 })
+		if _, err := getMaxOffset(ctxT(t), good, "T", 0); err != nil {
+			t.Fatalf("the real client was not served: %v", err)
+		}
+	})
+	r.Check(t, maxConns, 8<<20)
 	if n := strings.Count(srv.logs.String(), "\n"); n > 40 {
 		t.Fatalf("%d log lines for %d junk connections:\n%s", n, conns, srv.logs.String())
 	}
