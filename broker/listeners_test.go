@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +269,57 @@ func TestMetricsPortGuard(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("scrape: %s", resp.Status)
+	}
+}
+
+// TestAdmitConnNeverShowsMoreThanTheCap: event loops admitting and closing connections at once
+// never make the count show more than the cap, which the flood test's sampler relies on.
+func TestAdmitConnNeverShowsMoreThanTheCap(t *testing.T) {
+	const loops, tries, max = 4, 20000, 3
+	var conns atomic.Int64
+	var over atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if n := conns.Load(); n > max {
+				over.Store(n)
+			}
+		}
+	}()
+	for range max - 1 { // held open; the loops compete for the last place
+		if !admitConn(&conns, max) {
+			t.Fatal("a connection below the cap was refused")
+		}
+	}
+	var admitted atomic.Int64
+	var loopsWG sync.WaitGroup
+	for range loops {
+		loopsWG.Add(1)
+		go func() {
+			defer loopsWG.Done()
+			for range tries {
+				if admitConn(&conns, max) {
+					admitted.Add(1)
+					conns.Add(-1)
+				}
+			}
+		}()
+	}
+	loopsWG.Wait()
+	close(done)
+	wg.Wait()
+	if n := over.Load(); n != 0 {
+		t.Fatalf("the count showed %d connections, cap %d", n, max)
+	}
+	if admitted.Load() == 0 || conns.Load() != max-1 {
+		t.Fatalf("admitted %d, count left at %d", admitted.Load(), conns.Load())
 	}
 }

@@ -73,8 +73,7 @@ func (h *handler) OnBoot(eng gnet.Engine) gnet.Action {
 
 func (h *handler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	b := h.b
-	if n := b.conns.Add(1); n > int64(b.maxConns) {
-		b.conns.Add(-1)
+	if !admitConn(&b.conns, int64(b.maxConns)) {
 		b.warn.Warn(b.log, "refusing connection: maxConnections reached", "remote", c.RemoteAddr().String(), "maxConnections", b.maxConns)
 		return nil, gnet.Close
 	}
@@ -102,6 +101,21 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	}
 	b.conns.Add(-1)
 	return gnet.None
+}
+
+// admitConn counts one more connection in conns unless that would pass max, and reports whether
+// it did: a compare-and-swap, so that the count (which every event loop moves) never shows more
+// connections than the cap, not even for a moment.
+func admitConn(conns *atomic.Int64, max int64) bool {
+	for {
+		n := conns.Load()
+		if n >= max {
+			return false
+		}
+		if conns.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // OnTick resumes paused connections (backpressure, or requests that arrived before the broker
