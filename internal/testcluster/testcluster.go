@@ -140,7 +140,11 @@ func New(t testing.TB, opts Options, groups ...GroupSpec) *Cluster {
 	}
 	t.Cleanup(c.close)
 	for i := range max(opts.NameServers, 1) {
-		ns := namesrv.New(c.namesrvConfig(i, "127.0.0.1:0"))
+		// Started before any broker, a NameServer has no registration period to wait out:
+		// it is ready at the first registration.
+		cfg := c.namesrvConfig(i, "127.0.0.1:0")
+		cfg.RegistrationPeriod = time.Nanosecond
+		ns := namesrv.New(cfg)
 		if err := ns.Start(); err != nil {
 			t.Fatalf("testcluster: NameServer %d: %v", i, err)
 		}
@@ -184,14 +188,15 @@ func (c *Cluster) NamesrvAddr() string {
 func (c *Cluster) NameServers() []*namesrv.Server { return c.nss }
 
 // namesrvConfig is NameServer i's config: its registration period is the brokers'
-// (RegisterPeriod), so that it is ready as soon as the brokers have registered.
+// (RegisterPeriod).
 func (c *Cluster) namesrvConfig(i int, addr string) namesrv.Config {
 	return namesrv.Config{ListenAddr: addr, RegistrationPeriod: RegisterPeriod, Logger: c.log.With("namesrv", i)}
 }
 
 // RestartNameServer stops NameServer i (0-based, in the order of NamesrvAddr) and starts a
 // fresh one, knowing nothing, on the same address, as a NameServer killed and started again;
-// edit, when not nil, adjusts its config first (its registration period, say). Brokers
+// edit, when not nil, adjusts its config first (its registration period, RegisterPeriod by
+// default, say). Brokers
 // connected to the old one see their connection close. It returns the new NameServer, which
 // replaces the old one in NameServers and is stopped with the cluster.
 func (c *Cluster) RestartNameServer(i int, edit func(cfg *namesrv.Config)) *namesrv.Server {
