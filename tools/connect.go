@@ -69,8 +69,8 @@ func NewAdmin(ctx context.Context, nameServers string, timeout time.Duration, lo
 // before it answers the cluster table or "no such topic".
 const ReadyWait = 2 * time.Minute
 
-// readyRetry is how often UntilReady tries again.
-const readyRetry = time.Second
+// readyRetry is how often UntilReady tries again (a variable for tests).
+var readyRetry = time.Second
 
 // UntilReady runs cmd, and runs it again every second while it fails because every NameServer
 // asked answered NAMESRV_NOT_READY (they started less than a registration period ago, so
