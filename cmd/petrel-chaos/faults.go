@@ -291,7 +291,11 @@ func (h *harness) apply(ctx context.Context, c *cycle, ch choice) error {
 		if err := p.start(); err != nil {
 			return err
 		}
-		return h.freshClient(ctx, i)
+		if err := h.freshClient(ctx, i); err != nil {
+			return err
+		}
+		c.what += "; a new client asking it first found the route and the cluster table"
+		return nil
 	case faultDiskFull:
 		t := m
 		if ch.diskSlave {
