@@ -58,7 +58,7 @@ bench-compare:
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<git rev> [RUNS=6] [THRESHOLD=5] [HEAD_TAGS=...]" >&2; exit 2; }
 	GO=$(GO) bash scripts/bench-compare.sh '$(BASE)'
 
-# chaos: fault injection (cmd/petrel-chaos, README "Fault injection"; needs root): a NameServer, a
+# chaos: fault injection (cmd/petrel-chaos, README "Fault injection"; needs root): three NameServers, a
 # Raft-elected group and a static group run as processes in network namespaces under
 # petrel-bench --verify; CYCLES faults from SEED (0: random, printed) with MIX's weights, each
 # held for a time in HOLD, healed, and the cluster's recovery awaited; then a one-line verdict

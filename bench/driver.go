@@ -119,7 +119,9 @@ func newPetrelCluster(ctx context.Context, nameServers string, o clusterOptions,
 }
 
 // topicReadyTimeout bounds the wait for a new topic to appear in the NameServer's routes.
-const topicReadyTimeout = 30 * time.Second
+// It exceeds a NameServer's default registration period, which a cluster that just started
+// waits out before it answers the cluster table.
+const topicReadyTimeout = 45 * time.Second
 
 func (c *petrelCluster) createTopic(ctx context.Context, topic string, queues int) error {
 	ctx, cancel := context.WithTimeout(ctx, topicReadyTimeout)
@@ -133,8 +135,9 @@ func (c *petrelCluster) createTopic(ctx context.Context, topic string, queues in
 			break
 		}
 		// A cluster name needs the brokers registered with the NameServer; right after start
-		// they may not be yet.
-		if len(done) > 0 || !errors.Is(err, client.ErrNoQueue) || !sleepCtx(ctx, backoff) {
+		// they may not be yet, or the NameServers not ready (in their first registration
+		// period).
+		if len(done) > 0 || !(errors.Is(err, client.ErrNoQueue) || errors.Is(err, client.ErrNamesrvNotReady)) || !sleepCtx(ctx, backoff) {
 			return fmt.Errorf("cannot create topic %s: %w", topic, err)
 		}
 	}

@@ -54,7 +54,9 @@ func startEmbedded(cfg *Config, log *slog.Logger) (_ *embeddedCluster, err error
 			_ = e.close()
 		}
 	}()
-	e.ns = namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})
+	// The NameServer starts before the brokers it will know, all in this process: it has no
+	// registration period to wait out, only the first registration.
+	e.ns = namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", RegistrationPeriod: time.Nanosecond, Logger: log})
 	if err := e.ns.Start(); err != nil {
 		return nil, fmt.Errorf("cannot start the embedded NameServer: %w", err)
 	}

@@ -660,7 +660,7 @@ func assertDataDirRemoved(t *testing.T, out string) {
 // sends, and lose nothing that was acknowledged.
 func TestBrokerRestart(t *testing.T) {
 	log := testLogger(t)
-	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: log})
+	ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", RegistrationPeriod: time.Nanosecond, Logger: log})
 	if err := ns.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,79 +3,124 @@ package broker
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
-// registrar registers the broker with every NameServer at start, every
-// RegisterNameServerPeriod, and at once when the topic set changes (RocketMQ's
-// registerBrokerAll). Each registration carries the full topic set, which replaces what the
-// NameServer knew. It owns one connection per NameServer; a NameServer expires the broker when
-// that connection closes. When a connection closes (the NameServer restarted, or the network
-// failed), or a registration fails, the registrar registers again after a short backoff
-// (registerRetry, doubling up to the period) rather than at the next period: a restarted
-// NameServer knows no route until every broker has registered again.
+// registrar registers the broker with every NameServer (RocketMQ's registerBrokerAll): at
+// start, every RegisterNameServerPeriod, and at once when kicked (the topic set or the role
+// changed). Each registration carries the full topic set, which replaces what the NameServer
+// knew.
+//
+// Each NameServer is served on its own goroutine (nsLink.serve), which holds the one
+// connection to it: a NameServer expires the broker when that connection closes, and one that
+// restarted knows no route until the broker registers again, so the broker registers on a
+// connection as soon as it is made, and dials again as soon as the connection closes (the
+// NameServer restarted, or the network failed). While a NameServer cannot be reached or
+// refuses the registration, its goroutine tries again after a short backoff (registerRetry,
+// doubling up to registerRetryMax or the period, if shorter); the other NameServers are not
+// registered with again for it, and do not wait for it.
 type registrar struct {
 	b     *Broker
-	kickc chan struct{}
-
-	mu    sync.Mutex // guards conns
-	conns map[string]*rpc.Conn
-	// watchers are the goroutines that kick a registration when a NameServer connection closes;
-	// each ends with its connection or the broker's stop.
-	watchers sync.WaitGroup
+	links []*nsLink // one per NameServer of namesrvAddr, in its order
 }
 
-// registerRetry is the first wait before another registration after one failed or a
-// NameServer connection closed; it doubles up to registerRetryMax (or the period, if shorter).
+// nsLink is the broker's link to one NameServer.
+type nsLink struct {
+	addr string
+	// kickc (capacity 1) asks the link's goroutine for a registration now.
+	kickc chan struct{}
+
+	mu   sync.Mutex // guards conn
+	conn *rpc.Conn  // the connection registrations go on; nil when there is none
+}
+
+// registerRetry is the first wait before another registration with a NameServer after one
+// failed; it doubles up to registerRetryMax (or the period, if shorter). A NameServer that
+// comes back is registered with at most registerRetryMax after it listens again.
 const (
 	registerRetry    = 100 * time.Millisecond
-	registerRetryMax = 2 * time.Second
+	registerRetryMax = time.Second
+	// registerTimeout bounds one registration, the dial included.
+	registerTimeout = 3 * time.Second
 )
 
 func newRegistrar(b *Broker) *registrar {
-	return &registrar{b: b, kickc: make(chan struct{}, 1), conns: map[string]*rpc.Conn{}}
+	r := &registrar{b: b}
+	for _, addr := range b.cfg.NamesrvAddrs() {
+		r.links = append(r.links, &nsLink{addr: addr, kickc: make(chan struct{}, 1)})
+	}
+	return r
 }
 
-// kick asks for a registration now; it never blocks.
+// kick asks for a registration with every NameServer now; it never blocks.
 func (r *registrar) kick() {
-	select {
-	case r.kickc <- struct{}{}:
-	default:
+	for _, l := range r.links {
+		select {
+		case l.kickc <- struct{}{}:
+		default:
+		}
 	}
 }
 
+// run serves every NameServer link until the broker stops.
 func (r *registrar) run() {
 	defer r.b.bg.Done()
-	addrs := r.b.cfg.NamesrvAddrs()
-	if len(addrs) == 0 {
-		return
+	var wg sync.WaitGroup
+	for _, l := range r.links {
+		wg.Go(func() { r.serve(l) })
 	}
-	defer r.watchers.Wait()
-	t := time.NewTicker(r.b.cfg.RegisterNameServerPeriod)
-	defer t.Stop()
+	wg.Wait()
+}
+
+// serve registers with one NameServer until the broker stops: now, then each period, when
+// kicked, as soon as its connection closes (on a new one), and after a backoff while a
+// registration fails (nextRegistration).
+func (r *registrar) serve(l *nsLink) {
+	period := r.b.cfg.RegisterNameServerPeriod
+	tick := time.NewTicker(period)
+	defer tick.Stop()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
-	backoff := registerRetry
+	failures := 0
 	for {
-		if r.registerAll() {
-			backoff = registerRetry
+		c, err := r.register(l)
+		var lost <-chan struct{}
+		if err != nil {
+			r.b.regLog.Warn(r.b.log, "cannot register with NameServer; retrying", "namesrv", l.addr, "err", err)
+			failures++
+			retry.Reset(nextRegistration(failures, period))
 		} else {
-			retry.Reset(backoff)
-			backoff = min(2*backoff, registerRetryMax, r.b.cfg.RegisterNameServerPeriod)
+			failures = 0
+			lost = c.Done()
 		}
 		select {
 		case <-r.b.stop:
 			return
-		case <-t.C:
-		case <-r.kickc:
+		case <-tick.C:
+		case <-l.kickc:
 		case <-retry.C:
+		case <-lost:
+			// The NameServer may have restarted knowing nothing: a new connection, and a
+			// registration on it, now.
+			r.b.warn.Info(r.b.log, "NameServer connection closed; registering again", "namesrv", l.addr, "err", c.Err())
 		}
+		retry.Stop()
 	}
+}
+
+// nextRegistration returns how long a NameServer link waits before it registers again after
+// failures (>= 1) registrations in a row failed: registerRetry, doubling with each further
+// failure, at most registerRetryMax and at most the registration period.
+func nextRegistration(failures int, period time.Duration) time.Duration {
+	d := registerRetry
+	for i := 1; i < failures && d < registerRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, registerRetryMax, period)
 }
 
 func (r *registrar) header() *protocol.BrokerHeader {
@@ -90,106 +135,77 @@ func (r *registrar) header() *protocol.BrokerHeader {
 	}
 }
 
-// registerAll registers with every NameServer in parallel and reports whether every
-// registration succeeded.
-func (r *registrar) registerAll() bool {
+// register registers with the link's NameServer on its connection, dialling one first when
+// there is none (or it closed), and returns the connection. A failed registration drops the
+// connection, so the next one starts on a new one.
+func (r *registrar) register(l *nsLink) (*rpc.Conn, error) {
 	list := protocol.TopicConfigList{Topics: r.b.topics.list()}
-	body := list.AppendTo(nil)
-	h := r.header()
-	var wg sync.WaitGroup
-	var failed atomic.Bool
-	for _, addr := range r.b.cfg.NamesrvAddrs() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			var resp protocol.RegisterBrokerResponseHeader // the group's master, for a slave
-			c, err := r.conn(ctx, addr)
-			if err == nil {
-				err = c.CallDecode(ctx, protocol.CodeRegisterBroker, h, body, &resp, nil)
-			}
-			if err != nil {
-				r.b.regLog.Warn(r.b.log, "cannot register with NameServer; retrying", "namesrv", addr, "err", err)
-				r.drop(addr, c)
-				failed.Store(true)
-				return
-			}
-			r.b.learnMaster(resp.MasterAddr, resp.HAServerAddr)
-			r.b.log.Debug("registered with NameServer", "namesrv", addr, "topics", len(list.Topics))
-		}()
-	}
-	wg.Wait()
-	return !failed.Load()
-}
-
-func (r *registrar) conn(ctx context.Context, addr string) (*rpc.Conn, error) {
-	r.mu.Lock()
-	c := r.conns[addr]
-	r.mu.Unlock()
-	if c != nil && c.Err() == nil {
-		return c, nil
-	}
-	if c != nil {
-		r.drop(addr, c)
-	}
-	c, err := rpc.Dial(ctx, addr, rpc.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), registerTimeout)
+	defer cancel()
+	c, err := l.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	r.conns[addr] = c
-	r.mu.Unlock()
-	r.watchers.Add(1)
-	go func() {
-		defer r.watchers.Done()
-		select {
-		case <-c.Done():
-			// NB: a connection drop closed (after a failed registration) is not in conns any
-			// more: the retry backoff handles that, not a kick.
-			r.mu.Lock()
-			lost := r.conns[addr] == c
-			r.mu.Unlock()
-			if lost {
-				r.kick() // the NameServer may have restarted knowing nothing: register again now
-			}
-		case <-r.b.stop:
-		}
-	}()
+	var resp protocol.RegisterBrokerResponseHeader // the group's master, for a slave
+	if err := c.CallDecode(ctx, protocol.CodeRegisterBroker, r.header(), list.AppendTo(nil), &resp, nil); err != nil {
+		l.drop(c)
+		return nil, err
+	}
+	r.b.learnMaster(resp.MasterAddr, resp.HAServerAddr)
+	r.b.log.Debug("registered with NameServer", "namesrv", l.addr, "topics", len(list.Topics))
 	return c, nil
 }
 
-func (r *registrar) drop(addr string, c *rpc.Conn) {
+// connect returns the link's open connection, or dials a new one.
+func (l *nsLink) connect(ctx context.Context) (*rpc.Conn, error) {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil && c.Err() == nil {
+		return c, nil
+	}
+	l.drop(c)
+	c, err := rpc.Dial(ctx, l.addr, rpc.Options{})
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.conn = c
+	l.mu.Unlock()
+	return c, nil
+}
+
+// drop closes c and forgets it if it is the link's connection; c may be nil.
+func (l *nsLink) drop(c *rpc.Conn) {
 	if c == nil {
 		return
 	}
-	r.mu.Lock()
-	if r.conns[addr] == c {
-		delete(r.conns, addr)
+	l.mu.Lock()
+	if l.conn == c {
+		l.conn = nil
 	}
-	r.mu.Unlock()
+	l.mu.Unlock()
 	_ = c.Close()
 }
 
-// unregisterAll tells every NameServer the broker is leaving and closes the connections.
+// unregisterAll tells every NameServer the broker is leaving and closes the connections. It
+// runs after the links' goroutines have ended.
 func (r *registrar) unregisterAll() {
 	h := r.header()
 	var wg sync.WaitGroup
-	for _, addr := range r.b.cfg.NamesrvAddrs() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for _, l := range r.links {
+		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			c, err := r.conn(ctx, addr)
+			c, err := l.connect(ctx)
 			if err == nil {
 				err = c.CallDecode(ctx, protocol.CodeUnregisterBroker, h, nil, nil, nil)
 			}
 			if err != nil {
-				r.b.log.Warn("cannot unregister from NameServer", "namesrv", addr, "err", err)
+				r.b.log.Warn("cannot unregister from NameServer", "namesrv", l.addr, "err", err)
 			}
-			r.drop(addr, c)
-		}()
+			l.drop(c)
+		})
 	}
 	wg.Wait()
 }

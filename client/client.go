@@ -44,7 +44,7 @@ type Client struct {
 	pool *connPool
 	now  func() time.Time
 
-	nsFirst atomic.Uint32 // index of the NameServer to ask first: the last one that answered
+	nsFirst atomic.Uint32 // index of the NameServer to ask first: the last one that answered ready (callNameServer)
 
 	pullFailLog failureLog // the consumers' pull failure warnings, per broker
 	// members remembers broker addresses whose reads or commits failed recently: consumers
@@ -227,6 +227,9 @@ func (c *Client) refreshRoute(ctx context.Context, topic string, stale *topicRou
 		}
 		return nil, err
 	}
+	if !replaceRoute(cur, &data) {
+		return cur, nil
+	}
 	r := newTopicRoute(topic, data, c.now()).withMissing(cur)
 	slot.route.Store(r)
 	return r, nil
@@ -252,7 +255,9 @@ func (c *Client) storeRoute(topic string, data protocol.TopicRouteData) {
 	}
 	data = cloneRouteData(data) // the caller keeps the original
 	slot.mu.Lock()
-	slot.route.Store(newTopicRoute(topic, data, c.now()).withMissing(slot.route.Load()))
+	if cur := slot.route.Load(); replaceRoute(cur, &data) {
+		slot.route.Store(newTopicRoute(topic, data, c.now()).withMissing(cur))
+	}
 	slot.mu.Unlock()
 }
 
@@ -311,39 +316,6 @@ func (c *Client) refreshLoop() {
 			}
 		}
 	}
-}
-
-// callNameServer sends a request to the NameServers, starting with the one that answered last
-// and moving to the next on a network failure. An answer with a non-success status is returned
-// as is (a *protocol.Error), without asking the others.
-func (c *Client) callNameServer(ctx context.Context, code protocol.RequestCode, h protocol.Header, respHdr, respBody interface{ ReadFrom([]byte) error }) error {
-	ns := c.cfg.nameServers
-	if len(ns) == 0 {
-		return fmt.Errorf("%w: the client has no NameServer address (WithNoNameServer)", ErrNameServerUnavailable)
-	}
-	first := c.nsFirst.Load()
-	var errs []error
-	for i := range len(ns) {
-		idx := (first + uint32(i)) % uint32(len(ns))
-		err := c.callAddr(ctx, ns[idx], code, h, nil, respHdr, respBody)
-		if err == nil {
-			c.nsFirst.Store(idx)
-			return nil
-		}
-		var pe *protocol.Error
-		if errors.As(err, &pe) {
-			c.nsFirst.Store(idx)
-			return err
-		}
-		if errors.Is(err, ErrClientClosed) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		errs = append(errs, err)
-	}
-	return fmt.Errorf("%w: %w", ErrNameServerUnavailable, errors.Join(errs...))
 }
 
 // callAddr sends a request to addr and decodes the success response (either target may be

@@ -57,8 +57,12 @@
 // missing), and send/pull errors renew one at most every 100 ms. A producer's
 // fault detector (detect, RocketMQ's LatencyFaultTolerance detector) probes, every 200 ms, the
 // masters of the groups in backoff because they could not be reached, dialling whatever the
-// reconnect backoff, and ends a group's backoff when its master answers again. NameServers are tried in turn starting with the last
-// that answered. The connection pool (connPool) holds one rpc.Conn per address, dialled on
+// reconnect backoff, and ends a group's backoff when its master answers again. NameServers are
+// tried in turn starting with the last that answered ready; one that is not ready
+// (NAMESRV_NOT_READY: it restarted and has not heard from every broker yet), does not know
+// the topic or does not answer sends the client to the next, and a request fails only when
+// none knows better (callNameServer). A cached route is replaced by any route with queues in
+// it, never by an empty one (replaceRoute). The connection pool (connPool) holds one rpc.Conn per address, dialled on
 // first use and again after it closes; a failed dial starts a backoff during which requests
 // fail at once, and so does a SHUTTING_DOWN answer (the stopping broker waits for its clients
 // to go quiet).

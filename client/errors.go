@@ -28,7 +28,8 @@ var (
 	// broker that answered SHUTTING_DOWN is left alone to stop; the request was not sent. The
 	// client tries again after a backoff.
 	ErrBrokerUnavailable = errors.New("client: broker unavailable")
-	// ErrNameServerUnavailable is returned when no NameServer answered.
+	// ErrNameServerUnavailable is returned when no NameServer answered, or none that answered
+	// was ready (then errors.Is(err, ErrNamesrvNotReady) holds too): every one was asked.
 	ErrNameServerUnavailable = errors.New("client: no NameServer answered")
 	// ErrUnknownBroker is returned by Admin calls that name a broker group or a member of one
 	// (Admin.ElectMaster) when the NameServer's cluster table has no such group, or no live
@@ -71,6 +72,10 @@ const (
 	ErrInSyncReplicasNotEnough = protocol.StatusInSyncReplicasNotEnough
 	ErrQueueNotExist           = protocol.StatusQueueNotExist
 	ErrShuttingDown            = protocol.StatusShuttingDown
+	// ErrNamesrvNotReady: the NameServers that answered had started less than a registration
+	// period ago (or no broker had registered with them), so they may not know every broker
+	// yet; retry later.
+	ErrNamesrvNotReady = protocol.StatusNamesrvNotReady
 )
 
 // StatusOf returns the broker or NameServer status carried by err, if err (or an error it wraps)

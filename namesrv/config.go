@@ -30,6 +30,9 @@ const (
 	// connection's first request from its accept. NameServer requests are small (a
 	// registration with 10,000 topics is under a megabyte).
 	DefaultFrameReadTimeout = 10 * time.Second
+	// DefaultRegistrationPeriod is the brokers' default registration period (the broker's
+	// registerNameServerPeriod, RocketMQ's 30 s).
+	DefaultRegistrationPeriod = 30 * time.Second
 	// DefaultMaxConnections caps the connections served at once, lowered to the open-file
 	// limit less 64 descriptors when that is smaller: every client and broker holds one.
 	DefaultMaxConnections = 16384
@@ -67,6 +70,17 @@ type Config struct {
 	//
 	// Default DefaultMaxConnections, or the open-file limit less 64 when lower.
 	MaxConnections int
+	// RegistrationPeriod is the brokers' registration period (their registerNameServerPeriod):
+	// for this long after it starts, and while no broker has registered with it, the
+	// NameServer answers NAMESRV_NOT_READY instead of "no such topic" and instead of the
+	// cluster table.
+	//
+	// A broker registers with every NameServer at least once a period, so only after one
+	// period can a NameServer that restarted know that a topic it has not heard of does not
+	// exist, and that its cluster table is whole. Routes it knows are served from the start.
+	// Set it to the longest registerNameServerPeriod of the brokers. Default
+	// DefaultRegistrationPeriod.
+	RegistrationPeriod time.Duration
 	// Logger receives the server's logs.
 	//
 	// Default slog.Default().
@@ -85,16 +99,18 @@ func ConfigHelp(field string) string { return configHelp[field] }
 
 // DefaultConfig returns the default configuration: listen on 0.0.0.0:9876, expire brokers
 // after 120 s of silence, scan every 5 s, bound request frames by 10 s, serve at most 16384
-// connections (fewer under a lower open-file limit), log to slog.Default().
+// connections (fewer under a lower open-file limit), expect registrations every 30 s, log to
+// slog.Default().
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:       DefaultListenAddr,
-		BrokerExpiry:     DefaultBrokerExpiry,
-		ScanInterval:     DefaultScanInterval,
-		FrameReadTimeout: DefaultFrameReadTimeout,
-		MaxConnections:   defaultMaxConnections(),
-		Logger:           slog.Default(),
-		Now:              time.Now,
+		ListenAddr:         DefaultListenAddr,
+		BrokerExpiry:       DefaultBrokerExpiry,
+		ScanInterval:       DefaultScanInterval,
+		FrameReadTimeout:   DefaultFrameReadTimeout,
+		MaxConnections:     defaultMaxConnections(),
+		RegistrationPeriod: DefaultRegistrationPeriod,
+		Logger:             slog.Default(),
+		Now:                time.Now,
 	}
 }
 
@@ -125,6 +141,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = d.MaxConnections
 	}
+	if c.RegistrationPeriod == 0 {
+		c.RegistrationPeriod = d.RegistrationPeriod
+	}
 	if c.Logger == nil {
 		c.Logger = d.Logger
 	}
@@ -153,6 +172,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("%w: max connections %d is negative", ErrConfig, c.MaxConnections)
+	}
+	if c.RegistrationPeriod < 0 {
+		return fmt.Errorf("%w: registration period %v is negative", ErrConfig, c.RegistrationPeriod)
 	}
 	return nil
 }
@@ -188,6 +210,8 @@ const (
 	KeyFrameReadTimeoutMs = "frameReadTimeoutMs"
 	// KeyMaxConnections is Config.MaxConnections.
 	KeyMaxConnections = "maxConnections"
+	// KeyRegistrationPeriodMs is Config.RegistrationPeriod in milliseconds.
+	KeyRegistrationPeriodMs = "registrationPeriodMs"
 )
 
 // LoadFile applies the RocketMQ-style properties file at path to c (see Load).
@@ -201,8 +225,8 @@ func (c *Config) LoadFile(path string) error {
 
 // Load applies Java-properties text (key=value lines, # comments) to c; source names it in
 // errors. Keys are KeyListenAddr, KeyBindAddress, KeyListenPort, KeyBrokerExpiryMs,
-// KeyScanIntervalMs, KeyScanNotActiveBrokerInterval, KeyFrameReadTimeoutMs and
-// KeyMaxConnections; keys not set keep c's values. An
+// KeyScanIntervalMs, KeyScanNotActiveBrokerInterval, KeyFrameReadTimeoutMs,
+// KeyMaxConnections and KeyRegistrationPeriodMs; keys not set keep c's values. An
 // unknown key, a bad value or a conflicting pair of keys is an error wrapping ErrConfig that
 // names the key, and leaves c unchanged.
 func (c *Config) Load(data []byte, source string) error {
@@ -217,7 +241,7 @@ func (c *Config) Load(data []byte, source string) error {
 	for _, k := range keys {
 		switch k {
 		case KeyListenAddr, KeyBindAddress, KeyListenPort, KeyBrokerExpiryMs, KeyScanIntervalMs, KeyScanNotActiveBrokerInterval,
-			KeyFrameReadTimeoutMs, KeyMaxConnections:
+			KeyFrameReadTimeoutMs, KeyMaxConnections, KeyRegistrationPeriodMs:
 		default:
 			return fmt.Errorf("%w: %s: unknown key %q", ErrConfig, source, k)
 		}
@@ -293,6 +317,11 @@ func (c *Config) Load(data []byte, source string) error {
 	} else if ok {
 		next.FrameReadTimeout = d
 	}
+	if d, ok, err := ms(KeyRegistrationPeriodMs); err != nil {
+		return err
+	} else if ok {
+		next.RegistrationPeriod = d
+	}
 	if v, ok := get(KeyMaxConnections); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
@@ -314,5 +343,6 @@ func (c Config) Properties() string {
 	fmt.Fprintf(&b, "%s=%d\n", KeyScanIntervalMs, e.ScanInterval.Milliseconds())
 	fmt.Fprintf(&b, "%s=%d\n", KeyFrameReadTimeoutMs, e.FrameReadTimeout.Milliseconds())
 	fmt.Fprintf(&b, "%s=%d\n", KeyMaxConnections, e.MaxConnections)
+	fmt.Fprintf(&b, "%s=%d\n", KeyRegistrationPeriodMs, e.RegistrationPeriod.Milliseconds())
 	return b.String()
 }

@@ -4,11 +4,12 @@ package namesrv
 
 // configHelp is the help text of each field of Config: the first paragraph of its doc comment.
 var configHelp = map[string]string{
-	"BrokerExpiry":     "removes a broker that has not registered for this long",
-	"FrameReadTimeout": "closes a connection whose request frame is not whole this long after its first byte, or that sends no whole request this long after it connects",
-	"ListenAddr":       "the TCP address to listen on (host:port); port 0 picks a free port",
-	"Logger":           "receives the server's logs",
-	"MaxConnections":   "caps the connections served at once; more are closed as they come, with a log line",
-	"Now":              "the clock used for heartbeats and expiry (tests move it)",
-	"ScanInterval":     "how often expired brokers are looked for",
+	"BrokerExpiry":       "removes a broker that has not registered for this long",
+	"FrameReadTimeout":   "closes a connection whose request frame is not whole this long after its first byte, or that sends no whole request this long after it connects",
+	"ListenAddr":         "the TCP address to listen on (host:port); port 0 picks a free port",
+	"Logger":             "receives the server's logs",
+	"MaxConnections":     "caps the connections served at once; more are closed as they come, with a log line",
+	"Now":                "the clock used for heartbeats and expiry (tests move it)",
+	"RegistrationPeriod": "the brokers' registration period (their registerNameServerPeriod): for this long after it starts, and while no broker has registered with it, the NameServer answers NAMESRV_NOT_READY instead of \"no such topic\" and instead of the cluster table",
+	"ScanInterval":       "how often expired brokers are looked for",
 }

@@ -16,14 +16,14 @@ import (
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
 	if c.ListenAddr != "0.0.0.0:9876" || c.BrokerExpiry != 120*time.Second || c.ScanInterval != 5*time.Second ||
-		c.FrameReadTimeout != 10*time.Second || c.MaxConnections <= 0 || c.MaxConnections > DefaultMaxConnections ||
+		c.FrameReadTimeout != 10*time.Second || c.RegistrationPeriod != 30*time.Second || c.MaxConnections <= 0 || c.MaxConnections > DefaultMaxConnections ||
 		c.Logger == nil || c.Now == nil {
 		t.Errorf("DefaultConfig() = %+v", c)
 	}
 	if err := c.Validate(); err != nil {
 		t.Errorf("default config invalid: %v", err)
 	}
-	want := fmt.Sprintf("listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\nframeReadTimeoutMs=10000\nmaxConnections=%d\n", c.MaxConnections)
+	want := fmt.Sprintf("listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\nframeReadTimeoutMs=10000\nmaxConnections=%d\nregistrationPeriodMs=30000\n", c.MaxConnections)
 	if got := (Config{}).Properties(); got != want {
 		t.Errorf("Properties() of the zero config = %q, want %q", got, want)
 	}
@@ -42,6 +42,7 @@ func TestConfigLoad(t *testing.T) {
 		{"durations", "brokerExpiryMs=30000\nscanIntervalMs=250\n", Config{BrokerExpiry: 30 * time.Second, ScanInterval: 250 * time.Millisecond}},
 		{"rocketmq scan key", "scanNotActiveBrokerInterval=1000\n", Config{ScanInterval: time.Second}},
 		{"connection limits", "frameReadTimeoutMs=2500\nmaxConnections=50\n", Config{FrameReadTimeout: 2500 * time.Millisecond, MaxConnections: 50}},
+		{"registration period", "registrationPeriodMs=5000\n", Config{RegistrationPeriod: 5 * time.Second}},
 	}
 	for _, tc := range cases {
 		var c Config
@@ -50,7 +51,8 @@ func TestConfigLoad(t *testing.T) {
 			continue
 		}
 		if c.ListenAddr != tc.want.ListenAddr || c.BrokerExpiry != tc.want.BrokerExpiry || c.ScanInterval != tc.want.ScanInterval ||
-			c.FrameReadTimeout != tc.want.FrameReadTimeout || c.MaxConnections != tc.want.MaxConnections {
+			c.FrameReadTimeout != tc.want.FrameReadTimeout || c.MaxConnections != tc.want.MaxConnections ||
+			c.RegistrationPeriod != tc.want.RegistrationPeriod {
 			t.Errorf("%s: got %+v, want %+v", tc.name, c, tc.want)
 		}
 	}
@@ -68,6 +70,7 @@ func TestConfigLoadErrors(t *testing.T) {
 		{"zero frame timeout", "frameReadTimeoutMs=0\n", "frameReadTimeoutMs"},
 		{"zero connections", "maxConnections=0\n", "maxConnections"},
 		{"bad connections", "maxConnections=many\n", "maxConnections"},
+		{"zero registration period", "registrationPeriodMs=0\n", "registrationPeriodMs"},
 	}
 	for _, tc := range cases {
 		c := Config{ListenAddr: "127.0.0.1:5"}
@@ -83,7 +86,7 @@ func TestConfigLoadErrors(t *testing.T) {
 
 func TestConfigLoadFileRoundTrip(t *testing.T) {
 	want := Config{ListenAddr: "127.0.0.1:9999", BrokerExpiry: 7 * time.Second, ScanInterval: 300 * time.Millisecond,
-		FrameReadTimeout: 900 * time.Millisecond, MaxConnections: 77}
+		FrameReadTimeout: 900 * time.Millisecond, MaxConnections: 77, RegistrationPeriod: 4 * time.Second}
 	path := filepath.Join(t.TempDir(), "namesrv.conf")
 	if err := os.WriteFile(path, []byte(want.Properties()), 0o644); err != nil {
 		t.Fatal(err)
@@ -93,7 +96,8 @@ func TestConfigLoadFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.ListenAddr != want.ListenAddr || got.BrokerExpiry != want.BrokerExpiry || got.ScanInterval != want.ScanInterval ||
-		got.FrameReadTimeout != want.FrameReadTimeout || got.MaxConnections != want.MaxConnections {
+		got.FrameReadTimeout != want.FrameReadTimeout || got.MaxConnections != want.MaxConnections ||
+		got.RegistrationPeriod != want.RegistrationPeriod {
 		t.Errorf("round trip: got %+v, want %+v", got, want)
 	}
 	if err := got.LoadFile(filepath.Join(t.TempDir(), "missing.conf")); !errors.Is(err, ErrConfig) {
@@ -104,7 +108,7 @@ func TestConfigLoadFileRoundTrip(t *testing.T) {
 // TestConfigHelp: config_help.go is what go generate makes of config.go now, and the fields
 // petrel-namesrv has flags for are described.
 func TestConfigHelp(t *testing.T) {
-	for _, f := range []string{"ListenAddr", "BrokerExpiry", "ScanInterval", "FrameReadTimeout", "MaxConnections"} {
+	for _, f := range []string{"ListenAddr", "BrokerExpiry", "ScanInterval", "FrameReadTimeout", "MaxConnections", "RegistrationPeriod"} {
 		if ConfigHelp(f) == "" {
 			t.Errorf("%s: no help text", f)
 		}

@@ -37,6 +37,21 @@
 // data; removing a master while slaves remain keeps the group's queue data, so the route lists
 // the group with its slaves and no master, and consumers read from the slaves.
 //
+// # Readiness
+//
+// A NameServer keeps nothing across a restart, so a restarted one knows no broker until each
+// registers again; until then its "no such topic" would be wrong, and its cluster table
+// short. For Config.RegistrationPeriod after Start (the brokers' registration period: every
+// live broker registers within it), and for as long as no broker has registered at all, the
+// NameServer is not ready: a route it does not know, and the cluster table, are answered
+// protocol.StatusNamesrvNotReady (retriable; the remark says why and to ask another
+// NameServer), never protocol.StatusTopicNotExist. A route it knows (a broker registered the
+// topic) is served from the first registration on, as it stands: a group whose brokers have
+// not registered yet is missing from it. Once ready it stays ready. Clients ask the next
+// NameServer on NAMESRV_NOT_READY; brokers register with a NameServer as soon as they connect
+// to it, so a restarted NameServer's routes come back within moments, and its readiness
+// after one period. The rule is readiness (server.go), a pure function with a table test.
+//
 // # Connections
 //
 // A request frame must be whole within Config.FrameReadTimeout of its first byte, and a

@@ -2,6 +2,7 @@ package namesrv
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -18,10 +19,12 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // startServer starts a NameServer on a free loopback port; edit adjusts the config first. The
-// server is closed (and its tables checked) when the test ends.
+// server is closed (and its tables checked) when the test ends. Its registration period is a
+// nanosecond, so that it is ready (see readiness) from its first registration on: tests of
+// readiness set their own.
 func startServer(t testing.TB, edit func(*Config)) *Server {
 	t.Helper()
-	cfg := Config{ListenAddr: "127.0.0.1:0", Logger: testLogger(t)}
+	cfg := Config{ListenAddr: "127.0.0.1:0", Logger: testLogger(t), RegistrationPeriod: time.Nanosecond}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -114,6 +117,17 @@ func mustRoute(t testing.TB, c *rpc.Conn, topic string) protocol.TopicRouteData 
 		t.Fatalf("route %q: %v", topic, err)
 	}
 	return rd
+}
+
+// served calls for the cluster table on c and fails the test unless the NameServer answered
+// it: with the table, or NAMESRV_NOT_READY from a server no broker has registered with.
+func served(t testing.TB, c *rpc.Conn) {
+	t.Helper()
+	resp, err := c.Call(callCtx(t), protocol.CodeGetBrokerClusterInfo, nil, nil)
+	if err != nil && !errors.Is(err, protocol.StatusNamesrvNotReady) {
+		t.Fatal(err)
+	}
+	resp.Release()
 }
 
 func getClusterInfo(t testing.TB, c *rpc.Conn) protocol.ClusterInfo {

@@ -43,10 +43,7 @@ func TestStalledFrameClosed(t *testing.T) {
 	testutil.WaitClosed(t, nc, "the connection")
 	logs.WaitForLine(t, "request frame incomplete", "remote="+nc.LocalAddr().String(), "got=12")
 	// A client served before and after is not disturbed.
-	c := dial(t, s.Addr())
-	if _, err := c.Call(callCtx(t), protocol.CodeGetBrokerClusterInfo, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	served(t, dial(t, s.Addr()))
 }
 
 // TestProbeNamed: a TLS client pointed at the NameServer gets one line that says what it is.
@@ -74,12 +71,8 @@ func TestProbeNamed(t *testing.T) {
 func TestMaxConnections(t *testing.T) {
 	s, logs := startLogged(t, func(c *Config) { c.MaxConnections = 2 })
 	a, b := dial(t, s.Addr()), dial(t, s.Addr())
-	if _, err := a.Call(callCtx(t), protocol.CodeGetBrokerClusterInfo, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Call(callCtx(t), protocol.CodeGetBrokerClusterInfo, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	served(t, a)
+	served(t, b)
 	nc, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +82,5 @@ func TestMaxConnections(t *testing.T) {
 	logs.WaitForLine(t, "refusing connection: too many connections", "maxConns=2")
 	_ = a.Close()
 	testutil.Eventually(t, "a slot free again", func() bool { return s.rpc.Conns() < 2 })
-	if _, err := dial(t, s.Addr()).Call(callCtx(t), protocol.CodeGetBrokerClusterInfo, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	served(t, dial(t, s.Addr()))
 }

@@ -42,6 +42,12 @@ type Server struct {
 	// warn rate-limits, per reason, the lines a peer's requests cause (a refused registration,
 	// which the broker retries; two brokers with one brokerId, which displace each other).
 	warn ratelog.Reasons
+	// startedAt is when Start listened, by Config.Now (Unix ns; 0 before Start); registered is
+	// set by the first registration accepted; readyLogged by the first request answered as
+	// ready. Together they make the readiness (see notReady).
+	startedAt   atomic.Int64
+	registered  atomic.Bool
+	readyLogged atomic.Bool
 
 	mu      sync.Mutex // guards the fields below
 	started bool
@@ -85,6 +91,7 @@ func (s *Server) Start() error {
 	}
 	s.started = true
 	s.ln = ln
+	s.startedAt.Store(s.cfg.Now().UnixNano())
 	// A connection silent for BrokerExpiry is closed: a broker that silent expires anyway, and
 	// clients reconnect when they need a route. The idle timer runs on the real clock (not
 	// Config.Now), so it is at least minIdleTimeout: a goroutine of a loaded machine may well
@@ -101,7 +108,8 @@ func (s *Server) Start() error {
 	go s.scanLoop()
 	s.log.Info("NameServer listening", "addr", ln.Addr().String(),
 		"brokerExpiry", s.cfg.BrokerExpiry, "scanInterval", s.cfg.ScanInterval,
-		"frameReadTimeout", s.cfg.FrameReadTimeout, "maxConnections", s.cfg.MaxConnections)
+		"frameReadTimeout", s.cfg.FrameReadTimeout, "maxConnections", s.cfg.MaxConnections,
+		"registrationPeriod", s.cfg.RegistrationPeriod)
 	return nil
 }
 
@@ -260,6 +268,9 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 	r.topics = list.Topics
 	r.now = s.cfg.Now()
 	res, err := s.table.register(&r)
+	if err == nil {
+		s.registered.Store(true)
+	}
 	if err != nil {
 		s.warn.Warn(s.log, "broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
 			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "err", err)
@@ -306,6 +317,9 @@ func (s *Server) getRoute(req *rpc.Request) rpc.Reply {
 	}
 	rd, ok := s.table.route(h.Topic)
 	if !ok {
+		if why := s.notReady(); why != "" {
+			return rpc.Errorf(protocol.StatusNamesrvNotReady, "no route for topic %q yet: %s", h.Topic, why)
+		}
 		return rpc.Errorf(protocol.StatusTopicNotExist, "no route for topic %q", h.Topic)
 	}
 	return rpc.Reply{Body: rd.AppendTo(nil)}
@@ -315,6 +329,44 @@ func (s *Server) getClusterInfo(req *rpc.Request) rpc.Reply {
 	if len(req.Header) != 0 {
 		return malformed("header", req.Code, fmt.Errorf("%d bytes, want none", len(req.Header)))
 	}
+	if why := s.notReady(); why != "" {
+		return rpc.Errorf(protocol.StatusNamesrvNotReady, "the cluster table may lack brokers: %s", why)
+	}
 	ci := s.table.clusterInfo()
 	return rpc.Reply{Body: ci.AppendTo(nil)}
+}
+
+// notReady returns why the server cannot yet tell a topic or broker it has not heard of from
+// one that does not exist ("" once it can): see readiness. The first request it finds ready
+// logs so.
+func (s *Server) notReady() string {
+	now := s.cfg.Now()
+	why := readiness(now.Sub(time.Unix(0, s.startedAt.Load())), s.cfg.RegistrationPeriod, s.registered.Load())
+	if why == "" && !s.readyLogged.Swap(true) {
+		s.log.Info("NameServer ready: up for a registration period with brokers registered; unknown topics now get TOPIC_NOT_EXIST",
+			"registrationPeriod", s.cfg.RegistrationPeriod, "brokers", len(s.table.liveBrokers()))
+	}
+	return why
+}
+
+// readiness decides whether a NameServer up for uptime, whose brokers register every period,
+// knows every live broker; registered says whether any broker has registered with it since
+// it started. It returns "" when it does, else why not, for the NAMESRV_NOT_READY remark.
+//
+// Every live broker registers with every NameServer at least once a period, so a NameServer
+// up for less than a period may simply not have heard yet from a broker that exists: a
+// restarted one starts empty. A NameServer no broker has registered with after a period
+// lacks brokers too (they do not list it in namesrvAddr, or cannot reach it): "no such
+// topic" from it would be as wrong. RocketMQ 5's needWaitForService (waitSecondsForService
+// after start) is the same idea, off by default there.
+func readiness(uptime, period time.Duration, registered bool) string {
+	switch {
+	case uptime < period:
+		return fmt.Sprintf("this NameServer started %v ago and brokers register every %v: ask another NameServer",
+			max(uptime, 0).Round(time.Millisecond), period)
+	case !registered:
+		return fmt.Sprintf("no broker has registered with this NameServer in the %v since it started: ask another NameServer, or check the brokers' namesrvAddr",
+			uptime.Round(time.Second))
+	}
+	return ""
 }

@@ -155,6 +155,13 @@ const (
 	StatusQueueNotExist           Status = 104
 	StatusShuttingDown            Status = 105
 	StatusTopicInvalid            Status = 106
+	// StatusNamesrvNotReady is a NameServer's answer, during its first registration period
+	// after it started (or while no broker has registered with it), to a route it does not
+	// know and to the cluster table: what it lacks may be a broker that has not registered
+	// with it yet, not a topic or broker that does not exist. A client asks another
+	// NameServer. (RocketMQ 5's NameServer answers SYSTEM_ERROR "name server not ready" under
+	// needWaitForService; a status of its own lets a client tell it from a failure.)
+	StatusNamesrvNotReady Status = 107
 )
 
 type statusInfo struct {
@@ -185,6 +192,7 @@ var statusTable = map[Status]statusInfo{
 	StatusQueueNotExist:           {"QUEUE_NOT_EXIST", false, "the queue id is outside the topic's queue count"},
 	StatusShuttingDown:            {"SHUTTING_DOWN", true, "the server is shutting down"},
 	StatusTopicInvalid:            {"TOPIC_INVALID", false, "the topic name is empty, too long or has characters outside [A-Za-z0-9_%|-]"},
+	StatusNamesrvNotReady:         {"NAMESRV_NOT_READY", true, "the NameServer may not know every broker yet (it started less than a registration period ago, or no broker has registered with it); ask another NameServer"},
 }
 
 // String returns the status name, or "STATUS(n)".

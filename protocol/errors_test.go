@@ -543,6 +543,7 @@ var allStatuses = map[string]Status{
 	"StatusRequestMalformed": StatusRequestMalformed, "StatusDiskFull": StatusDiskFull, "StatusNotMaster": StatusNotMaster,
 	"StatusInSyncReplicasNotEnough": StatusInSyncReplicasNotEnough, "StatusQueueNotExist": StatusQueueNotExist,
 	"StatusShuttingDown": StatusShuttingDown, "StatusTopicInvalid": StatusTopicInvalid,
+	"StatusNamesrvNotReady": StatusNamesrvNotReady,
 }
 
 var allRequestCodes = map[string]RequestCode{
@@ -632,7 +633,7 @@ func TestStatusTable(t *testing.T) {
 		t.Errorf("status table has %d entries for %d constants", len(statusTable), len(allStatuses))
 	}
 	// Retriability the client relies on.
-	for _, s := range []Status{StatusSystemBusy, StatusNotMaster, StatusFlushDiskTimeout, StatusSlaveNotAvailable, StatusShuttingDown} {
+	for _, s := range []Status{StatusSystemBusy, StatusNotMaster, StatusFlushDiskTimeout, StatusSlaveNotAvailable, StatusShuttingDown, StatusNamesrvNotReady} {
 		if !s.Retriable() {
 			t.Errorf("%s must be retriable", s)
 		}

@@ -63,3 +63,40 @@ func NewAdmin(ctx context.Context, nameServers string, timeout time.Duration, lo
 	}
 	return c, client.NewAdmin(c), nil
 }
+
+// ReadyWait bounds how long UntilReady waits for the NameServers to become ready: longer than
+// their default registration period (30 s), which a NameServer waits out after it starts
+// before it answers the cluster table or "no such topic".
+const ReadyWait = 2 * time.Minute
+
+// readyRetry is how often UntilReady tries again (a variable for tests).
+var readyRetry = time.Second
+
+// UntilReady runs cmd, and runs it again every second while it fails because every NameServer
+// asked answered NAMESRV_NOT_READY (they started less than a registration period ago, so
+// their cluster table may lack brokers), for at most ReadyWait or until ctx ends; it says so
+// once on logw (nil: nowhere). Any other outcome is returned at once. cmd must not have acted
+// when the NameServers were not ready: the commands read the NameServers before they act.
+func UntilReady(ctx context.Context, logw io.Writer, cmd func() error) error {
+	deadline := time.Now().Add(ReadyWait)
+	for said := false; ; said = true {
+		err := cmd()
+		if !notReady(err) || time.Now().After(deadline) {
+			return err
+		}
+		if !said && logw != nil {
+			_, _ = io.WriteString(logw, "waiting for the NameServers to be ready: "+err.Error()+"\n")
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(readyRetry):
+		}
+	}
+}
+
+// notReady reports whether err says that no NameServer could answer and at least one was not
+// ready (see client.ErrNamesrvNotReady).
+func notReady(err error) bool {
+	return errors.Is(err, client.ErrNamesrvNotReady) && errors.Is(err, client.ErrNameServerUnavailable)
+}

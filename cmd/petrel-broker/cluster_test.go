@@ -163,7 +163,8 @@ func newCluster(t *testing.T) *cluster {
 	port := testutil.FreePorts(t, 1)[0]
 	c.nsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	ns := &proc{t: t, name: "namesrv", addr: c.nsAddr, log: &testutil.SyncBuffer{},
-		args: []string{filepath.Join(bin, "petrel-namesrv"), "--listen", c.nsAddr, "--broker-expiry", "3s", "--scan-interval", "500ms"}}
+		args: []string{filepath.Join(bin, "petrel-namesrv"), "--listen", c.nsAddr, "--broker-expiry", "3s", "--scan-interval", "500ms",
+			"--registration-period", "1s"}} // the brokers' registerNameServerPeriod
 	c.procs = append(c.procs, ns)
 	t.Cleanup(func() {
 		for _, p := range c.procs {

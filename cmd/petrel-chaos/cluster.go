@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Cluster settings: those of conf/raft-3-sync for broker-a, of conf/2m-2s-sync for broker-b.
@@ -21,7 +22,15 @@ const (
 	raftInSyncMaxLagTime = 500 // ms
 	roleSyncMaster       = "SYNC_MASTER"
 	roleSlave            = "SLAVE"
+	// registrationPeriod is every broker's registerNameServerPeriod and every NameServer's
+	// registration period (the two must agree: a NameServer answers NAMESRV_NOT_READY for
+	// that long after it starts). Shorter than the default 30 s, so that a restarted
+	// NameServer is ready again within a cycle's recovery.
+	registrationPeriod = 5 * time.Second
 )
+
+// namesrvNodes are the nodes the NameServers run on, one each, in the order of namesrvAddr.
+var namesrvNodes = []string{"ns1", "ns2", "ns3"}
 
 // group is a broker group of the run.
 type group struct {
@@ -94,6 +103,7 @@ func brokerConfig(m *member, nsAddr string, segment int64) (string, error) {
 	kv("brokerRole", role)
 	kv("flushDiskType", "ASYNC_FLUSH")
 	kv("namesrvAddr", nsAddr)
+	kv("registerNameServerPeriod", registrationPeriod.Milliseconds())
 	kv("listenPort", brokerPort)
 	kv("haListenPort", brokerPort+1)
 	kv("brokerIP1", m.node.addr)

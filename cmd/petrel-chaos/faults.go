@@ -22,7 +22,7 @@ import (
 type faultKind string
 
 // The fault kinds. Each acts on one broker group (chosen at random) except the NameServer
-// restart, which acts on the cluster.
+// restarts, which act on the cluster.
 const (
 	// faultStop: SIGSTOP of the group's master, SIGCONT at the heal.
 	faultStop faultKind = "stop"
@@ -46,8 +46,12 @@ const (
 	// faultElect: petrelctl electMaster to one slave, with every member up (never a forced
 	// promotion: that loses what only the master held, by design). Nothing to hold or heal.
 	faultElect faultKind = "elect"
-	// faultNamesrvRestart: kill -9 of the NameServer, started again at the heal.
+	// faultNamesrvRestart: kill -9 of every NameServer, started again at the heal.
 	faultNamesrvRestart faultKind = "namesrv-restart"
+	// faultNsRestart: kill -9 of one NameServer, started again at once, knowing nothing; a
+	// new client that asks it first must still find the topic's route and the cluster table
+	// (the others know them) while it is not ready.
+	faultNsRestart faultKind = "ns-restart"
 	// faultDiskFull: one member's store (the master's two times in three) full to ENOSPC for
 	// the hold.
 	faultDiskFull faultKind = "disk-full"
@@ -56,7 +60,7 @@ const (
 // allKinds lists the kinds in the order reports use.
 var allKinds = []faultKind{
 	faultStop, faultPartitionMaster, faultPartitionSlave, faultPartitionBench, faultIsolateMaster,
-	faultKillMaster, faultKillSlave, faultKillMasterSlave, faultElect, faultNamesrvRestart, faultDiskFull,
+	faultKillMaster, faultKillSlave, faultKillMasterSlave, faultElect, faultNamesrvRestart, faultNsRestart, faultDiskFull,
 }
 
 // kindNames returns the kinds' names.
@@ -72,7 +76,7 @@ func kindNames() []string {
 type cycle struct {
 	n    int
 	kind faultKind
-	// g is the group acted on; nil for the NameServer restart.
+	// g is the group acted on; nil for the NameServer restarts.
 	g    *group
 	hold time.Duration
 	// master is the group's master when the fault came; targets the members acted on.
@@ -263,9 +267,35 @@ func (h *harness) apply(ctx context.Context, c *cycle, ch choice) error {
 		}
 		return err
 	case faultNamesrvRestart:
-		c.what = fmt.Sprintf("kill -9 the NameServer (pid %d)", h.namesrv.pid())
-		c.killed = []*proc{h.namesrv}
-		return h.namesrv.kill9()
+		var parts []string
+		var errs []error
+		for _, p := range h.namesrvs {
+			parts = append(parts, fmt.Sprintf("%s (pid %d)", p.name, p.pid()))
+			p.note("chaos: kill -9 (cycle %d)", c.n)
+			errs = append(errs, p.signal(syscall.SIGKILL, true))
+			c.killed = append(c.killed, p)
+		}
+		c.what = "kill -9 every NameServer: " + strings.Join(parts, ", ")
+		for _, p := range h.namesrvs {
+			errs = append(errs, p.waitExit(10*time.Second))
+		}
+		return errors.Join(errs...)
+	case faultNsRestart:
+		i := int(ch.pick % uint64(len(h.namesrvs)))
+		p := h.namesrvs[i]
+		c.what = fmt.Sprintf("kill -9 NameServer %s (pid %d) and start it again", p.name, p.pid())
+		p.note("chaos: kill -9, then started again at once (cycle %d)", c.n)
+		if err := p.kill9(); err != nil {
+			return err
+		}
+		if err := p.start(); err != nil {
+			return err
+		}
+		if err := h.freshClient(ctx, i); err != nil {
+			return err
+		}
+		c.what += "; a new client asking it first found the route and the cluster table"
+		return nil
 	case faultDiskFull:
 		t := m
 		if ch.diskSlave {
@@ -288,6 +318,42 @@ func (h *harness) apply(ctx context.Context, c *cycle, ch choice) error {
 		return err
 	}
 	return fmt.Errorf("unknown fault kind %q", c.kind)
+}
+
+// freshClient checks what a client started now gets with NameServer i, just restarted, first
+// in its list: once i listens again, the topic's route and the cluster table, from the
+// NameServers that know them (i is not ready yet, and says so rather than "no such topic").
+func (h *harness) freshClient(ctx context.Context, i int) error {
+	ctl := h.topo.nodes["ctl"]
+	addr := h.namesrvAddrOf(i)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := netns.Dial(ctl.ns, addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the restarted NameServer %s does not listen: %w", namesrvNodes[i], err)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	list := []string{addr}
+	for j := range namesrvNodes {
+		if j != i {
+			list = append(list, h.namesrvAddrOf(j))
+		}
+	}
+	ns := strings.Join(list, ";")
+	if _, err := h.ctl(ctx, 20*time.Second, "topicRoute", "-n", ns, "-t", h.topic); err != nil {
+		return fmt.Errorf("a new client with NameServers %s: %w", ns, err)
+	}
+	if _, err := h.ctl(ctx, 20*time.Second, "clusterList", "-n", ns); err != nil {
+		return fmt.Errorf("a new client with NameServers %s: %w", ns, err)
+	}
+	return nil
 }
 
 // maxDiskHold bounds how far a full disk's hold is stretched to reach a segment roll.

@@ -146,8 +146,10 @@ func (h *harness) groupHealth(s snapshot, g *group) (*member, string) {
 func (h *harness) health(s snapshot) (map[string]*member, string) {
 	masters := map[string]*member{}
 	var why []string
-	if !h.namesrv.running() {
-		why = append(why, "NameServer not running")
+	for _, p := range h.namesrvs {
+		if !p.running() {
+			why = append(why, "NameServer "+p.name+" not running")
+		}
 	}
 	for _, g := range h.groups {
 		m, w := h.groupHealth(s, g)

@@ -3,7 +3,7 @@
 //
 //	petrel-chaos [--cycles 100] [--seed N] [--segment 1MiB] [--mix stop-partition-heavy] [--keep]
 //
-// The cluster: a NameServer, a Raft-elected group broker-a of three members (SYNC_MASTER,
+// The cluster: three NameServers, a Raft-elected group broker-a of three members (SYNC_MASTER,
 // minInSyncReplicas=2, the Raft timeouts of conf/raft-3-sync) and a static group broker-b
 // (SYNC_MASTER and one slave, as conf/2m-2s-sync), each process in a namespace of its own with
 // an address of a private subnet that exists only inside the namespaces of the run, joined by a
@@ -12,7 +12,8 @@
 // control namespace. Every broker's store is a tmpfs of bounded size.
 //
 // Each cycle picks a fault from the seeded random sequence (SIGSTOP of a master, partitions
-// made of iptables DROP rules, kill -9, electMaster, a NameServer restart, a full disk), holds
+// made of iptables DROP rules, kill -9, electMaster, a restart of one or every NameServer, a
+// full disk), holds
 // it, heals it and waits until every group has one master that every member follows with a
 // full in-sync set. At the end the bench's verification, the members' log checksums, the
 // truncations in the brokers' logs and the send gaps of every fault give the verdict:
@@ -73,12 +74,13 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "petrel-chaos",
 		Short: "Fault injection against a Petrel cluster in network namespaces, with a verified load and a verdict",
-		Long: `petrel-chaos starts a NameServer, a Raft-elected broker group (broker-a, three members) and a
+		Long: `petrel-chaos starts three NameServers, a Raft-elected broker group (broker-a, three members) and a
 static one (broker-b, SYNC_MASTER and slave) as processes, each in a network namespace of its
 own on a private bridge, runs petrel-bench --verify against them, and injects --cycles faults
 chosen from --seed: SIGSTOP of a master, a master partitioned from its followers, a slave
 partitioned, the load generator partitioned from a master, a master isolated, kill -9 of a
-master, of a slave, of both, electMaster to a slave, a NameServer restart and a full disk.
+master, of a slave, of both, electMaster to a slave, a restart of every NameServer or of
+one (a new client asking it first must still find the routes) and a full disk.
 After each fault it heals and waits until the cluster is healthy again. At the end it checks
 the bench's verification, that every group's members hold byte-identical logs, that only
 returning deposed masters truncated, and the send gaps of each fault kind, and prints one

@@ -27,10 +27,10 @@ type harness struct {
 	sp     *spawner
 	probe  *prober
 
-	namesrv *proc
-	bench   *proc
-	groups  []*group
-	topic   string
+	namesrvs []*proc // in the order of namesrvNodes
+	bench    *proc
+	groups   []*group
+	topic    string
 
 	lastSnap    snapshot
 	lastMasters map[string]*member
@@ -85,13 +85,24 @@ func (h *harness) problem(format string, args ...any) {
 
 func (h *harness) bin(name string) string { return filepath.Join(h.o.binDir, name) }
 
+// namesrvAddrOf returns NameServer i's address.
+func (h *harness) namesrvAddrOf(i int) string {
+	return fmt.Sprintf("%s:%d", h.topo.nodes[namesrvNodes[i]].addr, namesrvPort)
+}
+
+// nsAddr returns the namesrvAddr every broker and client is given: all the NameServers,
+// ';'-separated.
 func (h *harness) nsAddr() string {
-	return fmt.Sprintf("%s:%d", h.topo.nodes["namesrv"].addr, namesrvPort)
+	addrs := make([]string, len(namesrvNodes))
+	for i := range namesrvNodes {
+		addrs[i] = h.namesrvAddrOf(i)
+	}
+	return strings.Join(addrs, ";")
 }
 
 // procs returns every process of the cluster and the bench.
 func (h *harness) procs() []*proc {
-	ps := []*proc{h.namesrv}
+	ps := append([]*proc(nil), h.namesrvs...)
 	for _, g := range h.groups {
 		for _, m := range g.members {
 			ps = append(ps, m.proc)
@@ -182,15 +193,18 @@ func (h *harness) setup(ctx context.Context) error {
 			}
 		}
 	}
-	h.namesrv = &proc{
-		name: "namesrv", node: h.topo.nodes["namesrv"], sp: h.sp, logPath: filepath.Join(h.runDir, "namesrv.log"),
-		argv: func() (string, []string, error) {
-			return h.bin(binNamesrv), []string{"--listen", h.nsAddr()}, nil
-		},
-		onExit: h.onExit,
-	}
-	if err := h.namesrv.start(); err != nil {
-		return err
+	for i, name := range namesrvNodes {
+		p := &proc{
+			name: name, node: h.topo.nodes[name], sp: h.sp, logPath: filepath.Join(h.runDir, name+".log"),
+			argv: func() (string, []string, error) {
+				return h.bin(binNamesrv), []string{"--listen", h.namesrvAddrOf(i), "--registration-period", registrationPeriod.String()}, nil
+			},
+			onExit: h.onExit,
+		}
+		h.namesrvs = append(h.namesrvs, p)
+		if err := p.start(); err != nil {
+			return err
+		}
 	}
 	for _, g := range h.groups {
 		for _, m := range g.members {
@@ -336,7 +350,7 @@ func (h *harness) runCycles(ctx context.Context) {
 		}
 		choice := ch.next(len(h.groups))
 		c := &cycle{n: n, kind: choice.kind, hold: choice.hold}
-		if c.kind != faultNamesrvRestart {
+		if c.kind != faultNamesrvRestart && c.kind != faultNsRestart {
 			c.g = h.groups[choice.group]
 			c.master = h.lastMasters[c.g.name]
 		}
@@ -518,8 +532,8 @@ func (h *harness) teardown(keepStores, keepLogs bool) error {
 		}
 	}
 	wg.Wait()
-	if h.namesrv != nil {
-		errs = append(errs, h.namesrv.terminate(5*time.Second))
+	for _, p := range h.namesrvs {
+		errs = append(errs, p.terminate(5*time.Second))
 	}
 	if h.probe != nil {
 		h.probe.close()

@@ -36,7 +36,7 @@ const (
 
 // node is one network namespace of the run, joined to the bridge.
 type node struct {
-	// name is short ("a1", "namesrv"); ns the namespace's name (prefix + name).
+	// name is short ("a1", "ns1"); ns the namespace's name (prefix + name).
 	name string
 	ns   string
 	addr netip.Addr
@@ -47,7 +47,7 @@ var nodeHosts = []struct {
 	name string
 	host byte
 }{
-	{"namesrv", 2}, {"ctl", 3}, {"bench", 4},
+	{"ns1", 2}, {"ctl", 3}, {"bench", 4}, {"ns2", 5}, {"ns3", 6},
 	{"a1", 11}, {"a2", 12}, {"a3", 13},
 	{"b1", 21}, {"b2", 22},
 }

@@ -43,6 +43,7 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		scanInterval time.Duration
 		frameTimeout time.Duration
 		maxConns     int
+		regPeriod    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:           "petrel-namesrv",
@@ -73,6 +74,9 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 			if flags.Changed("max-connections") {
 				cfg.MaxConnections = maxConns
 			}
+			if flags.Changed("registration-period") {
+				cfg.RegistrationPeriod = regPeriod
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -97,13 +101,14 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", namesrv.DefaultListenAddr, namesrv.ConfigHelp("ListenAddr"))
-	f.StringVarP(&configPath, "config", "c", "", "RocketMQ-style properties file (listenAddr, bindAddress, listenPort, brokerExpiryMs, scanIntervalMs, frameReadTimeoutMs, maxConnections)")
+	f.StringVarP(&configPath, "config", "c", "", "RocketMQ-style properties file (listenAddr, bindAddress, listenPort, brokerExpiryMs, scanIntervalMs, frameReadTimeoutMs, maxConnections, registrationPeriodMs)")
 	f.BoolVarP(&printConfig, "print-config", "p", false, "print the effective configuration and exit")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&brokerExpiry, "broker-expiry", namesrv.DefaultBrokerExpiry, namesrv.ConfigHelp("BrokerExpiry"))
 	f.DurationVar(&scanInterval, "scan-interval", namesrv.DefaultScanInterval, namesrv.ConfigHelp("ScanInterval"))
 	f.DurationVar(&frameTimeout, "frame-read-timeout", namesrv.DefaultFrameReadTimeout, namesrv.ConfigHelp("FrameReadTimeout"))
 	f.IntVar(&maxConns, "max-connections", namesrv.DefaultMaxConnections, namesrv.ConfigHelp("MaxConnections"))
+	f.DurationVar(&regPeriod, "registration-period", namesrv.DefaultRegistrationPeriod, namesrv.ConfigHelp("RegistrationPeriod"))
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	return cmd

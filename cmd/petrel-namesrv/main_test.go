@@ -41,16 +41,16 @@ func TestPrintConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	conns := namesrv.DefaultConfig().MaxConnections
-	if want := fmt.Sprintf("listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\nframeReadTimeoutMs=10000\nmaxConnections=%d\n", conns); out != want {
+	if want := fmt.Sprintf("listenAddr=0.0.0.0:9876\nbrokerExpiryMs=120000\nscanIntervalMs=5000\nframeReadTimeoutMs=10000\nmaxConnections=%d\nregistrationPeriodMs=30000\n", conns); out != want {
 		t.Errorf("-p printed %q, want %q", out, want)
 	}
 
 	conf := writeConf(t, "listenPort=9999\nbrokerExpiryMs=1000\nscanIntervalMs=100\n")
-	out, _, err = execute("-c", conf, "--listen", "127.0.0.1:7", "--scan-interval", "2s", "--frame-read-timeout", "3s", "--max-connections", "9", "-p")
+	out, _, err = execute("-c", conf, "--listen", "127.0.0.1:7", "--scan-interval", "2s", "--frame-read-timeout", "3s", "--max-connections", "9", "--registration-period", "5s", "-p")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "listenAddr=127.0.0.1:7\nbrokerExpiryMs=1000\nscanIntervalMs=2000\nframeReadTimeoutMs=3000\nmaxConnections=9\n"; out != want {
+	if want := "listenAddr=127.0.0.1:7\nbrokerExpiryMs=1000\nscanIntervalMs=2000\nframeReadTimeoutMs=3000\nmaxConnections=9\nregistrationPeriodMs=5000\n"; out != want {
 		t.Errorf("-p with file and flags printed %q, want %q", out, want)
 	}
 }

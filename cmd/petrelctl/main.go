@@ -14,7 +14,8 @@
 //
 // -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; a verb given a
 // broker address (-b) talks to that broker directly and needs none. --timeout bounds each
-// request (default 5s). Errors go to stderr as "petrelctl: VERB: reason" and exit with 1. The
+// request (default 5s). A verb whose NameServers are all not ready (in their first
+// registration period) waits for them, saying so on stderr, for up to two minutes. Errors go to stderr as "petrelctl: VERB: reason" and exit with 1. The
 // commands live in package tools.
 package main
 
@@ -87,7 +88,7 @@ func (g *globals) withAdmin(needNameServer func() bool, fn func(ctx context.Cont
 			return err
 		}
 		defer c.Close()
-		return fn(cmd.Context(), cmd.OutOrStdout(), a)
+		return tools.UntilReady(cmd.Context(), g.stderr, func() error { return fn(cmd.Context(), cmd.OutOrStdout(), a) })
 	}
 }
 

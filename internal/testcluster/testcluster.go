@@ -140,7 +140,11 @@ func New(t testing.TB, opts Options, groups ...GroupSpec) *Cluster {
 	}
 	t.Cleanup(c.close)
 	for i := range max(opts.NameServers, 1) {
-		ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: c.log.With("namesrv", i)})
+		// Started before any broker, a NameServer has no registration period to wait out:
+		// it is ready at the first registration.
+		cfg := c.namesrvConfig(i, "127.0.0.1:0")
+		cfg.RegistrationPeriod = time.Nanosecond
+		ns := namesrv.New(cfg)
 		if err := ns.Start(); err != nil {
 			t.Fatalf("testcluster: NameServer %d: %v", i, err)
 		}
@@ -182,6 +186,37 @@ func (c *Cluster) NamesrvAddr() string {
 
 // NameServers returns the running NameServers, in the order of NamesrvAddr.
 func (c *Cluster) NameServers() []*namesrv.Server { return c.nss }
+
+// namesrvConfig is NameServer i's config: its registration period is the brokers'
+// (RegisterPeriod).
+func (c *Cluster) namesrvConfig(i int, addr string) namesrv.Config {
+	return namesrv.Config{ListenAddr: addr, RegistrationPeriod: RegisterPeriod, Logger: c.log.With("namesrv", i)}
+}
+
+// RestartNameServer stops NameServer i (0-based, in the order of NamesrvAddr) and starts a
+// fresh one, knowing nothing, on the same address, as a NameServer killed and started again;
+// edit, when not nil, adjusts its config first (its registration period, RegisterPeriod by
+// default, say). Brokers
+// connected to the old one see their connection close. It returns the new NameServer, which
+// replaces the old one in NameServers and is stopped with the cluster.
+func (c *Cluster) RestartNameServer(i int, edit func(cfg *namesrv.Config)) *namesrv.Server {
+	c.t.Helper()
+	old := c.nss[i]
+	addr := old.Addr()
+	_ = old.Close()
+	cfg := c.namesrvConfig(i, addr)
+	if edit != nil {
+		edit(&cfg)
+	}
+	var ns *namesrv.Server
+	testutil.Eventually(c.t, "NameServer "+strconv.Itoa(i)+" to listen on "+addr+" again", func() bool {
+		// A refused listen closes nothing: a Server that failed to Start holds no goroutine.
+		ns = namesrv.New(cfg)
+		return ns.Start() == nil
+	})
+	c.nss[i] = ns
+	return ns
+}
 
 // Logs returns what the servers logged (Info and above), or nil when Options.Logger took the
 // logs.
