@@ -50,7 +50,7 @@ func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 	if err := validateTopicConfig(&h); err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
-	changed, err := b.topics.upsert(h)
+	changed, err := b.putTopic(h)
 	if err != nil {
 		return rpc.Errorf(protocol.StatusSystemError, "%v", err)
 	}
@@ -163,14 +163,21 @@ func (b *Broker) replyConsumerOffsets(request) rpc.Reply {
 	return rpc.Reply{Body: t.AppendTo(nil)}
 }
 
-// replyMergeConsumerOffsets serves CodeMergeConsumerOffsets.
+// replyMergeConsumerOffsets serves CodeMergeConsumerOffsets: a slave's offsets, less those of
+// topics this broker does not have or deleted and of groups it deleted, whose names the answer
+// lists (the slave drops them).
 func (b *Broker) replyMergeConsumerOffsets(req request) rpc.Reply {
 	var t protocol.ConsumerOffsetTable
 	if err := t.ReadFrom(req.body); err != nil {
 		return req.malformed(err)
 	}
-	b.mergedOffsets(b.offsets.merge(&t), req.cs.remote)
-	return rpc.Reply{}
+	res := b.offsets.merge(&t, func(topic string) bool { return b.topics.get([]byte(topic)) != nil }, time.Now())
+	b.mergedOffsets(res, req.cs.remote)
+	if len(res.refused) == 0 {
+		return rpc.Reply{}
+	}
+	l := protocol.StringList{Items: res.refused}
+	return rpc.Reply{Body: l.AppendTo(nil)}
 }
 
 // replyLogChecksum serves CodeGetLogChecksum.

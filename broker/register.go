@@ -24,6 +24,10 @@ type registrar struct {
 
 	mu    sync.Mutex // guards conns
 	conns map[string]*rpc.Conn
+	// regMu serialises registrations, from reading the topic table to the last answer, so that
+	// one that read the table before a topic's deletion never reaches a NameServer after one
+	// that read it since (a NameServer serves a connection's requests in order).
+	regMu sync.Mutex
 	// watchers are the goroutines that kick a registration when a NameServer connection closes;
 	// each ends with its connection or the broker's stop.
 	watchers sync.WaitGroup
@@ -90,9 +94,19 @@ func (r *registrar) header() *protocol.BrokerHeader {
 	}
 }
 
+// registerNow registers with every NameServer and returns once each answered or failed (an
+// admin worker that changed the topic table, before it answers).
+func (r *registrar) registerNow() {
+	if len(r.b.cfg.NamesrvAddrs()) > 0 && r.b.Addr() != "" {
+		r.registerAll()
+	}
+}
+
 // registerAll registers with every NameServer in parallel and reports whether every
 // registration succeeded.
 func (r *registrar) registerAll() bool {
+	r.regMu.Lock()
+	defer r.regMu.Unlock()
 	list := protocol.TopicConfigList{Topics: r.b.topics.list()}
 	body := list.AppendTo(nil)
 	h := r.header()
