@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sort"
@@ -10,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/petrel-mq/petrel/commitlog"
-
+	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -38,7 +39,8 @@ func (b *Broker) replyRaftReadIndex(req request) rpc.Reply {
 }
 
 // replyUpdateTopic serves CodeUpdateAndCreateTopic on the master: the topic table is
-// persisted, and the NameServers hear of a change at once.
+// persisted (committed through Raft first in a Raft-elected group), and the NameServers hear
+// of a change at once.
 func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 	var h protocol.TopicConfig
 	if err := h.ReadFrom(req.header); err != nil {
@@ -51,6 +53,9 @@ func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
 	changed, err := b.putTopic(h)
+	if errors.Is(err, ha.ErrNotLeader) {
+		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "no longer the master: " + err.Error(), MasterAddr: b.role.Load().Master.Addr}
+	}
 	if err != nil {
 		return rpc.Errorf(protocol.StatusSystemError, "%v", err)
 	}

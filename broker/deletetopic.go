@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -69,7 +70,12 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	st, remark := b.waitDurable(r, res.EndOffset)
 	removed, err := b.commitTopicDeletion(name)
 	if err != nil {
-		return rpc.Errorf(protocol.StatusSystemError, "topic %s: its queues are deleted, its config is not: %v", name, err)
+		b.warn.Error(b.log, "a topic's queues are deleted, its config is not", "topic", name, "err", err)
+		st := protocol.StatusSystemError
+		if errors.Is(err, ha.ErrNotLeader) {
+			st = protocol.StatusNotMaster
+		}
+		return rpc.Reply{Status: st, Remark: fmt.Sprintf("topic %s: its queues are deleted, its config is not (delete it again): %v", name, err), MasterAddr: b.role.Load().Master.Addr}
 	}
 	queues := b.offsets.removeTopic(name, time.Now())
 	if err := b.offsets.persist(); err != nil {
@@ -88,9 +94,17 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 }
 
 // commitTopicDeletion removes the topic's config (after its deletion record): from the local
-// table in a group with static roles. It returns the topic removed.
+// table in a group with static roles, through Raft in a Raft-elected group (every member
+// applies it). It returns the topic removed, if it was still here.
 func (b *Broker) commitTopicDeletion(name string) (*topic, error) {
-	return b.topics.remove(name)
+	if b.raft == nil {
+		return b.topics.remove(name)
+	}
+	tp := b.topics.get([]byte(name))
+	if err := b.raft.proposeTopic(ha.CmdDeleteTopic, protocol.TopicConfig{Topic: name}); err != nil {
+		return nil, fmt.Errorf("cannot commit the deletion through Raft: %w", err)
+	}
+	return tp, nil
 }
 
 // storeHasTopic reports whether the store holds a consume queue of topic name.
@@ -180,12 +194,24 @@ func (b *Broker) topicsChanged(ch tableChange) {
 	}
 }
 
-// putTopic creates or updates a topic in the local table (a master of a group with static
-// roles, or auto-creation) and reports whether it changed.
+// putTopic creates or updates a topic on the master (UPDATE_AND_CREATE_TOPIC, auto-creation)
+// and reports whether it changed: in the local table in a group with static roles, through
+// Raft in a Raft-elected group, where every member applies it (applyRaftTopics) and this one
+// has once putTopic returns.
 func (b *Broker) putTopic(cfg protocol.TopicConfig) (bool, error) {
 	b.topicOps.Lock()
 	defer b.topicOps.Unlock()
-	created := b.topics.get([]byte(cfg.Topic)) == nil
+	prev := b.topics.get([]byte(cfg.Topic))
+	if b.raft != nil {
+		if prev != nil && prev.cfg == cfg {
+			return false, nil
+		}
+		if err := b.raft.proposeTopic(ha.CmdPutTopic, cfg); err != nil {
+			return false, fmt.Errorf("cannot commit the topic through Raft: %w", err)
+		}
+		return true, nil
+	}
+	created := prev == nil
 	changed, err := b.topics.upsert(cfg)
 	if err != nil {
 		return false, err
@@ -194,6 +220,21 @@ func (b *Broker) putTopic(cfg protocol.TopicConfig) (bool, error) {
 		b.store.AllowTopic([]byte(cfg.Topic))
 	}
 	return changed, nil
+}
+
+// applyRaftTopics makes the group's committed topic table (ha.TopicTable) this member's, on
+// every change of it (Raft's FSM goroutine): from the first commit of a table on, a Raft
+// member's topics are exactly the group's.
+func (b *Broker) applyRaftTopics(tt ha.TopicTable) {
+	if !tt.Known {
+		return
+	}
+	ch, err := b.topics.replace(append([]protocol.TopicConfig(nil), tt.Topics...))
+	if err != nil {
+		b.log.Error("cannot store the group's topic table", "err", err)
+		return
+	}
+	b.topicsChanged(ch)
 }
 
 // deletedByRecord removes, on a member that replicated a deletion record of topic name, what

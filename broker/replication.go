@@ -381,8 +381,10 @@ func (b *Broker) syncWithMaster() {
 }
 
 // syncsTopics reports whether the broker takes its topic table from its master's by the
-// periodic sync: a slave of a group with static roles.
-func (b *Broker) syncsTopics() bool { return b.raft == nil }
+// periodic sync: a slave of a group with static roles, or a member of a Raft-elected group
+// whose topic table is not committed in Raft yet (a store from before topic configs went
+// through Raft, until its first master commits the table).
+func (b *Broker) syncsTopics() bool { return !b.raft.topicsKnown() }
 
 // takeMasterTopics makes the master's topic table this slave's: topics the master no longer has
 // (deleted) go, with their held pulls answered TOPIC_NOT_EXIST.

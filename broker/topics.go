@@ -14,8 +14,6 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-// maxQueueNums bounds a topic's read or write queue count.
-const maxQueueNums = 1024
 
 // topic is one topic's config plus the long-poll waiters of its queues. A topic value is
 // immutable once published in the table; an update publishes a new value that shares waiters.
@@ -79,18 +77,8 @@ func (t *topicTable) list() []protocol.TopicConfig {
 	return out
 }
 
-func validateTopicConfig(c *protocol.TopicConfig) error {
-	if err := protocol.ValidateTopic([]byte(c.Topic)); err != nil {
-		return err
-	}
-	if c.ReadQueueNums < 1 || c.ReadQueueNums > maxQueueNums || c.WriteQueueNums < 1 || c.WriteQueueNums > maxQueueNums {
-		return fmt.Errorf("topic %s: queue counts read=%d write=%d out of range 1..%d", c.Topic, c.ReadQueueNums, c.WriteQueueNums, maxQueueNums)
-	}
-	if c.Perm&^(protocol.PermRead|protocol.PermWrite|protocol.PermInherit) != 0 {
-		return fmt.Errorf("topic %s: perm %d has unknown bits", c.Topic, c.Perm)
-	}
-	return nil
-}
+// validateTopicConfig checks a topic config before it is stored (protocol.ValidateTopicConfig).
+func validateTopicConfig(c *protocol.TopicConfig) error { return protocol.ValidateTopicConfig(c) }
 
 // upsert creates or updates a topic and persists the table. It reports whether anything changed.
 func (t *topicTable) upsert(c protocol.TopicConfig) (bool, error) {
