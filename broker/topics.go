@@ -14,7 +14,6 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-
 // topic is one topic's config plus the long-poll waiters of its queues. A topic value is
 // immutable once published in the table; an update publishes a new value that shares waiters.
 type topic struct {
