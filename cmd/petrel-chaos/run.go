@@ -46,6 +46,11 @@ type harness struct {
 
 	cycles    []*cycle
 	samples   []offsetSample
+	// scratch is, per group, what the topic-change faults left its scratch topic as, as far as
+	// acknowledged (runCycles only).
+	scratch map[string]scratchTopic
+	// topicDiffs are the members' topic tables that differ from scratch at the end (finish).
+	topicDiffs []string
 	started   time.Time
 	benchFrom time.Time
 }
@@ -340,7 +345,7 @@ func (h *harness) runCycles(ctx context.Context) {
 			c.g = h.groups[choice.group]
 			c.master = h.lastMasters[c.g.name]
 		}
-		if c.kind == faultElect {
+		if c.kind == faultElect || c.kind == faultTopicChange {
 			c.hold = 0
 		}
 		h.cycles = append(h.cycles, c)
