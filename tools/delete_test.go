@@ -3,11 +3,14 @@ package tools
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -128,4 +131,64 @@ func TestDeleteSubGroup(t *testing.T) {
 	if err := DeleteSubGroup(ctx5s(t), &out, tc.admin, "DefaultCluster", "bad group"); err == nil {
 		t.Fatal("a bad group name was accepted")
 	}
+}
+
+// TestTopicChangesInRaftGroup: in a Raft-elected group every member, not only the master, holds
+// a topic as soon as updateTopic and deleteTopic were acknowledged (the changes are committed
+// through Raft before the answer), and after the master is stopped the new master holds the
+// same table.
+func TestTopicChangesInRaftGroup(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-r", RaftMembers: 3})
+	g := c.Group("broker-r")
+	g.WaitInSync()
+	cl, a, err := NewAdmin(ctx5s(t), c.NamesrvAddr(), 5*time.Second, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	tables := func() map[string]string {
+		out := map[string]string{}
+		for _, m := range g.Members() {
+			if !m.Running() {
+				continue
+			}
+			l, err := a.AllTopicConfig(ctx5s(t), m.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[m.String()] = fmt.Sprint(l.Topics)
+		}
+		return out
+	}
+	same := func(what string, want []protocol.TopicConfig) {
+		t.Helper()
+		for m, got := range tables() {
+			if got != fmt.Sprint(want) {
+				t.Fatalf("%s: %s holds %s, want %v", what, m, got, want)
+			}
+		}
+	}
+	cfg := func(q int32) protocol.TopicConfig {
+		return protocol.TopicConfig{Topic: "RaftTopic", ReadQueueNums: q, WriteQueueNums: q, Perm: protocol.PermReadWrite}
+	}
+	var out bytes.Buffer
+	if err := UpdateTopic(ctx5s(t), &out, a, UpdateTopicOptions{Cluster: "DefaultCluster", Topic: "RaftTopic", ReadQueueNums: 4, WriteQueueNums: 4, Perm: 6}); err != nil {
+		t.Fatal(err)
+	}
+	same("created", []protocol.TopicConfig{cfg(4)})
+	if err := UpdateTopic(ctx5s(t), &out, a, UpdateTopicOptions{Cluster: "DefaultCluster", Topic: "RaftTopic", ReadQueueNums: 2, WriteQueueNums: 2, Perm: 6}); err != nil {
+		t.Fatal(err)
+	}
+	same("changed", []protocol.TopicConfig{cfg(2)})
+	old := g.WaitMaster()
+	old.Stop()
+	g.WaitMaster()
+	same("the master stopped", []protocol.TopicConfig{cfg(2)})
+	old.Start()
+	g.WaitInSync()
+	if err := DeleteTopic(ctx5s(t), &out, a, "DefaultCluster", "RaftTopic"); err != nil {
+		t.Fatal(err)
+	}
+	same("deleted", nil)
 }
