@@ -149,9 +149,8 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 			return 0, fmt.Errorf("replicated batch at %d: size %d of %d bytes left, count %d, base queue offset %d: %w",
 				at, info.Size, len(data)-pos, info.Count, info.BaseQueueOffset, ErrReplicaMismatch)
 		}
-		if info.Control {
-			// Indexed nowhere: only its epoch continues the history.
-		} else if next, known := s.pendingNext(info); known && info.BaseQueueOffset != next {
+		// A control batch is indexed nowhere: only its epoch continues the history.
+		if next, known := s.pendingNext(info); !info.Control && known && info.BaseQueueOffset != next {
 			return 0, fmt.Errorf("replicated batch at %d has queue offset %d for %s/%d, which continues at %d: %w",
 				at, info.BaseQueueOffset, info.Topic, info.QueueID, next, ErrReplicaMismatch)
 		}
