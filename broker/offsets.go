@@ -31,6 +31,9 @@ type offsetTable struct {
 	// until the store is open, and then no offset is checked. It is called under mu, so that a
 	// commit that read a queue's max before the log was reset is done before clampToLog runs.
 	maxOffset func(topic []byte, queueID int32) int64
+	// persistMu serialises persist from the table's copy to the file's rename, so that an older
+	// copy never replaces a newer one (the flush goroutine, admin workers and Close persist).
+	persistMu sync.Mutex
 	mu        sync.Mutex // guards groups, deletedGroups, deletedTopics and dirty
 	dirty     bool
 	// groups maps group -> topic -> queue id -> offset. Nested maps keyed by string let the
@@ -224,6 +227,8 @@ func (t *offsetTable) groupCount() int {
 
 // persist writes the table if it changed since the last write.
 func (t *offsetTable) persist() error {
+	t.persistMu.Lock()
+	defer t.persistMu.Unlock()
 	t.mu.Lock()
 	if !t.dirty {
 		t.mu.Unlock()
