@@ -85,6 +85,9 @@ func TestDeleteTopicProperty(t *testing.T) {
 			},
 			"restart": func(rt *rapid.T) {
 				replicateTB(rt, master, slave, 4096)
+				if rapid.IntRange(0, 3).Draw(rt, "rarely") != 0 { // restarts cost fsyncs: fewer of them
+					return
+				}
 				if err := master.Close(); err != nil {
 					rt.Fatal(err)
 				}
@@ -105,6 +108,9 @@ func TestDeleteTopicProperty(t *testing.T) {
 				if len(m.all) == 0 {
 					rt.Skip("empty")
 				}
+				if rapid.IntRange(0, 2).Draw(rt, "rarely") != 0 {
+					return
+				}
 				at := m.all[rapid.IntRange(max(0, len(m.all)-6), len(m.all)-1).Draw(rt, "cutAt")].phys
 				for _, s := range []*Store{master, slave} {
 					if err := s.PrepareTruncate(at); err != nil {
@@ -115,7 +121,9 @@ func TestDeleteTopicProperty(t *testing.T) {
 				m.truncate(at)
 				master, slave = mustOpen(rt, mcfg), mustOpen(rt, scfg)
 				sameQueues(rt, master, slave, m)
-				checkEnd(rt, master, m)
+				if master.LogEndOffset() != at || slave.LogEndOffset() != at {
+					rt.Fatalf("cut at %d: the logs end at %d and %d", at, master.LogEndOffset(), slave.LogEndOffset())
+				}
 			},
 			"": func(rt *rapid.T) {
 				verifyAll(rt, master, m)
