@@ -11,6 +11,7 @@ import (
 
 	"github.com/petrel-mq/petrel/client"
 	"github.com/petrel-mq/petrel/internal/testcluster"
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -133,10 +134,10 @@ func TestDeleteSubGroup(t *testing.T) {
 	}
 }
 
-// TestTopicChangesInRaftGroup: in a Raft-elected group every member, not only the master, holds
-// a topic as soon as updateTopic and deleteTopic were acknowledged (the changes are committed
-// through Raft before the answer), and after the master is stopped the new master holds the
-// same table.
+// TestTopicChangesInRaftGroup: in a Raft-elected group the master holds a topic change as soon
+// as updateTopic or deleteTopic was acknowledged and every member soon after (the changes are
+// committed through Raft before the answer), and after the master is stopped the new master
+// holds the same table.
 func TestTopicChangesInRaftGroup(t *testing.T) {
 	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-r", RaftMembers: 3})
@@ -161,13 +162,22 @@ func TestTopicChangesInRaftGroup(t *testing.T) {
 		}
 		return out
 	}
+	// The master holds an acknowledged change at once; the other members once they apply the
+	// committed entry (their next Raft heartbeat).
 	same := func(what string, want []protocol.TopicConfig) {
 		t.Helper()
-		for m, got := range tables() {
-			if got != fmt.Sprint(want) {
-				t.Fatalf("%s: %s holds %s, want %v", what, m, got, want)
-			}
+		m := g.WaitMaster()
+		if got := tables()[m.String()]; got != fmt.Sprint(want) {
+			t.Fatalf("%s: the master %s holds %s, want %v", what, m, got, want)
 		}
+		testutil.Eventually(t, what+": every member holding "+fmt.Sprint(want), func() bool {
+			for _, got := range tables() {
+				if got != fmt.Sprint(want) {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	cfg := func(q int32) protocol.TopicConfig {
 		return protocol.TopicConfig{Topic: "RaftTopic", ReadQueueNums: q, WriteQueueNums: q, Perm: protocol.PermReadWrite}
