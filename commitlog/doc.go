@@ -22,7 +22,9 @@
 //     segment-end marker.
 //   - Config.Parser validates the batch at the start of b (b may extend past it): it checks the
 //     batch CRC and that the physical offset stored in the batch equals physicalOffset, and
-//     returns the batch's BatchInfo (its queue, base queue offset, count and epoch among them).
+//     returns the batch's BatchInfo (its queue, base queue offset, count and epoch among them;
+//     for a control batch, a record of the broker's such as a topic's deletion record, Control
+//     and DeletesTopic).
 //     It returns an error wrapping ErrIncomplete when b is shorter than the batch, and any other
 //     error for corrupt data. Recovery stops at the first error, so a batch whose CRC fails is
 //     never served after a restart.
