@@ -44,15 +44,15 @@ type harness struct {
 	filling *member
 	outMu   sync.Mutex
 
-	cycles    []*cycle
-	samples   []offsetSample
+	cycles  []*cycle
+	samples []offsetSample
 	// scratch is, per group, what the topic-change faults left its scratch topic as, as far as
 	// acknowledged (runCycles only).
 	scratch map[string]scratchTopic
 	// topicDiffs are the members' topic tables that differ from scratch at the end (finish).
 	topicDiffs []string
-	started   time.Time
-	benchFrom time.Time
+	started    time.Time
+	benchFrom  time.Time
 }
 
 // procExit is a process's end the harness did not cause.
