@@ -81,7 +81,10 @@ const (
 	// body ConsumerOffsetTable); slaves and masters exchange them.
 	CodeGetAllConsumerOffset RequestCode = 322
 	// CodeMergeConsumerOffsets merges a ConsumerOffsetTable body into the broker's offsets,
-	// keeping the larger offset of each queue (a committed offset never moves backwards).
+	// keeping the larger offset of each queue (a committed offset never moves backwards), less
+	// the offsets of topics the broker does not have and of groups it deleted
+	// (CodeDeleteSubscriptionGroup); the response body, when not empty, is a StringList naming
+	// those groups, for the sender to drop.
 	CodeMergeConsumerOffsets RequestCode = 323
 	// CodeElectMaster makes a member of a broker group its master online, without a restart
 	// (RocketMQ 5's ELECT_MASTER, mqadmin electMaster). Header: ElectMasterRequest -> success
