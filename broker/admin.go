@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sort"
@@ -10,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/petrel-mq/petrel/commitlog"
-
+	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -38,7 +39,8 @@ func (b *Broker) replyRaftReadIndex(req request) rpc.Reply {
 }
 
 // replyUpdateTopic serves CodeUpdateAndCreateTopic on the master: the topic table is
-// persisted, and the NameServers hear of a change at once.
+// persisted (committed through Raft first in a Raft-elected group), and the NameServers hear
+// of a change at once.
 func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 	var h protocol.TopicConfig
 	if err := h.ReadFrom(req.header); err != nil {
@@ -50,7 +52,10 @@ func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 	if err := validateTopicConfig(&h); err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
-	changed, err := b.topics.upsert(h)
+	changed, err := b.putTopic(h)
+	if errors.Is(err, ha.ErrNotLeader) {
+		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "no longer the master: " + err.Error(), MasterAddr: b.role.Load().Master.Addr}
+	}
 	if err != nil {
 		return rpc.Errorf(protocol.StatusSystemError, "%v", err)
 	}
@@ -163,14 +168,21 @@ func (b *Broker) replyConsumerOffsets(request) rpc.Reply {
 	return rpc.Reply{Body: t.AppendTo(nil)}
 }
 
-// replyMergeConsumerOffsets serves CodeMergeConsumerOffsets.
+// replyMergeConsumerOffsets serves CodeMergeConsumerOffsets: a slave's offsets, less those of
+// topics this broker does not have or deleted and of groups it deleted, whose names the answer
+// lists (the slave drops them).
 func (b *Broker) replyMergeConsumerOffsets(req request) rpc.Reply {
 	var t protocol.ConsumerOffsetTable
 	if err := t.ReadFrom(req.body); err != nil {
 		return req.malformed(err)
 	}
-	b.mergedOffsets(b.offsets.merge(&t), req.cs.remote)
-	return rpc.Reply{}
+	res := b.offsets.merge(&t, func(topic string) bool { return b.topics.get([]byte(topic)) != nil }, time.Now())
+	b.mergedOffsets(res, req.cs.remote)
+	if len(res.refused) == 0 {
+		return rpc.Reply{}
+	}
+	l := protocol.StringList{Items: res.refused}
+	return rpc.Reply{Body: l.AppendTo(nil)}
 }
 
 // replyLogChecksum serves CodeGetLogChecksum.

@@ -63,6 +63,9 @@ type Broker struct {
 	inboundPartial atomic.Int64    // bytes of incomplete frames over all connections
 	fatal          chan error
 	workers        sync.WaitGroup // admin request goroutines
+	// topicOps serialises the creation, update and deletion of topics (admin workers), so that
+	// a topic's deletion record, config and the store's refusal of it change together.
+	topicOps sync.Mutex
 
 	// Replication (replication.go): a master's server for its slaves, or a slave's link to
 	// its master and what it knows of the master.
@@ -185,9 +188,10 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 }
 
 // parseStoredBatch is the commit log's recovery parser: it validates a stored batch (CRC and
-// structure) and checks that it sits where it says it does.
+// structure) and checks that it sits where it says it does. A control batch is a topic's
+// deletion record (protocol.ControlDeleteTopic, the only control type).
 func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
-	h, tagHash, err := protocol.ValidateBatch(b, protocol.BatchLimits{MaxMessageSize: 1 << 30})
+	h, tagHash, err := protocol.ValidateBatch(b, protocol.BatchLimits{MaxMessageSize: 1 << 30, AllowControl: true})
 	if err != nil {
 		if errors.Is(err, protocol.ErrShort) {
 			return commitlog.BatchInfo{}, fmt.Errorf("%w: %v", commitlog.ErrIncomplete, err)
@@ -197,7 +201,10 @@ func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
 	if h.PhysicalOffset != phys {
 		return commitlog.BatchInfo{}, fmt.Errorf("%w: batch at %d says it is at %d", commitlog.ErrCorrupt, phys, h.PhysicalOffset)
 	}
+	control := h.Attributes&protocol.AttrControl != 0 // ValidateBatch checked its type: a deletion record
 	return commitlog.BatchInfo{
+		Control:         control,
+		DeletesTopic:    control,
 		Size:            h.Size,
 		Topic:           h.Topic,
 		QueueID:         h.QueueID,

@@ -365,8 +365,8 @@ func (c *Config) Validate() error {
 	if c.MaxPullBytes <= 0 || c.MaxPullMessages <= 0 {
 		return fmt.Errorf("maxPullBytes %d and maxPullMessages %d must be positive", c.MaxPullBytes, c.MaxPullMessages)
 	}
-	if c.DefaultTopicQueueNums <= 0 || c.DefaultTopicQueueNums > maxQueueNums {
-		return fmt.Errorf("defaultTopicQueueNums %d out of range 1..%d", c.DefaultTopicQueueNums, maxQueueNums)
+	if c.DefaultTopicQueueNums <= 0 || c.DefaultTopicQueueNums > protocol.MaxQueueNums {
+		return fmt.Errorf("defaultTopicQueueNums %d out of range 1..%d", c.DefaultTopicQueueNums, protocol.MaxQueueNums)
 	}
 	if c.ConnMaxInFlight < 1 {
 		return fmt.Errorf("connMaxInFlight %d: at least 1", c.ConnMaxInFlight)

@@ -101,6 +101,17 @@ func init() {
 			reply: (*Broker).replyUpdateTopic, worker: true,
 			served: masterOnly, toMaster: "create or update topics on the master",
 		},
+		// A deletion appends its record, waits for it as a send does, and fsyncs the topic
+		// table and the offsets; refused while a master hands over, as sends are.
+		protocol.CodeDeleteTopicInBroker: {
+			reply: (*Broker).replyDeleteTopic, worker: true,
+			served: masterNotHandingOver, toMaster: "delete topics on the master",
+		},
+		// A group's deletion fsyncs the offsets; slaves hear of it from their offset sync.
+		protocol.CodeDeleteSubscriptionGroup: {
+			reply: (*Broker).replyDeleteGroup, worker: true,
+			served: masterOnly, toMaster: "delete consumer groups on the master",
+		},
 		// Consume stats read the batches at the groups' offsets: old ones are cold pages.
 		protocol.CodeGetConsumeStats: {reply: (*Broker).replyConsumeStats, worker: true},
 		// Runtime info reads the memory statistics: a short stop of the world.
@@ -120,6 +131,7 @@ func init() {
 		protocol.CodeUnregisterBroker:     {elsewhere: "a NameServer"},
 		protocol.CodeGetRouteInfoByTopic:  {elsewhere: "a NameServer"},
 		protocol.CodeGetBrokerClusterInfo: {elsewhere: "a NameServer"},
+		protocol.CodeDeleteTopicInNamesrv: {elsewhere: "a NameServer"},
 		protocol.CodeHAPull:               {elsewhere: "the master's HA port"},
 		protocol.CodeHALeave:              {elsewhere: "the master's HA port"},
 	}

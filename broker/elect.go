@@ -65,11 +65,13 @@ func startWithRetry(hm *ha.Master) error {
 	return err
 }
 
-// adoptStoredTopics gives a broker taking the master role a topic config for every topic its log
-// holds messages of but its topic table lacks: a topic created on the old master shortly before
-// it died may not have reached this member through the config sync yet (slaveSyncInterval),
-// and its messages must stay readable and writable. The queue count is the highest queue id
-// stored plus one, at least defaultTopicQueueNums; the permission is read-write.
+// adoptStoredTopics gives a slave of a group with static roles that takes the master role
+// (electMaster) a topic config for every topic its log holds messages of but its topic table
+// lacks: a topic created on the old master shortly before it died may not have reached this
+// member through the config sync yet (slaveSyncInterval), and its messages must stay readable
+// and writable. The queue count is the highest queue id stored plus one, at least
+// defaultTopicQueueNums; the permission is read-write. A Raft-elected group needs none: its
+// topic table is committed through Raft before any answer.
 func (b *Broker) adoptStoredTopics() {
 	maxQueue := map[string]int32{}
 	for _, q := range b.store.Queues() {

@@ -4,13 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/petrel-mq/petrel/internal/fsutil"
 	"github.com/petrel-mq/petrel/protocol"
@@ -28,12 +31,32 @@ type offsetTable struct {
 	// until the store is open, and then no offset is checked. It is called under mu, so that a
 	// commit that read a queue's max before the log was reset is done before clampToLog runs.
 	maxOffset func(topic []byte, queueID int32) int64
-	mu        sync.Mutex // guards groups and dirty
+	// persistMu serialises persist from the table's copy to the file's rename, so that an older
+	// copy never replaces a newer one (the flush goroutine, admin workers and Close persist).
+	persistMu sync.Mutex
+	mu        sync.Mutex // guards groups, deletedGroups, deletedTopics and dirty
 	dirty     bool
 	// groups maps group -> topic -> queue id -> offset. Nested maps keyed by string let the
 	// data path look up []byte names without allocating.
 	groups map[string]map[string]map[int32]int64
+	// deletedGroups maps a group this member deleted (DELETE_SUBSCRIPTIONGROUP) to the time of
+	// the deletion (Unix ms): merges from other members leave it out, and their next merge is
+	// answered with it so that they drop it too, until a commit of the group here or
+	// groupTombstoneTTL. Persisted with the offsets.
+	deletedGroups map[string]int64
+	// deletedTopics maps a topic this member deleted to the time of the deletion: merges leave
+	// its offsets out for topicTombstoneTTL, while a slave that has not replicated the deletion
+	// record yet may still send them. Memory only.
+	deletedTopics map[string]time.Time
 }
+
+// How long a deletion is kept for merges to leave out (see offsetTable). A group's outlives
+// any slave's absence it is likely to meet; a topic's needs only cover a slave's offset sync
+// racing with the deletion record's replication.
+const (
+	groupTombstoneTTL = 24 * time.Hour
+	topicTombstoneTTL = time.Minute
+)
 
 // offsetDecision is what a commit or a merge does to one queue's committed offset.
 type offsetDecision struct {
@@ -82,10 +105,13 @@ func (c clampedOffset) String() string {
 
 type offsetFile struct {
 	OffsetTable map[string]map[string]int64 `json:"offsetTable"`
+	// DeletedGroups maps a deleted group to the time of its deletion (Unix ms).
+	DeletedGroups map[string]int64 `json:"deletedGroups,omitempty"`
 }
 
 func openOffsetTable(dir string) (*offsetTable, error) {
-	t := &offsetTable{path: filepath.Join(dir, "consumerOffset.json"), groups: map[string]map[string]map[int32]int64{}}
+	t := &offsetTable{path: filepath.Join(dir, "consumerOffset.json"), groups: map[string]map[string]map[int32]int64{},
+		deletedGroups: map[string]int64{}, deletedTopics: map[string]time.Time{}}
 	data, err := os.ReadFile(t.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return t, nil
@@ -110,6 +136,7 @@ func openOffsetTable(dir string) (*offsetTable, error) {
 			t.setLocked(group, topic, int32(qid), off)
 		}
 	}
+	maps.Copy(t.deletedGroups, file.DeletedGroups)
 	return t, nil
 }
 
@@ -155,6 +182,9 @@ func (t *offsetTable) commit(group, topic []byte, qid int32, off int64) (offsetD
 	} else {
 		t.setLocked(string(group), string(topic), qid, d.off)
 	}
+	if len(t.deletedGroups) != 0 {
+		delete(t.deletedGroups, string(group)) // the group is in use again
+	}
 	return d, maxOff
 }
 
@@ -197,12 +227,14 @@ func (t *offsetTable) groupCount() int {
 
 // persist writes the table if it changed since the last write.
 func (t *offsetTable) persist() error {
+	t.persistMu.Lock()
+	defer t.persistMu.Unlock()
 	t.mu.Lock()
 	if !t.dirty {
 		t.mu.Unlock()
 		return nil
 	}
-	file := offsetFile{OffsetTable: map[string]map[string]int64{}}
+	file := offsetFile{OffsetTable: map[string]map[string]int64{}, DeletedGroups: maps.Clone(t.deletedGroups)}
 	for group, topics := range t.groups {
 		for topic, queues := range topics {
 			m := make(map[string]int64, len(queues))
@@ -257,17 +289,104 @@ func (t *offsetTable) table() protocol.ConsumerOffsetTable {
 type mergeResult struct {
 	moved, clamped int
 	first          clampedOffset
+	// refused lists the groups left out because this member deleted them.
+	refused []string
+}
+
+// mergeVerdict is what a master does with one offset a slave's merge sends.
+type mergeVerdict uint8
+
+const (
+	mergeTaken        mergeVerdict = iota // merged as decideOffset says
+	mergeLeftOut                          // its topic is not here, or was deleted moments ago
+	mergeGroupDeleted                     // its group was deleted here: the slave must drop it
+)
+
+// mergeKept decides whether a master takes a slave's offset of group on topic: not for a
+// topic it does not have (deleted, or never created here: the offset would outlive the
+// topic and land on one created later under its name), nor one it deleted less than
+// topicTombstoneTTL ago (a slave that has not replicated the deletion record yet still holds
+// the old topic's offsets, and the topic may exist again already), nor for a group it deleted
+// less than groupTombstoneTTL ago (deletedGroups, Unix ms).
+func mergeKept(group, topic string, hasTopic bool, deletedGroups map[string]int64, deletedTopics map[string]time.Time, now time.Time) mergeVerdict {
+	if at, ok := deletedGroups[group]; ok && now.UnixMilli()-at < groupTombstoneTTL.Milliseconds() {
+		return mergeGroupDeleted
+	}
+	if at, ok := deletedTopics[topic]; !hasTopic || ok && now.Sub(at) < topicTombstoneTTL {
+		return mergeLeftOut
+	}
+	return mergeTaken
+}
+
+// removeTopic drops every group's offsets of topic and keeps its deletion for merges (the
+// topic was deleted here at now). It reports how many queues' offsets went.
+func (t *offsetTable) removeTopic(topic string, now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for group, topics := range t.groups {
+		if qs, ok := topics[topic]; ok {
+			n += len(qs)
+			delete(topics, topic)
+			if len(topics) == 0 {
+				delete(t.groups, group)
+			}
+		}
+	}
+	t.deletedTopics[topic] = now
+	for name, at := range t.deletedTopics {
+		if now.Sub(at) >= topicTombstoneTTL {
+			delete(t.deletedTopics, name)
+		}
+	}
+	t.dirty = true
+	return n
+}
+
+// removeGroup drops a group's offsets of every topic; with keep (the deleting master) the
+// deletion is kept for merges from other members. It reports how many queues' offsets went.
+func (t *offsetTable) removeGroup(group string, keep bool, now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, qs := range t.groups[group] {
+		n += len(qs)
+	}
+	delete(t.groups, group)
+	if keep {
+		t.deletedGroups[group] = now.UnixMilli()
+		for name, at := range t.deletedGroups {
+			if now.UnixMilli()-at >= groupTombstoneTTL.Milliseconds() {
+				delete(t.deletedGroups, name)
+			}
+		}
+	}
+	t.dirty = true
+	return n
 }
 
 // merge takes, for each queue of tbl, the larger of its offset and the one held, as
-// decideOffset says (never backwards, never beyond the queue's max offset).
-func (t *offsetTable) merge(tbl *protocol.ConsumerOffsetTable) mergeResult {
+// decideOffset says (never backwards, never beyond the queue's max offset). With hasTopic set
+// (a master merging a slave's offsets) it leaves out what this member deleted or does not have
+// (mergeKept), and reports the deleted groups it met in refused.
+func (t *offsetTable) merge(tbl *protocol.ConsumerOffsetTable, hasTopic func(string) bool, now time.Time) mergeResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var res mergeResult
 	for _, o := range tbl.Offsets {
 		if o.Offset < 0 || protocol.ValidateGroup([]byte(o.ConsumerGroup)) != nil || protocol.ValidateTopic([]byte(o.Topic)) != nil || o.QueueID < 0 {
 			continue
+		}
+		if hasTopic != nil {
+			switch mergeKept(o.ConsumerGroup, o.Topic, hasTopic(o.Topic), t.deletedGroups, t.deletedTopics, now) {
+			case mergeGroupDeleted:
+				if !slices.Contains(res.refused, o.ConsumerGroup) {
+					res.refused = append(res.refused, o.ConsumerGroup)
+				}
+				continue
+			case mergeLeftOut:
+				continue
+			}
 		}
 		maxOff := t.maxLocked([]byte(o.Topic), o.QueueID)
 		cur, held := t.groups[o.ConsumerGroup][o.Topic][o.QueueID]

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/petrel-mq/petrel/protocol"
 )
@@ -70,7 +71,7 @@ func TestOffsetTableChecksTheLog(t *testing.T) {
 		{ConsumerGroup: "h", Topic: "T", QueueID: 0, Offset: 100},
 		{ConsumerGroup: "h", Topic: "T", QueueID: 1, Offset: 0},
 		{ConsumerGroup: "h", Topic: "Other", QueueID: 0, Offset: 7},
-	}})
+	}}, nil, time.Now())
 	if res.moved != 3 || res.clamped != 2 || res.first.Offset != 100 || res.first.Max != 10 {
 		t.Fatalf("merge: %+v", res)
 	}

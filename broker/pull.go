@@ -221,8 +221,11 @@ func (b *Broker) hold(cs *connState, tp *topic, p pullParams, wait time.Duration
 	tp.waiters.n.Add(1)
 	tp.waiters.mu.Unlock()
 	// An append between our read and the registration above would have found no waiter: check
-	// again now that we are registered (the appender updates the queue before it takes waiters).
+	// again now that we are registered (the appender updates the queue before it takes waiters),
+	// and so would a deletion of the topic, which answered the waiters it found.
 	if b.store.MaxOffset(p.topic, p.queueID) > p.offset {
+		b.wakeWaiters(tp.waiters.take(p.queueID))
+	} else if cur := b.topics.get(p.topic); cur != tp && (cur == nil || cur.waiters != tp.waiters) {
 		b.wakeWaiters(tp.waiters.take(p.queueID))
 	}
 }
@@ -305,6 +308,13 @@ func (q *pollWaiters) takeAll() []*pullWaiter {
 	return all
 }
 
+// topicGone reports whether the topic a pull was held on was deleted since (the table holds
+// another topic of its name, with other waiters, or none).
+func (b *Broker) topicGone(w *pullWaiter) bool {
+	tp := b.topics.get(w.p.topic)
+	return tp == nil || tp.waiters != w.queue
+}
+
 // wakeWaiters answers held pulls now.
 func (b *Broker) wakeWaiters(ws []*pullWaiter) {
 	for _, w := range ws {
@@ -321,7 +331,12 @@ func (b *Broker) answer(w *pullWaiter) {
 	}
 	cs := w.cs
 	if cs.closed.Load() || !onLoop(cs, func() {
-		if !cs.closed.Load() {
+		switch {
+		case cs.closed.Load():
+		case b.topicGone(w):
+			cs.out = appendError(cs.out[:0], w.p.id, protocol.StatusTopicNotExist, "topic "+string(w.p.topic)+" was deleted on broker "+b.cfg.BrokerName)
+			cs.write(cs.out)
+		default:
 			b.pullOnce(cs, &w.p, true)
 		}
 		cs.inflight.Add(-1)

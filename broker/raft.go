@@ -140,6 +140,7 @@ func (m *raftMember) start() error {
 		MaxConns:         m.b.cfg.RaftMaxConnections,
 		Logger:           m.b.log.With("component", "raft"),
 		OnChange:         func(ha.ControlState) { m.b.roles.poke() },
+		OnTopics:         m.b.applyRaftTopics,
 	})
 	if err != nil {
 		return fmt.Errorf("cannot start the Raft member %s on %s: %w", m.selfID, self, err)
@@ -243,6 +244,9 @@ func (m *raftMember) startMaster(d *roleDriver) ha.Event {
 	if err := m.node.Barrier(raftOpTimeout); err != nil {
 		return ha.MasterStarted{Err: fmt.Errorf("Raft barrier failed: %w", err)}
 	}
+	if err := m.initTopics(); err != nil {
+		return ha.MasterStarted{Err: err}
+	}
 	st := m.node.State()
 	end := b.store.LogEndOffset()
 	keep, initial := ha.EpochSyncSet(st, m.selfID) // the set this epoch starts with: the old one without the old master
@@ -271,11 +275,43 @@ func (m *raftMember) startMaster(d *roleDriver) ha.Event {
 		b.log.Error("the new epoch is below the epoch of this log's newest batch (Raft state reset with the store kept?); "+
 			"the commit log refuses sends until the group's epoch passes it", "epoch", st.Epoch, "logEpoch", last)
 	}
-	b.adoptStoredTopics()
 	d.master = hm
 	b.log.Info("acting as master", "epoch", st.Epoch, "epochStart", end, "syncStateSet", st.SyncStateSet,
 		"took", time.Since(began).Round(time.Millisecond))
 	return ha.MasterStarted{Epoch: st.Epoch, Self: self}
+}
+
+// initTopics commits this member's topic table as the group's when the group has none
+// committed yet (stores from before topic configs went through Raft): the first master's
+// table, which the config sync gave every member, becomes the group's. A table committed
+// meanwhile by another master wins (ha.ErrTopicsKnown).
+func (m *raftMember) initTopics() error {
+	if m.node.Topics().Known {
+		return nil
+	}
+	list := m.b.topics.list()
+	err := m.node.Propose(ha.Command{Kind: ha.CmdInitTopics, Topics: list}, raftOpTimeout)
+	switch {
+	case errors.Is(err, ha.ErrTopicsKnown):
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot commit the topic table through Raft: %w", err)
+	}
+	m.b.log.Info("topic table committed through Raft: the group's topic configs go through Raft from now on", "topics", len(list))
+	return nil
+}
+
+// topicsKnown reports whether the group's topic table is committed in Raft (nil-safe: false in
+// a group with static roles).
+func (m *raftMember) topicsKnown() bool {
+	return m != nil && m.node != nil && m.node.Topics().Known
+}
+
+// proposeTopic commits a topic command (CmdPutTopic, CmdDeleteTopic) through Raft; once it
+// returns nil every member applies it, this one already has. A member that is not the Raft
+// leader gets an error wrapping ha.ErrNotLeader.
+func (m *raftMember) proposeTopic(kind ha.CommandKind, cfg protocol.TopicConfig) error {
+	return m.node.Propose(ha.Command{Kind: kind, Topics: []protocol.TopicConfig{cfg}}, raftOpTimeout)
 }
 
 // commitSyncSet commits the in-sync set of epoch through Raft (ha.MasterConfig.CommitSyncSet).

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -265,4 +266,61 @@ func TestElectedRoleGuardsRestart(t *testing.T) {
 	if _, err := New(cfg, testLogger(t)); err == nil {
 		t.Fatal("a damaged elected file was accepted")
 	}
+}
+
+// TestRaftTopicTableUpgrade: members whose stores hold topic tables but whose Raft log holds
+// none (stores from before topic configs went through Raft) keep their own tables until the
+// first master commits its table through Raft; then every member holds exactly the master's
+// table, and topic changes go through Raft.
+func TestRaftTopicTableUpgrade(t *testing.T) {
+	tables := map[int64][]string{1: {"A", "B"}, 2: {"A"}, 3: {"A", "C"}}
+	bs := raftMembers(t, func(c *Config) {
+		var file topicFile
+		for _, name := range tables[c.BrokerID] {
+			file.Topics = append(file.Topics, protocol.TopicConfig{Topic: name, ReadQueueNums: 2, WriteQueueNums: 2, Perm: protocol.PermReadWrite})
+		}
+		data, err := json.Marshal(&file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(c.StorePathRootDir, "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "topics.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer func() {
+		for _, b := range bs {
+			_ = b.Close()
+		}
+	}()
+	m := raftMaster(t, bs)
+	want := fmt.Sprint(tables[m.cfg.BrokerID])
+	names := func(b *Broker) string {
+		var out []string
+		for _, c := range b.topics.list() {
+			out = append(out, c.Topic)
+		}
+		return fmt.Sprint(out)
+	}
+	testutil.Eventually(t, "every member holding the first master's table "+want, func() bool {
+		for _, b := range bs {
+			if !b.raft.topicsKnown() || names(b) != want {
+				return false
+			}
+		}
+		return true
+	})
+	c := dial(t, m.Addr())
+	createTopic(t, c, "D", 1)
+	testutil.Eventually(t, "every member holding the new topic", func() bool {
+		for _, b := range bs {
+			if b.topics.get([]byte("D")) == nil {
+				return false
+			}
+		}
+		return true
+	})
 }

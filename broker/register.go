@@ -35,6 +35,10 @@ type nsLink struct {
 
 	mu   sync.Mutex // guards conn
 	conn *rpc.Conn  // the connection registrations go on; nil when there is none
+	// regMu serialises the link's registrations, from reading the topic table to the answer,
+	// so that one that read the table before a topic's deletion never reaches the NameServer
+	// after one that read it since (a NameServer serves a connection's requests in order).
+	regMu sync.Mutex
 }
 
 // registerRetry is the first wait before another registration with a NameServer after one
@@ -63,6 +67,24 @@ func (r *registrar) kick() {
 		default:
 		}
 	}
+}
+
+// registerNow registers with every NameServer at once, in parallel, and returns once each
+// answered or failed: an admin worker that changed the topic table calls it before it answers.
+// A failure is left to the link's own retries (register dropped its connection).
+func (r *registrar) registerNow() {
+	if r.b.Addr() == "" {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, l := range r.links {
+		wg.Go(func() {
+			if _, err := r.register(l); err != nil {
+				r.b.regLog.Warn(r.b.log, "cannot register with NameServer; retrying", "namesrv", l.addr, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // run serves every NameServer link until the broker stops.
@@ -139,6 +161,8 @@ func (r *registrar) header() *protocol.BrokerHeader {
 // there is none (or it closed), and returns the connection. A failed registration drops the
 // connection, so the next one starts on a new one.
 func (r *registrar) register(l *nsLink) (*rpc.Conn, error) {
+	l.regMu.Lock()
+	defer l.regMu.Unlock()
 	list := protocol.TopicConfigList{Topics: r.b.topics.list()}
 	ctx, cancel := context.WithTimeout(context.Background(), registerTimeout)
 	defer cancel()

@@ -24,6 +24,9 @@ type haLog struct {
 	epochs *epochLog
 	// reset, when not nil, is called after the log was reset (ResetTo) with its new base.
 	reset func(base int64)
+	// deleted, when not nil, is called with the topic of every deletion record AppendReplicated
+	// took into the log (after the store applied it).
+	deleted func(topic string)
 }
 
 func (l haLog) LogMinOffset() int64 { return l.s.LogMinOffset() }
@@ -54,7 +57,30 @@ func (l haLog) AppendReplicated(start int64, data []byte) (int64, error) {
 			return prevEnd, err
 		}
 	}
-	return l.s.AppendReplicated(start, data)
+	end, err := l.s.AppendReplicated(start, data)
+	if l.deleted != nil {
+		eachDeletion(data, end-start, l.deleted)
+	}
+	return end, err
+}
+
+// eachDeletion calls fn with the topic of every deletion record among the batches of data that
+// lie within its first n bytes (those appended). Only the batch headers are read.
+func eachDeletion(data []byte, n int64, fn func(topic string)) {
+	for off := 0; off < len(data) && int64(off) < n; {
+		size := protocol.PeekBatchSize(data[off:])
+		if size <= 0 || off+size > len(data) {
+			return
+		}
+		if a, ok := protocol.BatchAttributes(data[off:]); ok && a&protocol.AttrControl != 0 {
+			if h, err := protocol.ReadBatchHeader(data[off:]); err == nil {
+				if typ, ok := protocol.ControlOf(data[off:], h); ok && typ == protocol.ControlDeleteTopic {
+					fn(string(h.Topic))
+				}
+			}
+		}
+		off += size
+	}
 }
 
 // ResetTo restarts the log at base; a Raft member forgets its epochs first (the first batch
@@ -116,7 +142,7 @@ func (b *Broker) newSlaveHA(brokerID int64) *ha.Slave {
 		SlaveID:       brokerID,
 		SlaveAddr:     b.Addr,
 		MasterHAAddr:  func() string { return b.role.Load().Master.HAAddr },
-		Log:           haLog{s: b.store, epochs: b.raft.epochLog(), reset: b.afterLogReset},
+		Log:           haLog{s: b.store, epochs: b.raft.epochLog(), reset: b.afterLogReset, deleted: b.deletedByRecord},
 		MaxChunkBytes: b.cfg.HAMaxChunkBytes,
 		MaxBatchBytes: b.cfg.MaxFrameSize, // a batch came to the master in one frame
 		Logger:        b.log,              // ha adds component=ha-slave
@@ -302,40 +328,73 @@ func (b *Broker) syncWithMaster() {
 		b.syncLog.Warn(b.log, "cannot reach the master to sync configs and offsets", "master", addr, "err", err)
 		return
 	}
-	var topics protocol.TopicConfigList
-	if err := c.CallDecode(ctx, protocol.CodeGetAllTopicConfig, nil, nil, nil, &topics); err != nil {
-		b.syncFailed(c, addr, err)
-		return
+	// What the master had appended before this sync: the offsets go back to it only once this
+	// log holds all of it, deletion records included (see below).
+	var heard int64
+	if s := b.role.Load().slave; s != nil {
+		heard = s.MasterEnd()
 	}
-	changed := false
-	for _, tc := range topics.Topics {
-		ok, err := b.topics.upsert(tc)
-		if err != nil {
-			b.warn.Error(b.log, "cannot store the master's topic config", "topic", tc.Topic, "err", err)
-			continue
+	if b.syncsTopics() {
+		var topics protocol.TopicConfigList
+		if err := c.CallDecode(ctx, protocol.CodeGetAllTopicConfig, nil, nil, nil, &topics); err != nil {
+			b.syncFailed(c, addr, err)
+			return
 		}
-		changed = changed || ok
-	}
-	if changed {
-		b.registrar.kick()
+		b.takeMasterTopics(topics.Topics)
 	}
 	var offs protocol.ConsumerOffsetTable
 	if err := c.CallDecode(ctx, protocol.CodeGetAllConsumerOffset, nil, nil, nil, &offs); err != nil {
 		b.syncFailed(c, addr, err)
 		return
 	}
-	b.mergedOffsets(b.offsets.merge(&offs), addr)
+	b.mergedOffsets(b.offsets.merge(&offs, nil, time.Now()), addr)
 	// Only offsets of the master's own log go back to it: until the master has acknowledged
 	// this member's log end on the current replication link, the log may have diverged from
 	// the master's (the master lost its store, say) and the offsets were committed against it.
-	// The master would lower them to its max offsets, over messages the groups never saw.
-	if s := b.role.Load().slave; s == nil || !s.LogAcknowledged() {
+	// The master would lower them to its max offsets, over messages the groups never saw. Nor
+	// before this log holds what the master had when the sync began: a topic deleted there
+	// keeps its offsets here until the deletion record arrives, and the master may hold a new
+	// topic of that name already.
+	if s := b.role.Load().slave; s == nil || !s.LogAcknowledged() || b.store.LogEndOffset() < heard {
 		return
 	}
 	mine := b.offsets.table()
-	if err := c.CallDecode(ctx, protocol.CodeMergeConsumerOffsets, nil, mine.AppendTo(nil), nil, nil); err != nil {
+	var refused protocol.StringList
+	resp, err := c.Call(ctx, protocol.CodeMergeConsumerOffsets, nil, mine.AppendTo(nil))
+	if err != nil {
 		b.syncFailed(c, addr, err)
+		return
 	}
+	if len(resp.Body) > 0 {
+		err = refused.ReadFrom(resp.Body)
+	}
+	resp.Release()
+	if err != nil {
+		b.syncFailed(c, addr, err)
+		return
+	}
+	for _, g := range refused.Items {
+		if n := b.offsets.removeGroup(g, false, time.Now()); n > 0 {
+			b.log.Info("consumer group deleted on the master: its offsets are removed here too", "group", g, "queues", n)
+		}
+	}
+}
+
+// syncsTopics reports whether the broker takes its topic table from its master's by the
+// periodic sync: a slave of a group with static roles, or a member of a Raft-elected group
+// whose topic table is not committed in Raft yet (a store from before topic configs went
+// through Raft, until its first master commits the table).
+func (b *Broker) syncsTopics() bool { return !b.raft.topicsKnown() }
+
+// takeMasterTopics makes the master's topic table this slave's: topics the master no longer has
+// (deleted) go, with their held pulls answered TOPIC_NOT_EXIST.
+func (b *Broker) takeMasterTopics(list []protocol.TopicConfig) {
+	ch, err := b.topics.replace(list)
+	if err != nil {
+		b.warn.Error(b.log, "cannot store the master's topic configs", "err", err)
+		return
+	}
+	b.topicsChanged(ch)
 }
 
 func (b *Broker) syncConnTo(ctx context.Context, addr string) (*rpc.Conn, error) {

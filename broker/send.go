@@ -82,10 +82,15 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 	if err != nil {
 		b.stats.putErrors.Add(1)
 		st := protocol.StatusSystemError
-		if errors.Is(err, commitlog.ErrDiskFull) {
+		switch {
+		case errors.Is(err, commitlog.ErrDiskFull):
 			st = protocol.StatusDiskFull
-		} else if errors.Is(err, commitlog.ErrClosed) {
+		case errors.Is(err, commitlog.ErrClosed):
 			st = protocol.StatusShuttingDown
+		case errors.Is(err, commitlog.ErrTopicDeleted):
+			// Admitted as the topic was being deleted: the deletion record is in the log.
+			b.replyError(cs, f, protocol.StatusTopicNotExist, "topic "+tp.cfg.Topic+" was deleted on broker "+b.cfg.BrokerName, "")
+			return
 		}
 		b.appendLog.Warn(b.log, "append failed", "topic", tp.cfg.Topic, "queue", h.QueueID, "err", err)
 		b.replyError(cs, f, st, err.Error(), "")
@@ -218,7 +223,7 @@ func (b *Broker) autoCreateThenSend(cs *connState, f *protocol.Frame, name strin
 	go func() {
 		defer b.workers.Done()
 		cfg := protocol.TopicConfig{Topic: name, ReadQueueNums: b.cfg.DefaultTopicQueueNums, WriteQueueNums: b.cfg.DefaultTopicQueueNums, Perm: protocol.PermReadWrite}
-		changed, err := b.topics.upsert(cfg)
+		changed, err := b.putTopic(cfg)
 		if err != nil {
 			b.warn.Error(b.log, "cannot auto-create topic", "topic", name, "err", err)
 			b.asyncReply(cs, req.RequestID, &rpc.Reply{Status: protocol.StatusSystemError, Remark: "cannot auto-create topic: " + err.Error()})

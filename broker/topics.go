@@ -14,9 +14,6 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
-// maxQueueNums bounds a topic's read or write queue count.
-const maxQueueNums = 1024
-
 // topic is one topic's config plus the long-poll waiters of its queues. A topic value is
 // immutable once published in the table; an update publishes a new value that shares waiters.
 type topic struct {
@@ -79,18 +76,8 @@ func (t *topicTable) list() []protocol.TopicConfig {
 	return out
 }
 
-func validateTopicConfig(c *protocol.TopicConfig) error {
-	if err := protocol.ValidateTopic([]byte(c.Topic)); err != nil {
-		return err
-	}
-	if c.ReadQueueNums < 1 || c.ReadQueueNums > maxQueueNums || c.WriteQueueNums < 1 || c.WriteQueueNums > maxQueueNums {
-		return fmt.Errorf("topic %s: queue counts read=%d write=%d out of range 1..%d", c.Topic, c.ReadQueueNums, c.WriteQueueNums, maxQueueNums)
-	}
-	if c.Perm&^(protocol.PermRead|protocol.PermWrite|protocol.PermInherit) != 0 {
-		return fmt.Errorf("topic %s: perm %d has unknown bits", c.Topic, c.Perm)
-	}
-	return nil
-}
+// validateTopicConfig checks a topic config before it is stored (protocol.ValidateTopicConfig).
+func validateTopicConfig(c *protocol.TopicConfig) error { return protocol.ValidateTopicConfig(c) }
 
 // upsert creates or updates a topic and persists the table. It reports whether anything changed.
 func (t *topicTable) upsert(c protocol.TopicConfig) (bool, error) {
@@ -136,4 +123,80 @@ func (t *topicTable) persistLocked(m map[string]*topic) error {
 	}
 	t.version.Store(file.DataVersion)
 	return nil
+}
+
+// remove deletes topic name from the table and persists it. It returns the topic removed (nil
+// when the table had none): the caller answers its held pulls.
+func (t *topicTable) remove(name string) (*topic, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.m.Load()
+	prev := old[name]
+	if prev == nil {
+		return nil, nil
+	}
+	next := make(map[string]*topic, len(old))
+	for k, v := range old {
+		if k != name {
+			next[k] = v
+		}
+	}
+	if err := t.persistLocked(next); err != nil {
+		return nil, err
+	}
+	t.m.Store(&next)
+	return prev, nil
+}
+
+// tableChange is what replace did to the table.
+type tableChange struct {
+	// created names the topics the table did not have; removed holds the topics it dropped
+	// (their held pulls are the caller's to answer); changed is set when anything differs.
+	created []string
+	removed []*topic
+	changed bool
+}
+
+// replace makes list the whole table (a slave taking its master's topics, a Raft member its
+// group's committed table) and persists it when anything changed. A topic whose config is
+// unchanged keeps its value; an updated one keeps its held pulls.
+func (t *topicTable) replace(list []protocol.TopicConfig) (tableChange, error) {
+	var ch tableChange
+	for i := range list {
+		if err := validateTopicConfig(&list[i]); err != nil {
+			return ch, err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.m.Load()
+	next := make(map[string]*topic, len(list))
+	for _, c := range list {
+		prev := old[c.Topic]
+		switch {
+		case prev == nil:
+			next[c.Topic] = &topic{cfg: c, waiters: newPollWaiters()}
+			ch.created = append(ch.created, c.Topic)
+			ch.changed = true
+		case prev.cfg == c:
+			next[c.Topic] = prev
+		default:
+			next[c.Topic] = &topic{cfg: c, waiters: prev.waiters}
+			ch.changed = true
+		}
+	}
+	for name, tp := range old {
+		if next[name] == nil {
+			ch.removed = append(ch.removed, tp)
+			ch.changed = true
+		}
+	}
+	if !ch.changed {
+		return ch, nil
+	}
+	if err := t.persistLocked(next); err != nil {
+		return tableChange{}, err
+	}
+	t.m.Store(&next)
+	return ch, nil
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // Admin runs administrative requests against NameServers and brokers: the calls behind
-// petrelctl's mqadmin-like commands (updateTopic, topicRoute, clusterList, topicStatus,
-// consumerProgress, brokerStatus, haStatus, logChecksum, electMaster). A Client made
+// petrelctl's mqadmin-like commands (updateTopic, deleteTopic, deleteSubGroup, topicRoute,
+// clusterList, topicStatus, consumerProgress, brokerStatus, haStatus, logChecksum,
+// electMaster). A Client made
 // WithNoNameServer serves the requests that name a broker address. Its methods are safe for
 // concurrent use. Each request is bounded by the client's request timeout (WithRequestTimeout),
 // or by ctx's deadline when it is earlier.
@@ -70,6 +71,69 @@ func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.Top
 	for _, t := range targets {
 		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeUpdateAndCreateTopic, &cfg, nil, nil, nil); err != nil {
 			errs = append(errs, fmt.Errorf("cannot create topic %q on %s: %w", cfg.Topic, t, err))
+			continue
+		}
+		done = append(done, t)
+	}
+	return done, errors.Join(errs...)
+}
+
+// DeleteTopic deletes topic from every master of cluster ("" for every cluster; DELETE_TOPIC_IN_BROKER:
+// each master writes a deletion record into its commit log, which removes the topic's queues
+// at that position on every member of its group, then its config and every group's committed
+// offsets of it, and answers once the record is as durable and replicated as a send would be),
+// then from every NameServer of the client (DELETE_TOPIC_IN_NAMESRV). It returns the masters
+// and the NameServers it deleted the topic on; errors of single servers are joined. When a
+// master fails the NameServers are not asked: a master still holding the topic would bring it
+// back at its next registration (run it again). Deleting a topic that does not exist succeeds.
+func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers []BrokerTarget, nameServers []string, err error) {
+	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
+		return nil, nil, err
+	}
+	masters, err := a.ClusterMasters(ctx, cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := protocol.TopicHeader{Topic: topic}
+	var errs []error
+	for _, t := range masters {
+		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeDeleteTopicInBroker, &h, nil, nil, nil); err != nil {
+			errs = append(errs, fmt.Errorf("cannot delete topic %q on %s: %w", topic, t, err))
+			continue
+		}
+		brokers = append(brokers, t)
+	}
+	if len(errs) > 0 {
+		errs = append(errs, fmt.Errorf("topic %q not deleted from the NameServers: a master that still holds it would register it again", topic))
+		return brokers, nil, errors.Join(errs...)
+	}
+	for _, ns := range a.c.cfg.nameServers {
+		if err := a.c.callAddr(ctx, ns, protocol.CodeDeleteTopicInNamesrv, &h, nil, nil, nil); err != nil {
+			errs = append(errs, fmt.Errorf("cannot delete topic %q on NameServer %s: %w", topic, ns, err))
+			continue
+		}
+		nameServers = append(nameServers, ns)
+	}
+	return brokers, nameServers, errors.Join(errs...)
+}
+
+// DeleteSubGroup removes consumer group's committed offsets of every topic from every master of
+// cluster ("" for every cluster; DELETE_SUBSCRIPTIONGROUP); their slaves drop them at their
+// next offset sync. It returns the masters it deleted the group on; errors of single masters
+// are joined.
+func (a *Admin) DeleteSubGroup(ctx context.Context, cluster, group string) ([]BrokerTarget, error) {
+	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+		return nil, err
+	}
+	masters, err := a.ClusterMasters(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	var done []BrokerTarget
+	var errs []error
+	for _, t := range masters {
+		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeDeleteSubscriptionGroup, &protocol.GroupHeader{ConsumerGroup: group}, nil, nil, nil); err != nil {
+			errs = append(errs, fmt.Errorf("cannot delete group %q on %s: %w", group, t, err))
 			continue
 		}
 		done = append(done, t)

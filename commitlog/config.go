@@ -50,6 +50,15 @@ type BatchInfo struct {
 	// Epoch is the epoch stamped by Append (the master epoch that stored the batch); 0 for a
 	// format without epochs. Epochs never go down along the log.
 	Epoch uint32
+	// Control is set for a control batch: a record the broker wrote into its log (Kafka's
+	// control batch), not messages. No consume queue indexes it and its QueueID,
+	// BaseQueueOffset and Count are not checked against any queue; its epoch is checked like
+	// any batch's.
+	Control bool
+	// DeletesTopic, for a control batch, says it deletes every consume queue of Topic at its
+	// position (Store.DeleteTopic): the topic's batches before it belong to the deleted queues,
+	// the ones after to queues created afresh, whose offsets start again.
+	DeletesTopic bool
 }
 
 // Parser validates the batch at the start of b (b may extend past it): the batch CRC, and that

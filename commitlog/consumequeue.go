@@ -82,7 +82,7 @@ type topicQueues struct {
 
 // consumeQueue indexes one (topic, queueId). Entry i lives in the file f of files with
 // f.base <= i < f.base+f.entries(). Readers use the atomics only; Append, retention and
-// DeleteQueues change the file list (copy-on-write) under Store.mu.
+// topic deletions change the file list (copy-on-write) under Store.mu.
 type consumeQueue struct {
 	s       *Store
 	topic   string

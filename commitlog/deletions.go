@@ -13,8 +13,8 @@ import (
 	"github.com/petrel-mq/petrel/internal/fsutil"
 )
 
-// deletionsName is the file that records, for each topic whose queues DeleteQueues removed,
-// the log end at the deletion (see the package documentation, "History").
+// deletionsName is the file that records, for each topic a deletion record deleted, the
+// record's position in the log (see the package documentation, "History").
 const deletionsName = "deletions"
 
 // readDeletions loads the deletions file (an empty map when there is none). A file that does
@@ -75,23 +75,31 @@ func writeDeletions(dir string, m map[string]int64) error {
 }
 
 // finishDeletions brings the recorded deletions in line with the recovered log [logMin, end):
-// a deletion above the end moves down to it (the log lost or cut what followed, and every
-// batch of the topic below the end predates the deletion), and one at or below logMin goes
-// (none of the deleted queues' batches is left). Recovery only.
-func (s *Store) finishDeletions(logMin, end int64) error {
-	changed := false
+// one at or below logMin goes (none of the deleted queues' batches is left); one at or past
+// end goes too, and its topic is returned in undone: its record is not in the log (cut, or lost
+// with the tail in a crash), so the deletion did not happen in this log's history and the
+// topic's batches must be indexed again. The file is rewritten when anything changed or dirty
+// is set (a record the file lacked). Recovery only.
+func (s *Store) finishDeletions(logMin, end int64, dirty bool) (undone map[string]bool, err error) {
+	changed := dirty
 	for t, d := range s.deleted {
 		switch {
 		case d <= logMin:
 			delete(s.deleted, t)
 			changed = true
-		case d > end:
-			s.deleted[t] = end
+		case d >= end:
+			if undone == nil {
+				undone = map[string]bool{}
+			}
+			undone[t] = true
+			delete(s.deleted, t)
 			changed = true
+			s.logger.Warn("commitlog: a topic's deletion record is past the recovered log end; the deletion is undone and the topic's batches indexed again",
+				"topic", t, "recordAt", d, "logEnd", end)
 		}
 	}
 	if !changed {
-		return nil
+		return undone, nil
 	}
-	return writeDeletions(s.cfg.Dir, s.deleted)
+	return undone, writeDeletions(s.cfg.Dir, s.deleted)
 }

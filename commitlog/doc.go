@@ -22,7 +22,9 @@
 //     segment-end marker.
 //   - Config.Parser validates the batch at the start of b (b may extend past it): it checks the
 //     batch CRC and that the physical offset stored in the batch equals physicalOffset, and
-//     returns the batch's BatchInfo (its queue, base queue offset, count and epoch among them).
+//     returns the batch's BatchInfo (its queue, base queue offset, count and epoch among them;
+//     for a control batch, a record of the broker's such as a topic's deletion record, Control
+//     and DeletesTopic).
 //     It returns an error wrapping ErrIncomplete when b is shorter than the batch, and any other
 //     error for corrupt data. Recovery stops at the first error, so a batch whose CRC fails is
 //     never served after a restart.
@@ -47,16 +49,23 @@
 // never goes back across a restart unless the log was cut, and a cut is reported: logged with
 // its range and reason, in Store.Recovery, and per queue whose max offset went back.
 //
-// DeleteQueues records, before it removes a topic's queues, the log end at the deletion in the
-// deletions file: the topic's batches below it belong to the deleted queues (recovery does not
-// index them again), the ones after to the new queues, whose offsets start afresh.
+// A topic is deleted at a position of the log: DeleteTopic appends a deletion record (a control
+// batch the Parser reports as BatchInfo.DeletesTopic, indexed in no consume queue) and removes
+// the topic's queues; AppendReplicated applies a replicated record at the same position, and
+// recovery applies a record it scans. The topic's batches before the record belong to the
+// deleted queues (never indexed again), the ones after to new queues, whose offsets start
+// afresh: the second rule's "queue without entries". Each member records the record's position
+// in the deletions file before it removes the queues, so recovery need not find the record to
+// know it; a record the file lacks is applied when recovery scans it, and a recorded deletion
+// whose record the recovered log no longer holds (cut, or lost with the tail in a crash) is
+// undone: the topic's batches are indexed again, as the log's history has them.
 //
 // # On-disk layout
 //
 //	<Dir>/
 //	  LOCK                                   flock(2)ed while a Store has the directory open
 //	  checkpoint                             40 bytes, see below (written as checkpoint.tmp, renamed)
-//	  deletions                              "<escaped topic> <log offset>\n" per deleted topic (History)
+//	  deletions                              "<escaped topic> <record's offset>\n" per deleted topic (History)
 //	  commitlog/
 //	    00000000000000000000                 segment: physical offsets [0, SegmentSize)
 //	    00000000001073741824                 next segment: [SegmentSize, 2*SegmentSize)
@@ -139,13 +148,14 @@
 // every entry pointing at or after D must match the scanned batches one for one and in order,
 // so entries that match are kept, missing ones appended, and dangling ones (past the
 // recovered end) truncated. After a crash or a cut each queue's file tail past its last entry
-// is zeroed too, so stale entries can never be revived later. Recorded deletions above the
-// recovered end move down to it. The log and queues are msync'd and a fresh checkpoint is
+// is zeroed too, so stale entries can never be revived later. A deletion record the scan meets
+// deletes its topic's queues there; recorded deletions at or past the recovered end are undone
+// (History). The log and queues are msync'd and a fresh checkpoint is
 // written before Open returns; Store.Recovery tells what was cut.
 //
 // # Concurrency
 //
-// Append is serialised by one store mutex (Store.mu); it copies into the mapping, stamps, writes
+// Append and DeleteTopic are serialised by one store mutex (Store.mu); it copies into the mapping, stamps, writes
 // the consume-queue entry and publishes the new end with atomic stores, so Read, ReadLog and the
 // offset accessors never take that mutex (they take a read lock on the queue map only). Open
 // starts four goroutines, all stopped by Close: the flusher (msync + group commit), the queue

@@ -19,6 +19,10 @@ var (
 	// ErrStaleEpoch is wrapped by Append for an epoch below the epoch of the log's newest batch:
 	// stored, the batch would not continue the log's history and the next Open would cut it.
 	ErrStaleEpoch = errors.New("commitlog: epoch below the epoch of the log's newest batch")
+	// ErrTopicDeleted is wrapped by Append for a topic DeleteTopic deleted that AllowTopic has
+	// not allowed again since: a send admitted before the deletion must not land in the queues
+	// created after it.
+	ErrTopicDeleted = errors.New("commitlog: topic deleted")
 	// ErrInvalidTopic is wrapped by Append for an empty or too long topic or a negative queue id.
 	ErrInvalidTopic = errors.New("commitlog: invalid topic or queue id")
 	// ErrInvalidConfig is wrapped by Open for a Config it cannot use.

@@ -185,7 +185,7 @@ func (s *Store) flushQueuesAndCheckpoint(clean bool) error {
 	s.dirtyDirs = make(map[string]struct{})
 	s.dirMu.Unlock()
 	for d := range dirs {
-		if err := fsyncDir(d); err != nil && !errors.Is(err, os.ErrNotExist) { // gone: DeleteQueues
+		if err := fsyncDir(d); err != nil && !errors.Is(err, os.ErrNotExist) { // gone: DeleteTopic
 			s.dirMu.Lock()
 			for d := range dirs {
 				s.dirtyDirs[d] = struct{}{}

@@ -40,6 +40,10 @@ func makeBatch(topic string, qid int32, count int32, tag uint32, payload []byte)
 	return b
 }
 
+// makeDeletion builds the test format's deletion record of topic (Store.DeleteTopic): a batch of
+// queue id -1 and one message.
+func makeDeletion(topic string) []byte { return makeBatch(topic, -1, 1, 0, nil) }
+
 func testStamp(dst []byte, phys, base, ts int64, epoch uint32) {
 	binary.BigEndian.PutUint64(dst[8:], uint64(phys))
 	binary.BigEndian.PutUint64(dst[16:], uint64(base))
@@ -72,7 +76,7 @@ func testParser(b []byte, phys int64) (BatchInfo, error) {
 		return BatchInfo{}, fmt.Errorf("topic length: %w", errTestCorrupt)
 	}
 	p := tbHeader + tl
-	return BatchInfo{
+	info := BatchInfo{
 		Size:            size,
 		Topic:           b[tbHeader:p],
 		QueueID:         int32(binary.BigEndian.Uint32(b[p:])),
@@ -81,7 +85,11 @@ func testParser(b []byte, phys int64) (BatchInfo, error) {
 		TagHash:         binary.BigEndian.Uint32(b[p+8:]),
 		StoreTimestamp:  int64(binary.BigEndian.Uint64(b[24:])),
 		Epoch:           binary.BigEndian.Uint32(b[32:]),
-	}, nil
+	}
+	if info.QueueID == -1 { // a deletion record (makeDeletion)
+		info.QueueID, info.Control, info.DeletesTopic = 0, true, true
+	}
+	return info, nil
 }
 
 // payloadOf returns the payload of a stored test batch.
@@ -150,8 +158,9 @@ func (s *Store) abandon() {
 	_ = s.lock.Close()
 }
 
-// rec is the model of one appended batch.
+// rec is the model of one appended batch (or, with control set, of a deletion record).
 type rec struct {
+	control bool
 	topic   string
 	qid     int32
 	base    int64
@@ -171,7 +180,30 @@ type qkey struct {
 // model is what the store should contain.
 type model struct {
 	queues map[qkey][]rec
-	all    []rec // in log order
+	all    []rec // in log order, deletion records included
+	// deletions are the topic deletions made, oldest first, with the queues each removed: a
+	// truncation below one undoes it.
+	deletions []modelDeletion
+}
+
+// modelDeletion is one topic deletion of the model.
+type modelDeletion struct {
+	phys   int64
+	topic  string
+	queues map[qkey][]rec
+}
+
+// deleteTopic records topic's deletion by a record at phys of size bytes.
+func (m *model) deleteTopic(topic string, phys int64, size int, epoch uint32) {
+	d := modelDeletion{phys: phys, topic: topic, queues: map[qkey][]rec{}}
+	for k, rs := range m.queues {
+		if k.topic == topic {
+			d.queues[k] = rs
+			delete(m.queues, k)
+		}
+	}
+	m.deletions = append(m.deletions, d)
+	m.all = append(m.all, rec{control: true, topic: topic, phys: phys, size: size, epoch: epoch, count: 1})
 }
 
 func newModel() *model { return &model{queues: map[qkey][]rec{}} }
@@ -190,10 +222,22 @@ func (m *model) add(r rec) {
 	m.all = append(m.all, r)
 }
 
-// truncate keeps the batches below physical offset end.
+// truncate keeps the batches below physical offset end; a deletion record it cuts is undone.
 func (m *model) truncate(end int64) {
 	n := sort.Search(len(m.all), func(i int) bool { return m.all[i].phys >= end })
 	m.all = m.all[:n]
+	for len(m.deletions) > 0 && m.deletions[len(m.deletions)-1].phys >= end {
+		d := m.deletions[len(m.deletions)-1]
+		m.deletions = m.deletions[:len(m.deletions)-1]
+		for k := range m.queues {
+			if k.topic == d.topic {
+				delete(m.queues, k) // created after the deletion: past end
+			}
+		}
+		for k, rs := range d.queues {
+			m.queues[k] = rs
+		}
+	}
 	for k, rs := range m.queues {
 		j := sort.Search(len(rs), func(i int) bool { return rs[i].phys >= end })
 		if j == 0 {
@@ -216,6 +260,18 @@ func (m *model) keys() []qkey {
 		return ks[i].qid < ks[j].qid
 	})
 	return ks
+}
+
+// deleteRec deletes topic in the store and the model, in epoch.
+func deleteRec(t tb, s *Store, m *model, topic string, epoch uint32) AppendResult {
+	t.Helper()
+	res, err := s.DeleteTopic([]byte(topic), makeDeletion(topic), epoch, testStamp)
+	if err != nil {
+		t.Fatalf("DeleteTopic(%s): %v", topic, err)
+	}
+	m.deleteTopic(topic, res.PhysicalOffset, res.Size, epoch)
+	s.AllowTopic([]byte(topic))
+	return res
 }
 
 func appendRec(t tb, s *Store, m *model, topic string, qid int32, count int32, payload []byte) rec {

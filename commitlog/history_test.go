@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,11 +233,14 @@ func TestAppendReplicatedChecksHistory(t *testing.T) {
 	}
 }
 
-// TestDeleteQueuesSurvivesCrash: a crash that loses the checkpoint written after DeleteQueues
+// TestDeleteTopicSurvivesCrash: a crash that loses the checkpoint written after DeleteTopic
 // must neither index the deleted queues' batches again nor take the re-created queue's batches
-// (whose offsets start at 0 again) for a break in the queue's history.
-func TestDeleteQueuesSurvivesCrash(t *testing.T) {
-	for _, variant := range []string{"deleted", "deleted and re-created", "re-created, no checkpoint", "re-created, cut below the deletion"} {
+// (whose offsets start at 0 again) for a break in the queue's history; a cut below the deletion
+// record undoes the deletion (the log's history no longer has it), and one that loses the
+// deletions file's entry finds the record (self-healing).
+func TestDeleteTopicSurvivesCrash(t *testing.T) {
+	for _, variant := range []string{"deleted", "deleted and re-created", "re-created, no checkpoint",
+		"re-created, cut below the deletion", "re-created, deletions file lost", "cut below the deletion, no checkpoint"} {
 		t.Run(variant, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := testConfig(dir)
@@ -254,29 +258,33 @@ func TestDeleteQueuesSurvivesCrash(t *testing.T) {
 			for i := range 10 {
 				appendRec(t, s, m, "gone", int32(i%2), 2, make([]byte, 100))
 			}
-			if err := s.DeleteQueues([]byte("gone")); err != nil {
-				t.Fatal(err)
-			}
-			delete(m.queues, qkey{"gone", 0})
-			delete(m.queues, qkey{"gone", 1})
+			deleteRec(t, s, m, "gone", 0)
 			if variant != "deleted" {
 				appendRec(t, s, m, "gone", 0, 1, make([]byte, 10))
 				appendRec(t, s, m, "kept", 0, 1, make([]byte, 10))
 				appendRec(t, s, m, "gone", 0, 1, make([]byte, 10))
 			}
 			s.abandon()
-			switch variant {
-			case "re-created, no checkpoint":
+			cut := strings.HasPrefix(variant, "cut") || strings.Contains(variant, ", cut")
+			switch {
+			case variant == "re-created, no checkpoint":
 				os.Remove(filepath.Join(dir, checkpointName))
-			case "re-created, cut below the deletion":
+			case cut:
 				// The log is cut below the deletion (with the re-created queue): the deletion
-				// moves down to the cut, so the queue created there next is a new one.
+				// is undone, and the deleted queues' batches below the cut are indexed again.
 				if err := os.WriteFile(filepath.Join(dir, truncateName), []byte(fmt.Sprint(durable)), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				m.truncate(durable)
+				if strings.HasSuffix(variant, "no checkpoint") {
+					os.Remove(filepath.Join(dir, checkpointName))
+					break
+				}
 				fallthrough
 			default:
+				if variant == "re-created, deletions file lost" {
+					os.Remove(filepath.Join(dir, deletionsName))
+				}
 				if err := writeCheckpoint(dir, checkpoint{logDurable: durable, queueDurable: durable}, time.Now()); err != nil {
 					t.Fatal(err)
 				}
@@ -284,7 +292,7 @@ func TestDeleteQueuesSurvivesCrash(t *testing.T) {
 			s = mustOpen(t, cfg)
 			verifyAll(t, s, m)
 			checkEnd(t, s, m)
-			if rec := s.Recovery(); rec.QueuesBack != 0 && variant != "re-created, cut below the deletion" {
+			if rec := s.Recovery(); rec.QueuesBack != 0 && !cut {
 				t.Fatalf("Recovery() = %+v", rec)
 			}
 			if variant != "deleted" {

@@ -109,6 +109,7 @@ func (s *Store) recover() error {
 		reason              string
 		cut, history        bool // stopped at bytes that are not the end; at a whole batch that does not continue
 		batches, dispatched int
+		deletionsHealed     bool // a deletion record the deletions file lacked
 	)
 	for {
 		seg := segs[k]
@@ -163,7 +164,11 @@ func (s *Store) recover() error {
 			history = true
 			break
 		}
-		if pos >= dispatchFrom {
+		if info.Control {
+			if info.DeletesTopic && s.recoverDeletion(pos, info.Topic) {
+				deletionsHealed = true
+			}
+		} else if pos >= dispatchFrom {
 			did, why, err := s.redispatch(pos, &info, dispatchFrom)
 			if err != nil {
 				return err
@@ -250,11 +255,21 @@ func (s *Store) recover() error {
 	}
 	s.flushed.Store(end)
 
-	queues, err := s.finishQueues(logMin)
+	// Deletions whose records the log no longer holds (cut, or lost in a crash) did not happen
+	// in this log's history: their topics' batches are indexed again.
+	undone, err := s.finishDeletions(logMin, end, deletionsHealed)
 	if err != nil {
 		return err
 	}
-	if err := s.finishDeletions(logMin, end); err != nil {
+	if len(undone) > 0 {
+		n, err := s.reindexTopics(undone, logMin, end)
+		if err != nil {
+			return err
+		}
+		dispatched += n
+	}
+	queues, err := s.finishQueues(logMin)
+	if err != nil {
 		return err
 	}
 	s.lastEpoch.Store(epoch)
@@ -559,7 +574,7 @@ scan:
 	q.loaded = q.next
 	if d, ok := s.deleted[topic]; ok && q.cnt > files[0].base {
 		if e, _ := q.rawEntry(files[0].base); e.phys < d {
-			// Left by a crash inside DeleteQueues, after the record and before the move.
+			// Left by a crash in a topic deletion, after the record and before the move.
 			s.logger.Warn("commitlog: removing a consume queue its topic's recorded deletion removed", "topic", topic, "queue", id, "deletedAt", d)
 			s.dropQueueRecovery(q)
 			return damage, nil
@@ -715,6 +730,126 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 	q.confirm = q.cnt
 	q.prev, q.hasPrev = entry{phys: pos, size: size, base: base, count: count}, true
 	return true, "", nil
+}
+
+// recoverDeletion applies the deletion record of topic found at pos during the scan. The
+// deletions file normally holds it already (DeleteTopic records it before the record is
+// written); if it does not, the record is applied now (self-healing): the topic's queues
+// holding only batches below the record go, and the record's position is recorded. It reports
+// whether the deletions file must be rewritten. Recovery only.
+func (s *Store) recoverDeletion(pos int64, topic []byte) bool {
+	if d, ok := s.deleted[string(topic)]; ok && d >= pos {
+		return false
+	}
+	name := string(topic)
+	s.logger.Warn("commitlog: a deletion record the deletions file lacks; applying it", "topic", name, "recordAt", pos)
+	s.deleted[name] = pos
+	s.qmu.RLock()
+	var qs []*consumeQueue
+	if t := s.topics[name]; t != nil {
+		for _, q := range t.queues {
+			qs = append(qs, q)
+		}
+	}
+	s.qmu.RUnlock()
+	for _, q := range qs {
+		files := *q.files.Load()
+		if len(files) == 0 || q.cnt == files[0].base {
+			continue
+		}
+		if e, ok := q.rawEntry(q.cnt - 1); !ok || e.phys < pos {
+			s.dropQueueRecovery(q)
+		}
+	}
+	return true
+}
+
+// reindexTopics indexes the batches of topics in [logMin, end) again from the log, for
+// deletions recovery undid (their records were cut, or lost in a crash). A topic whose queues
+// still hold entries never had them moved aside (the crash came before the record was written)
+// and keeps them; the others lost their queues with the deletion, and their batches belong to
+// the queues the log's history still has: the queues are built again, applying the topic's
+// older deletion records on the way. A batch that does not continue its queue ends the topic's
+// indexing (logged). It returns the number of entries written. Recovery only, after
+// finishTail; it rewrites the deletions file when it found older deletion records.
+func (s *Store) reindexTopics(topics map[string]bool, logMin, end int64) (int, error) {
+	for _, q := range s.allQueues() {
+		if files := *q.files.Load(); topics[q.topic] && len(files) > 0 && q.cnt > files[0].base {
+			delete(topics, q.topic)
+		}
+	}
+	if len(topics) == 0 {
+		return 0, nil
+	}
+	for _, q := range s.allQueues() {
+		if topics[q.topic] { // the re-created queues, whose entries all pointed past end
+			s.dropQueueRecovery(q)
+		}
+	}
+	segs := *s.segs.Load()
+	k := segIndex(segs, logMin)
+	pos := max(segs[k].base, logMin)
+	n, deletions := 0, false
+	for pos < end {
+		seg := segs[k]
+		rel := pos - seg.base
+		if seg.size-rel < markerSize || binary.BigEndian.Uint32(seg.data[rel:]) == 0 {
+			if k+1 >= len(segs) {
+				break
+			}
+			k++
+			pos = segs[k].base
+			continue
+		}
+		info, err := s.cfg.Parser(seg.data[rel:min(end, seg.end())-seg.base], pos)
+		if err != nil {
+			s.logger.Error("commitlog: a batch no longer parses while indexing the topics whose deletion was undone; their later batches are not indexed",
+				"at", pos, "err", err)
+			break
+		}
+		name := string(info.Topic)
+		if topics[name] {
+			switch {
+			case info.DeletesTopic:
+				for _, q := range s.allQueues() {
+					if q.topic == name {
+						s.dropQueueRecovery(q)
+					}
+				}
+				s.deleted[name] = pos
+				deletions = true
+			case !info.Control:
+				q := s.queueLocked(info.Topic, info.QueueID)
+				if q == nil {
+					if q, err = s.createQueueLocked(name, info.QueueID); err != nil {
+						return n, err
+					}
+				}
+				if q.cnt > 0 && info.BaseQueueOffset != q.next {
+					s.logger.Error("commitlog: a batch does not continue its queue while indexing a topic whose deletion was undone; the topic's later batches are not indexed",
+						"topic", name, "queue", info.QueueID, "at", pos, "baseQueueOffset", info.BaseQueueOffset, "queueContinuesAt", q.next)
+					delete(topics, name)
+					break
+				}
+				if err := q.ensureRoomLocked(); err != nil {
+					return n, err
+				}
+				q.writeEntryLocked(pos, info.Size, info.BaseQueueOffset, info.Count, info.TagHash, info.StoreTimestamp)
+				q.last.dirty = true
+				q.hwm = max(q.hwm, q.cnt)
+				q.lastTS.Store(info.StoreTimestamp)
+				n++
+			}
+		}
+		pos += int64(info.Size)
+	}
+	if deletions {
+		if err := writeDeletions(s.cfg.Dir, s.deleted); err != nil {
+			return n, err
+		}
+	}
+	s.logger.Warn("commitlog: indexed again the topics whose deletion was undone", "entries", n)
+	return n, nil
 }
 
 // epochBefore returns the epoch of the log's last batch before off as the consume queues index

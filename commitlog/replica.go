@@ -108,7 +108,9 @@ func (s *Store) readBatches(seg *mappedFile, start, limit int64, maxBytes int, f
 // own segment-end marker and rolls, so both logs stay byte-identical). data holds whole
 // batches, checked before anything is written: each must pass the Parser at its position and
 // continue the log's history (package documentation, "History": its base queue offset is its
-// queue's next offset, its epoch is not below the previous batch's). It returns the new log
+// queue's next offset, its epoch is not below the previous batch's). A deletion record
+// (BatchInfo.DeletesTopic) deletes its topic's queues there, as DeleteTopic did on the master;
+// the topic's batches after it start new queues. It returns the new log
 // end. Errors wrap ErrReplicaMismatch, ErrDiskFull, ErrClosed, or the Parser's. Master and
 // slave must use the same segment size. Slave only: the log must not take Appends meanwhile.
 func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
@@ -147,7 +149,8 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 			return 0, fmt.Errorf("replicated batch at %d: size %d of %d bytes left, count %d, base queue offset %d: %w",
 				at, info.Size, len(data)-pos, info.Count, info.BaseQueueOffset, ErrReplicaMismatch)
 		}
-		if next, known := s.pendingNext(info); known && info.BaseQueueOffset != next {
+		// A control batch is indexed nowhere: only its epoch continues the history.
+		if next, known := s.pendingNext(info); !info.Control && known && info.BaseQueueOffset != next {
 			return 0, fmt.Errorf("replicated batch at %d has queue offset %d for %s/%d, which continues at %d: %w",
 				at, info.BaseQueueOffset, info.Topic, info.QueueID, next, ErrReplicaMismatch)
 		}
@@ -170,6 +173,16 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 	copy(seg.data[rel:rel+int64(len(data))], data)
 	for i := range s.replInfos {
 		ri := &s.replInfos[i]
+		if ri.Control {
+			if ri.DeletesTopic {
+				if err := s.deleteTopicReplicatedLocked(ri.Topic, ri.pos); err != nil {
+					return s.publishReplicatedLocked(seg, ri.pos), err
+				}
+			}
+			seg.newestTS.Store(ri.StoreTimestamp)
+			s.lastEpoch.Store(ri.Epoch)
+			continue
+		}
 		q := s.queueLocked(ri.Topic, ri.QueueID)
 		if q == nil {
 			var err error
@@ -190,6 +203,31 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 	return s.publishReplicatedLocked(seg, start+int64(len(data))), nil
 }
 
+// deleteTopicReplicatedLocked applies a replicated deletion record of topic at pos, as
+// DeleteTopic did on the master: recorded in the deletions file first, then the topic's queues
+// removed. The topic is not fenced: a slave takes no Appends. Caller holds mu.
+func (s *Store) deleteTopicReplicatedLocked(topic []byte, pos int64) error {
+	name := string(topic)
+	prev, had := s.deleted[name]
+	s.deleted[name] = pos
+	if err := writeDeletions(s.cfg.Dir, s.deleted); err != nil {
+		if had {
+			s.deleted[name] = prev
+		} else {
+			delete(s.deleted, name)
+		}
+		return fmt.Errorf("cannot apply the deletion of topic %q at %d: %w", name, pos, err)
+	}
+	queues := 0
+	if t := s.topics[name]; t != nil {
+		queues = len(t.queues)
+		s.deleteQueuesLocked(t)
+	}
+	kick(s.qflushKick)
+	s.logger.Info("commitlog: topic deleted by a replicated record", "topic", name, "queues", queues, "recordAt", pos)
+	return nil
+}
+
 // replInfo is a checked replicated batch waiting to be indexed.
 type replInfo struct {
 	BatchInfo
@@ -198,10 +236,18 @@ type replInfo struct {
 
 // pendingNext returns where the queue of info continues, counting the batches of this call
 // already checked; known is false for a queue without entries (its first batch sets its
-// offsets: a log reset to the master's min offset starts its queues where the master's are).
+// offsets: a log reset to the master's min offset starts its queues where the master's are, and
+// a topic deleted earlier in the call starts its queues afresh).
 func (s *Store) pendingNext(info BatchInfo) (next int64, known bool) {
 	for i := len(s.replInfos) - 1; i >= 0; i-- { // the queue's latest batch in this call
-		if ri := &s.replInfos[i]; ri.QueueID == info.QueueID && string(ri.Topic) == string(info.Topic) {
+		ri := &s.replInfos[i]
+		if string(ri.Topic) != string(info.Topic) {
+			continue
+		}
+		if ri.DeletesTopic {
+			return 0, false
+		}
+		if !ri.Control && ri.QueueID == info.QueueID {
 			return ri.BaseQueueOffset + int64(ri.Count), true
 		}
 	}

@@ -30,12 +30,12 @@ func fileName(n int64) string { return fmt.Sprintf("%0*d", nameDigits, n) }
 // Reference counting: refs starts at 1, the owner's reference (the segment list or the queue's
 // file list). Readers take a reference with tryAcquire, which fails once refs has reached 0, and
 // drop it with release. The owner drops its reference when the file leaves the list (retention,
-// DeleteQueues, Close); whoever brings refs to 0 hands the file to Store.freeFile, which unmaps it
+// DeleteTopic, Close); whoever brings refs to 0 hands the file to Store.freeFile, which unmaps it
 // and, if remove is set, deletes it. So a mapping is never unmapped while a reader holds a slice
 // of it, and the file is never removed while mapped.
 type mappedFile struct {
 	s     *Store
-	pathp atomic.Pointer[string] // DeleteQueues moves files to a trash directory
+	pathp atomic.Pointer[string] // a topic deletion moves files to a trash directory
 	base  int64                  // segments: physical offset of byte 0; queue files: first entry index
 	size  int64                  // mapped length in bytes
 	data  mmap.MMap

@@ -15,7 +15,7 @@ import (
 
 // Store is a broker's commit log and consume queues.
 //
-// Append and DeleteQueues serialise on the store mutex; Read, ReadLog, WaitFlushed and the
+// Append and DeleteTopic serialise on the store mutex; Read, ReadLog, WaitFlushed and the
 // accessors may be called from any goroutine concurrently with them and with each other and do
 // not take it. Close may be called once from any goroutine; every method returns ErrClosed (or a
 // zero value) after it.
@@ -36,9 +36,13 @@ type Store struct {
 	writePos int64       // (mu) physical offset of the next append (== end)
 	// replInfos is AppendReplicated's scratch list of checked batches. (mu)
 	replInfos []replInfo
-	// deleted maps a topic whose queues DeleteQueues removed to the log end at its last
-	// deletion: the topic's batches below it belong to the deleted queues (deletions file). (mu)
+	// deleted maps a topic whose queues a deletion record removed to the record's position at
+	// its last deletion: the topic's batches below it belong to the deleted queues (deletions
+	// file). (mu)
 	deleted map[string]int64
+	// fenced holds the topics DeleteTopic deleted and AllowTopic has not allowed again: Append
+	// refuses them. Memory only. (mu)
+	fenced map[string]struct{}
 
 	// lastEpoch is the epoch of the log's newest batch, written under mu.
 	lastEpoch atomic.Uint32
@@ -132,6 +136,7 @@ func Open(cfg Config) (*Store, error) {
 		cqDir:         filepath.Join(cfg.Dir, "consumequeue"),
 		topics:        make(map[string]*topicQueues),
 		deleted:       make(map[string]int64),
+		fenced:        make(map[string]struct{}),
 		flushKick:     make(chan struct{}, 1),
 		allocKick:     make(chan struct{}, 1),
 		gcKick:        make(chan struct{}, 1),
@@ -175,7 +180,7 @@ func Open(cfg Config) (*Store, error) {
 // copy to write the assigned fields. The batch is visible to Read when Append returns; it is
 // durable once WaitFlushed(result.EndOffset) completes.
 //
-// Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrStaleEpoch, ErrClosed, ErrDiskFull (no space for the next
+// Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrStaleEpoch, ErrTopicDeleted, ErrClosed, ErrDiskFull (no space for the next
 // segment or consume-queue file: nothing was written and a later Append retries) or an I/O
 // error. Any goroutine (typically event loops); appends are serialised by the store mutex and
 // make no syscall and no allocation except when a segment, queue or queue file is created.
@@ -195,6 +200,11 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	lastEpoch := s.lastEpoch.Load()
 	if epoch < lastEpoch {
 		return AppendResult{}, fmt.Errorf("cannot append a batch of epoch %d after one of epoch %d: %w", epoch, lastEpoch, ErrStaleEpoch)
+	}
+	if len(s.fenced) != 0 {
+		if _, ok := s.fenced[string(topic)]; ok {
+			return AppendResult{}, fmt.Errorf("cannot append to %q: %w", string(topic), ErrTopicDeleted)
+		}
 	}
 	q := s.queueLocked(topic, queueID)
 	if q == nil {
@@ -320,37 +330,94 @@ func (s *Store) Queues() []QueueID {
 	return out
 }
 
-// DeleteQueues deletes every consume queue of topic (its files go once no reader holds them).
-// The batches stay in the log until retention. The deletion is recorded durably first (the
-// deletions file: the topic and the log end), so that recovery never indexes the deleted
-// queues' batches again and takes the topic's later batches, whose queue offsets start afresh,
-// for the new queues they are. It returns an error (and deletes nothing) when the record cannot
-// be written, or ErrClosed. Any goroutine; takes the store mutex, which it holds across the
-// record's write and fsync (an administrative operation, not a hot path).
-func (s *Store) DeleteQueues(topic []byte) error {
+// DeleteTopic deletes topic at the log's end: it appends record, a control batch that the
+// Parser reports as deleting topic (BatchInfo.DeletesTopic), and removes every consume queue of
+// the topic (their files go once no reader holds them), so that the deletion travels to the
+// slaves with the log and takes effect at the same position on every member (AppendReplicated
+// and recovery apply it there too). Deleting a topic without queues still appends the record.
+// The deletion is recorded durably first (the deletions file: the topic and the record's
+// position), so that recovery never indexes the deleted queues' batches again and takes the
+// topic's later batches, whose queue offsets start afresh, for the new queues they are. Append
+// then refuses the topic (ErrTopicDeleted) until AllowTopic. epoch and stamp are Append's; the
+// record is durable once WaitFlushed(result.EndOffset) completes, and its bytes go with
+// retention.
+//
+// Errors wrap ErrInvalidBatch (record is not a deletion record of topic), ErrInvalidTopic,
+// ErrStaleEpoch, ErrDiskFull, ErrClosed, or the deletions file's write error; nothing is
+// deleted then. Any goroutine; takes the store mutex, which it holds across the deletions
+// file's write and fsync (an administrative operation, not a hot path).
+func (s *Store) DeleteTopic(topic []byte, record []byte, epoch uint32, stamp StampFunc) (AppendResult, error) {
+	size := len(record)
+	if size < minBatchSize || int64(size) > s.cfg.SegmentSize || binary.BigEndian.Uint32(record) == 0 {
+		return AppendResult{}, fmt.Errorf("cannot append a deletion record of %d bytes (segment size %d): %w", size, s.cfg.SegmentSize, ErrInvalidBatch)
+	}
+	if len(topic) == 0 || len(topic) > maxTopicLen {
+		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", string(topic), ErrInvalidTopic)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return AppendResult{}, ErrClosed
 	}
-	t := s.topics[string(topic)]
-	if t == nil {
-		return nil
+	lastEpoch := s.lastEpoch.Load()
+	if epoch < lastEpoch {
+		return AppendResult{}, fmt.Errorf("cannot append a deletion record of epoch %d after a batch of epoch %d: %w", epoch, lastEpoch, ErrStaleEpoch)
 	}
-	prev, had := s.deleted[t.name]
-	s.deleted[t.name] = s.writePos
+	if s.writePos+int64(size) > s.active.end() {
+		if err := s.rollLocked(); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	seg, pos := s.active, s.writePos
+	ts := s.cfg.Now().UnixMilli()
+	// Check the record as recovery will read it before anything is recorded or written.
+	check := append([]byte(nil), record...)
+	if stamp != nil {
+		stamp(check, pos, 0, ts, epoch)
+	}
+	info, err := s.cfg.Parser(check, pos)
+	if err != nil || info.Size != size || !info.Control || !info.DeletesTopic || string(info.Topic) != string(topic) {
+		return AppendResult{}, fmt.Errorf("cannot delete topic %q: the record is not a deletion record of it (parser: %v): %w", string(topic), err, ErrInvalidBatch)
+	}
+	name := string(topic)
+	prev, had := s.deleted[name]
+	s.deleted[name] = pos
 	if err := writeDeletions(s.cfg.Dir, s.deleted); err != nil {
 		if had {
-			s.deleted[t.name] = prev
+			s.deleted[name] = prev
 		} else {
-			delete(s.deleted, t.name)
+			delete(s.deleted, name)
 		}
-		return fmt.Errorf("cannot delete the queues of %q: %w", t.name, err)
+		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", name, err)
 	}
-	s.deleteQueuesLocked(t)
+	rel := pos - seg.base
+	copy(seg.data[rel:rel+int64(size)], check)
+	queues := 0
+	if t := s.topics[name]; t != nil {
+		queues = len(t.queues)
+		s.deleteQueuesLocked(t)
+	}
+	s.fenced[name] = struct{}{}
+	seg.newestTS.Store(ts)
+	if epoch != lastEpoch {
+		s.lastEpoch.Store(epoch)
+	}
+	end := pos + int64(size)
+	s.writePos = end
+	s.end.Store(end)
+	kick(s.flushKick)
 	kick(s.qflushKick)
-	s.logger.Info("commitlog: deleted consume queues", "topic", t.name, "queues", len(t.queues), "logOffset", s.writePos)
-	return nil
+	s.logger.Info("commitlog: topic deleted", "topic", name, "queues", queues, "recordAt", pos)
+	return AppendResult{PhysicalOffset: pos, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
+}
+
+// AllowTopic lets Append take batches of topic again after DeleteTopic: they go to queues
+// created afresh. The broker calls it when the topic is created again. Any goroutine; takes the
+// store mutex.
+func (s *Store) AllowTopic(topic []byte) {
+	s.mu.Lock()
+	delete(s.fenced, string(topic))
+	s.mu.Unlock()
 }
 
 // Close stops the goroutines, flushes the log and the consume queues, writes the checkpoint,

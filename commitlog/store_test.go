@@ -567,7 +567,10 @@ func TestDiskFull(t *testing.T) {
 	verifyAll(t, s, m)
 }
 
-func TestDeleteQueues(t *testing.T) {
+// TestDeleteTopic deletes a topic under a reader: the reader's slices stay valid, the queues go,
+// the record sits in the log, appends are refused until AllowTopic and then start new queues,
+// and all of it survives a restart.
+func TestDeleteTopic(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
 	s := mustOpen(t, cfg)
@@ -580,22 +583,48 @@ func TestDeleteQueues(t *testing.T) {
 	if err := s.Read([]byte("gone"), 0, 0, 1, 0, &rr); err != nil || rr.Status != Found {
 		t.Fatal(err)
 	}
-	if err := s.DeleteQueues([]byte("gone")); err != nil {
+	if _, err := s.DeleteTopic([]byte("gone"), makeDeletion("other"), 0, testStamp); !errors.Is(err, ErrInvalidBatch) {
+		t.Fatalf("a record of another topic: %v, want ErrInvalidBatch", err)
+	}
+	if _, err := s.DeleteTopic([]byte("gone"), makeBatch("gone", 0, 1, 0, nil), 0, testStamp); !errors.Is(err, ErrInvalidBatch) {
+		t.Fatalf("a message batch as the record: %v, want ErrInvalidBatch", err)
+	}
+	first := m.queues[qkey{"gone", 0}][0]
+	end := s.LogEndOffset()
+	res, err := s.DeleteTopic([]byte("gone"), makeDeletion("gone"), 0, testStamp)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if res.PhysicalOffset != end || res.EndOffset != end+int64(res.Size) || s.LogEndOffset() != res.EndOffset {
+		t.Fatalf("DeleteTopic = %+v, log end before %d, after %d", res, end, s.LogEndOffset())
+	}
+	m.deleteTopic("gone", res.PhysicalOffset, res.Size, 0)
 	var rr2 ReadResult
 	if err := s.Read([]byte("gone"), 0, 0, 1, 0, &rr2); err != nil || rr2.Status != NoQueue {
 		t.Fatal(rr2.Status, err)
 	}
+	checkBatch(t, splitBatches(t, rr.Slices[0].B)[0], first) // still mapped: the old bytes
 	rr.Release()
-	delete(m.queues, qkey{"gone", 0})
-	delete(m.queues, qkey{"gone", 1})
+	if _, err := s.Append([]byte("gone"), 0, makeBatch("gone", 0, 1, 0, nil), 1, 0, 0, testStamp); !errors.Is(err, ErrTopicDeleted) {
+		t.Fatalf("an append after the deletion: %v, want ErrTopicDeleted", err)
+	}
+	s.AllowTopic([]byte("gone"))
 	// Re-created from scratch.
 	appendRec(t, s, m, "gone", 0, 1, make([]byte, 10))
 	verifyAll(t, s, m)
+	checkEnd(t, s, m)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	s = mustOpen(t, cfg)
+	verifyAll(t, s, m)
+	checkEnd(t, s, m)
+	// Appends are allowed after a restart: the broker's topic table decides.
+	appendRec(t, s, m, "gone", 0, 1, make([]byte, 10))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, checkpointName)) // a full scan finds the same
 	s = mustOpen(t, cfg)
 	defer s.Close()
 	verifyAll(t, s, m)

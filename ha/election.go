@@ -106,6 +106,16 @@ const (
 	// CmdNoop changes nothing: a leader commits one for a read index (RaftNode.ReadIndex), so
 	// that its index is one every member applies.
 	CmdNoop CommandKind = 3
+	// CmdPutTopic creates or updates the topic Topics[0] in the group's topic table
+	// (TopicTable); the master commits it before it answers UPDATE_AND_CREATE_TOPIC.
+	CmdPutTopic CommandKind = 4
+	// CmdDeleteTopic removes the topic named by Topics[0] from the topic table, once the
+	// master's deletion record is in the log (DELETE_TOPIC_IN_BROKER).
+	CmdDeleteTopic CommandKind = 5
+	// CmdInitTopics sets the topic table to Topics while the group has none committed (a group
+	// whose stores predate topic configs in Raft: its first master commits its store's table);
+	// refused with ErrTopicsKnown afterwards.
+	CmdInitTopics CommandKind = 6
 )
 
 // Command is one entry of the group's Raft log.
@@ -118,6 +128,9 @@ type Command struct {
 	// Members are put into the state's member table (both kinds): the new master itself, or
 	// the slaves of the in-sync set.
 	Members []MemberInfo
+	// Topics are the topic commands' configs (CmdPutTopic, CmdDeleteTopic: one; CmdInitTopics:
+	// the table).
+	Topics []protocol.TopicConfig
 }
 
 // Errors of Apply. A refused command leaves the state unchanged.
@@ -471,7 +484,8 @@ func PlanTruncation(in TruncationInput) TruncationPlan {
 
 // MarshalBinary encodes c for the Raft log with the protocol package's primitives: kind, epoch,
 // start offset, master id, the set as a u32 count of u16-prefixed strings, then the members
-// (appendMembers).
+// (appendMembers), and for a topic command its configs as a u32-prefixed
+// protocol.TopicConfigList (the other kinds end with the members, as before topic commands).
 func (c Command) MarshalBinary() ([]byte, error) {
 	b := []byte{byte(c.Kind)}
 	b = protocol.AppendU32(b, c.Epoch)
@@ -481,7 +495,12 @@ func (c Command) MarshalBinary() ([]byte, error) {
 	for _, id := range c.SyncStateSet {
 		b = protocol.AppendString(b, id)
 	}
-	return appendMembers(b, c.Members), nil
+	b = appendMembers(b, c.Members)
+	if isTopicCommand(c.Kind) {
+		l := protocol.TopicConfigList{Topics: c.Topics}
+		b = protocol.AppendBytes(b, l.AppendTo(nil))
+	}
+	return b, nil
 }
 
 // appendMembers encodes members as a u32 count of (id, brokerId i64, addr, haAddr).
@@ -517,6 +536,16 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 		next.SyncStateSet = append(next.SyncStateSet, r.Str(maxMemberID))
 	}
 	next.Members = readMembers(&r)
+	if isTopicCommand(next.Kind) {
+		raw := r.BytesView(maxTopicTableBytes)
+		var l protocol.TopicConfigList
+		if r.Err() == nil {
+			if err := l.ReadFrom(raw); err != nil {
+				r.Fail(err)
+			}
+		}
+		next.Topics = l.Topics
+	}
 	if err := r.Done(); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadCommand, err)
 	}

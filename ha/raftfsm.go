@@ -19,6 +19,8 @@ import (
 type ControlFSM struct {
 	mu sync.Mutex
 	st ControlState
+	// topics is the group's topic table (topic commands change it, not st).
+	topics TopicTable
 	// index is the Raft log index of the last command applied (refused ones too: they are
 	// committed entries), or of the snapshot restored; applied is closed and replaced after
 	// every command, waking WaitApplied.
@@ -27,11 +29,23 @@ type ControlFSM struct {
 	// onChange, when set, runs after every command that changed the state, on Raft's FSM
 	// goroutine, with no lock held; it must be short.
 	onChange func(ControlState)
+	// onTopics, when set, runs after every topic command applied and every restore, on Raft's
+	// FSM goroutine, with no lock held, before the proposer hears the command applied.
+	onTopics func(TopicTable)
 }
 
-// NewControlFSM returns an FSM at the empty state; onChange (may be nil) hears every change.
-func NewControlFSM(onChange func(ControlState)) *ControlFSM {
-	return &ControlFSM{onChange: onChange, applied: make(chan struct{})}
+// NewControlFSM returns an FSM at the empty state; onChange (may be nil) hears every change of
+// the control state, onTopics (may be nil) every change of the topic table.
+func NewControlFSM(onChange func(ControlState), onTopics func(TopicTable)) *ControlFSM {
+	return &ControlFSM{onChange: onChange, onTopics: onTopics, applied: make(chan struct{})}
+}
+
+// Topics returns the group's topic table as this member applied it (its slice is shared: do
+// not modify it). Safe for concurrent use.
+func (f *ControlFSM) Topics() TopicTable {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.topics
 }
 
 // AppliedIndex returns the Raft log index of the last command this member applied (0 before
@@ -93,6 +107,22 @@ func (f *ControlFSM) Apply(l *raft.Log) any {
 		f.mu.Unlock()
 		return err
 	}
+	if isTopicCommand(c.Kind) {
+		f.mu.Lock()
+		next, err := f.topics.ApplyTopic(c)
+		if err == nil {
+			f.topics = next
+		}
+		f.advanceLocked(l.Index)
+		f.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if f.onTopics != nil {
+			f.onTopics(next)
+		}
+		return nil
+	}
 	f.mu.Lock()
 	next, err := f.st.Apply(c)
 	if err == nil {
@@ -109,17 +139,23 @@ func (f *ControlFSM) Apply(l *raft.Log) any {
 	return nil
 }
 
-// snapshotVersion starts a snapshot of the current format: the version byte, the applied index
-// (u64), then the state (ControlState.MarshalBinary). A snapshot of the first format, the state
-// alone, starts with the high byte of the master id's length, which is 0 (ids are at most 255
-// bytes), so the two cannot be confused.
-const snapshotVersion = 0xF1
+// Snapshot formats. The current one (snapshotVersion) is the version byte, the applied index
+// (u64), the state (ControlState.MarshalBinary, u32-prefixed), then the topic table
+// (appendTopicTable). snapshotVersionIndex, the one before, is the version byte, the index and
+// the state; the first format is the state alone, and starts with the high byte of the master
+// id's length, which is 0 (ids are at most 255 bytes), so none can be taken for another. The
+// older ones restore with no topic table known.
+const (
+	snapshotVersionIndex = 0xF1
+	snapshotVersion      = 0xF2
+)
 
 // Snapshot implements raft.FSM.
 func (f *ControlFSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	b := protocol.AppendU64([]byte{snapshotVersion}, f.index)
-	b = append(b, f.st.MarshalBinary()...)
+	b = protocol.AppendBytes(b, f.st.MarshalBinary())
+	b = appendTopicTable(b, f.topics)
 	f.mu.Unlock()
 	return controlSnapshot(b), nil
 }
@@ -132,12 +168,22 @@ func (f *ControlFSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cannot read the control-state snapshot: %w", err)
 	}
 	var index uint64
-	if len(b) > 0 && b[0] == snapshotVersion {
+	var topics TopicTable
+	if len(b) > 0 && (b[0] == snapshotVersion || b[0] == snapshotVersionIndex) {
 		if len(b) < 9 {
 			return fmt.Errorf("%w: control-state snapshot of %d bytes", ErrBadCommand, len(b))
 		}
 		index = binary.BigEndian.Uint64(b[1:9])
-		b = b[9:]
+		if b[0] == snapshotVersion {
+			r := protocol.NewReader(b[9:])
+			b = r.BytesView(len(b))
+			topics = readTopicTable(&r)
+			if err := r.Done(); err != nil {
+				return fmt.Errorf("%w: control-state snapshot: %v", ErrBadCommand, err)
+			}
+		} else {
+			b = b[9:]
+		}
 	}
 	var st ControlState
 	if err := st.UnmarshalBinary(b); err != nil {
@@ -145,11 +191,15 @@ func (f *ControlFSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = st
+	f.topics = topics
 	f.index = index
 	f.advanceLocked(index)
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange(st.clone())
+	}
+	if f.onTopics != nil {
+		f.onTopics(topics)
 	}
 	return nil
 }

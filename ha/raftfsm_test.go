@@ -28,7 +28,7 @@ func startRaftGroup(t *testing.T, n int) []*raftNode {
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("b%d", i)
 		addr, trans := raft.NewInmemTransport(raft.ServerAddress(id))
-		nodes = append(nodes, &raftNode{id: id, fsm: NewControlFSM(nil), trans: trans})
+		nodes = append(nodes, &raftNode{id: id, fsm: NewControlFSM(nil, nil), trans: trans})
 		servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: addr})
 	}
 	for _, a := range nodes {
@@ -161,7 +161,7 @@ func TestControlFSMOnRaft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := NewControlFSM(nil)
+	fresh := NewControlFSM(nil, nil)
 	if err := fresh.Restore(io.NopCloser(bytes.NewReader(snap.(controlSnapshot)))); err != nil {
 		t.Fatal(err)
 	}

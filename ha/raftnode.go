@@ -45,6 +45,8 @@ type RaftConfig struct {
 	Logger *slog.Logger
 	// OnChange hears every change of the control state (see ControlFSM).
 	OnChange func(ControlState)
+	// OnTopics hears every change of the group's topic table (see ControlFSM).
+	OnTopics func(TopicTable)
 }
 
 // RaftNode is one member's Raft node for the group's control state: a durable log and stable
@@ -98,7 +100,7 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
-	n := &RaftNode{cfg: cfg, fsm: NewControlFSM(cfg.OnChange)}
+	n := &RaftNode{cfg: cfg, fsm: NewControlFSM(cfg.OnChange, cfg.OnTopics)}
 	var err error
 	if n.store, err = raftboltdb.NewBoltStore(filepath.Join(cfg.Dir, "raft.db")); err != nil {
 		return nil, fmt.Errorf("raft: cannot open the log store: %w", err)
@@ -176,6 +178,9 @@ func (n *RaftNode) LeaderCh() <-chan bool { return n.r.LeaderCh() }
 
 // State returns the control state this member has applied.
 func (n *RaftNode) State() ControlState { return n.fsm.State() }
+
+// Topics returns the group's topic table this member has applied (shared: do not modify it).
+func (n *RaftNode) Topics() TopicTable { return n.fsm.Topics() }
 
 // ReadIndex is the leader's half of a read index (the Raft paper's section 6.4): it commits a
 // no-op command through a quorum, which confirms the leadership and orders the no-op after

@@ -151,7 +151,7 @@ func TestConfirmedNeedsMinAcks(t *testing.T) {
 // commands included, carries it in its snapshots, restores snapshots of the first format (no
 // index), and WaitApplied waits for an index.
 func TestControlFSMAppliedIndex(t *testing.T) {
-	f := NewControlFSM(nil)
+	f := NewControlFSM(nil, nil)
 	apply := func(i uint64, c Command) {
 		b, _ := c.MarshalBinary()
 		f.Apply(&raft.Log{Index: i, Type: raft.LogCommand, Data: b})
@@ -178,14 +178,14 @@ func TestControlFSMAppliedIndex(t *testing.T) {
 	if err := snap.Persist(sink); err != nil {
 		t.Fatal(err)
 	}
-	g := NewControlFSM(nil)
+	g := NewControlFSM(nil, nil)
 	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
 	if g.AppliedIndex() != 7 || !reflect.DeepEqual(g.State(), f.State()) {
 		t.Fatalf("restored index %d state %+v, want 7 %+v", g.AppliedIndex(), g.State(), f.State())
 	}
-	old := NewControlFSM(nil)
+	old := NewControlFSM(nil, nil)
 	if err := old.Restore(io.NopCloser(bytes.NewReader(f.State().MarshalBinary()))); err != nil {
 		t.Fatalf("a snapshot of the first format: %v", err)
 	}

@@ -29,6 +29,10 @@
 //
 // The latest registration is always applied; its data version is kept for display only.
 //
+// CodeDeleteTopicInNamesrv (mqadmin deleteTopic, after the brokers deleted the topic) removes
+// a topic's queue data of every group. A master that registers without the topic leaves it
+// gone; one that still lists it brings it back, so a topic is deleted on its brokers first.
+//
 // # Liveness
 //
 // A broker is removed when it unregisters (CodeUnregisterBroker), when the connection it last

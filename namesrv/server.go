@@ -220,6 +220,8 @@ func (s *Server) handle(req *rpc.Request) rpc.Reply {
 		return s.getRoute(req)
 	case protocol.CodeGetBrokerClusterInfo:
 		return s.getClusterInfo(req)
+	case protocol.CodeDeleteTopicInNamesrv:
+		return s.deleteTopic(req)
 	}
 	return rpc.Errorf(protocol.StatusRequestCodeNotSupported, "the NameServer does not serve %s", req.Code)
 }
@@ -323,6 +325,23 @@ func (s *Server) getRoute(req *rpc.Request) rpc.Reply {
 		return rpc.Errorf(protocol.StatusTopicNotExist, "no route for topic %q", h.Topic)
 	}
 	return rpc.Reply{Body: rd.AppendTo(nil)}
+}
+
+// deleteTopic serves CodeDeleteTopicInNamesrv: the topic leaves the route table (every broker
+// group's queue data of it). A broker that registers it again brings it back, which is why
+// its brokers delete it first.
+func (s *Server) deleteTopic(req *rpc.Request) rpc.Reply {
+	var h protocol.TopicHeader
+	if err := h.ReadFrom(req.Header); err != nil {
+		return malformed("header", req.Code, err)
+	}
+	if err := protocol.ValidateTopic([]byte(h.Topic)); err != nil {
+		return rpc.Errorf(protocol.StatusTopicInvalid, "%v", err)
+	}
+	if groups := s.table.deleteTopic(h.Topic); len(groups) > 0 {
+		s.log.Info("topic deleted from the route table", "topic", h.Topic, "brokerGroups", groups, "remote", req.Peer.RemoteAddr())
+	}
+	return rpc.Reply{}
 }
 
 func (s *Server) getClusterInfo(req *rpc.Request) rpc.Reply {

@@ -617,3 +617,43 @@ func TestLateSlaveRegistrationOfTheMasterRefused(t *testing.T) {
 	}
 	_ = s
 }
+
+// TestDeleteTopic: DELETE_TOPIC_IN_NAMESRV removes the topic from every group; a master that
+// registers without it keeps it gone, one that still lists it brings it back, and a slave's
+// registration does not; deleting an unknown topic succeeds.
+func TestDeleteTopic(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s.Addr())
+	mustRegister(t, c, g1m, topics("Gone", "Kept"))
+	mustRegister(t, c, g1s, topics("Gone", "Kept"))
+	mustRegister(t, c, g2m, topics("Gone"))
+	del := func(topic string) error {
+		return c.CallDecode(callCtx(t), protocol.CodeDeleteTopicInNamesrv, &protocol.TopicHeader{Topic: topic}, nil, nil, nil)
+	}
+	if err := del("Gone"); err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, s.table)
+	if _, err := getRoute(t, c, "Gone"); !errors.Is(err, protocol.StatusTopicNotExist) {
+		t.Fatalf("route of a deleted topic: %v, want TOPIC_NOT_EXIST", err)
+	}
+	if rd := mustRoute(t, c, "Kept"); len(rd.QueueDatas) != 1 {
+		t.Fatalf("route of Kept = %+v", rd)
+	}
+	mustRegister(t, c, g1m, topics("Kept")) // the broker deleted it first
+	mustRegister(t, c, g1s, topics("Gone", "Kept"))
+	if _, err := getRoute(t, c, "Gone"); !errors.Is(err, protocol.StatusTopicNotExist) {
+		t.Fatalf("after registrations without it (a slave's still listing it): %v, want TOPIC_NOT_EXIST", err)
+	}
+	mustRegister(t, c, g2m, topics("Gone")) // a broker still holding it
+	if rd := mustRoute(t, c, "Gone"); len(rd.QueueDatas) != 1 || rd.QueueDatas[0].BrokerName != "g2" {
+		t.Fatalf("a master still listing the topic: route %+v, want g2's", rd)
+	}
+	if err := del("NeverWas"); err != nil {
+		t.Fatalf("deleting an unknown topic: %v", err)
+	}
+	if err := c.CallDecode(callCtx(t), protocol.CodeDeleteTopicInNamesrv, &protocol.TopicHeader{Topic: "bad topic"}, nil, nil, nil); !errors.Is(err, protocol.StatusTopicInvalid) {
+		t.Fatalf("an invalid topic name: %v, want TOPIC_INVALID", err)
+	}
+	checkInvariants(t, s.table)
+}

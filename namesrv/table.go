@@ -354,6 +354,22 @@ func (t *routeTable) expire(now time.Time, expiry time.Duration) []removed {
 	return out
 }
 
+// deleteTopic removes the topic's queue data of every group and returns the groups that had
+// it, sorted (none: the table did not know the topic).
+func (t *routeTable) deleteTopic(topic string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var names []string
+	for name := range t.topics[topic] {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		t.removeTopicOfGroupLocked(t.groups[name], topic)
+	}
+	return names
+}
+
 // route returns a copy of the topic's route, queue data and groups sorted by group name and
 // members by brokerId; ok is false when no group serves the topic.
 func (t *routeTable) route(topic string) (rd protocol.TopicRouteData, ok bool) {

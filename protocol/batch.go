@@ -52,6 +52,26 @@ const (
 	codecMask uint16 = 0x7
 )
 
+// AttrControl marks a control batch (Kafka's isControlBatch attribute, bit 5): a record a broker
+// writes into its commit log, never a producer's message (see the package documentation,
+// "Control batches"). ValidateBatch accepts it only with BatchLimits.AllowControl.
+const AttrControl uint16 = 1 << 5
+
+// ControlType is what a control batch records: the first two bytes (u16) of its one message's
+// body.
+type ControlType uint16
+
+// Control types.
+const (
+	// ControlDeleteTopic deletes the batch's topic at the batch's position in the log.
+	ControlDeleteTopic ControlType = 1
+)
+
+// ErrControlBatch is returned by ValidateBatch for a control batch when BatchLimits does not
+// allow them (a producer's send), and for a control batch of an unknown type or shape; such an
+// error also matches ErrBatchMalformed.
+var ErrControlBatch = errors.New("protocol: control batch")
+
 // Batch errors.
 var (
 	// ErrBatchMalformed is returned for a batch whose structure is inconsistent.
@@ -307,6 +327,48 @@ func ReadBatchHeader(b []byte) (BatchHeader, error) {
 type BatchLimits struct {
 	// MaxMessageSize is the largest message body (bytes); 0 means DefaultMaxMessageSize.
 	MaxMessageSize int
+	// AllowControl accepts control batches (AttrControl): set when reading a stored log, never
+	// for a producer's send.
+	AllowControl bool
+}
+
+// AppendControlBatch appends a control batch of type typ for topic to dst, with the store time
+// ts (Unix ms) as its message timestamp, and returns the extended slice; the batch starts at
+// len(dst) before the call and is finished (size and CRC set, broker-assigned fields zero). The
+// topic must pass ValidateTopic.
+func AppendControlBatch(dst []byte, topic string, typ ControlType, ts int64) []byte {
+	start := len(dst)
+	dst = AppendBatchHeader(dst, topic, 0, 0, 0)
+	binary.BigEndian.PutUint16(dst[start+offAttributes:], AttrControl)
+	var body [2]byte
+	binary.BigEndian.PutUint16(body[:], uint16(typ))
+	dst = AppendMessage(dst, start, &Message{Body: body[:], Timestamp: ts})
+	FinishBatch(dst, start)
+	return dst
+}
+
+// ControlOf returns the control type of the batch b (its header h from ReadBatchHeader or
+// ValidateBatch); ok is false for a batch that is not a control batch or whose message is not
+// one.
+func ControlOf(b []byte, h BatchHeader) (typ ControlType, ok bool) {
+	if h.Attributes&AttrControl == 0 || h.Count != 1 {
+		return 0, false
+	}
+	it := NewMessageIterator(b, h)
+	m, ok := it.Next()
+	if !ok || len(m.Body) < 2 {
+		return 0, false
+	}
+	return ControlType(binary.BigEndian.Uint16(m.Body)), true
+}
+
+// BatchAttributes returns the attributes of the batch at the start of b without checking it;
+// ok is false when b is shorter than the field.
+func BatchAttributes(b []byte) (attrs uint16, ok bool) {
+	if len(b) < offAttributes+2 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint16(b[offAttributes:]), true
 }
 
 // ValidateBatch fully checks the batch at the start of b: header, topic name, CRC, and every
@@ -325,7 +387,11 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 	if err := ValidateTopic(h.Topic); err != nil {
 		return h, 0, err
 	}
-	if h.Attributes&codecMask != CodecNone || h.Attributes&^codecMask != 0 {
+	control := h.Attributes&AttrControl != 0
+	if control && !lim.AllowControl {
+		return h, 0, fmt.Errorf("%w: %w: only a broker writes one (attributes %#04x)", ErrBatchMalformed, ErrControlBatch, h.Attributes)
+	}
+	if h.Attributes&codecMask != CodecNone || h.Attributes&^(codecMask|AttrControl) != 0 {
 		return h, 0, fmt.Errorf("%w: unsupported attributes %#04x", ErrBatchMalformed, h.Attributes)
 	}
 	if h.Count < 1 {
@@ -363,6 +429,12 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 	}
 	if n != h.Count {
 		return h, 0, fmt.Errorf("%w: header counts %d messages, batch holds %d", ErrBatchMalformed, h.Count, n)
+	}
+	if control {
+		if typ, ok := ControlOf(b, h); !ok || typ != ControlDeleteTopic || h.QueueID != 0 {
+			return h, 0, fmt.Errorf("%w: %w: type %d, %d messages, queue %d", ErrBatchMalformed, ErrControlBatch, typ, h.Count, h.QueueID)
+		}
+		return h, 0, nil
 	}
 	if !mixed && len(firstTags) > 0 {
 		tagHash = TagHash(firstTags)

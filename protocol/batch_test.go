@@ -53,3 +53,42 @@ func TestBatchRoundTrip(t *testing.T) {
 		t.Fatalf("corrupted batch: %v", err)
 	}
 }
+
+// TestControlBatch builds a deletion record: it validates only where control batches are
+// allowed (a stored log), names its topic and type, and its shape is checked.
+func TestControlBatch(t *testing.T) {
+	b := AppendControlBatch([]byte("prefix"), "Gone", ControlDeleteTopic, 1234)[len("prefix"):]
+	StampBatch(b, 4096, 0, 99, 3)
+	if _, _, err := ValidateBatch(b, BatchLimits{}); !errors.Is(err, ErrControlBatch) || !errors.Is(err, ErrBatchMalformed) {
+		t.Fatalf("a control batch as a producer's send: %v, want ErrControlBatch", err)
+	}
+	h, tag, err := ValidateBatch(b, BatchLimits{AllowControl: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(h.Topic) != "Gone" || h.Count != 1 || h.QueueID != 0 || tag != 0 || h.PhysicalOffset != 4096 || h.Epoch != 3 {
+		t.Fatalf("header %+v, tag hash %d", h, tag)
+	}
+	if typ, ok := ControlOf(b, h); !ok || typ != ControlDeleteTopic {
+		t.Fatalf("ControlOf = %d, %v", typ, ok)
+	}
+	if a, ok := BatchAttributes(b); !ok || a != AttrControl {
+		t.Fatalf("BatchAttributes = %#x, %v", a, ok)
+	}
+	var bb BatchBuilder
+	bb.Reset("Plain", 0, 0, 0)
+	bb.Add(&Message{Body: []byte{0, 1}})
+	plain := bb.Finish()
+	ph, _, err := ValidateBatch(plain, BatchLimits{AllowControl: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ControlOf(plain, ph); ok {
+		t.Fatal("a producer's batch whose body looks like a control type is a control batch")
+	}
+	// An unknown control type is refused.
+	odd := AppendControlBatch(nil, "Gone", ControlType(77), 1)
+	if _, _, err := ValidateBatch(odd, BatchLimits{AllowControl: true}); !errors.Is(err, ErrControlBatch) {
+		t.Fatalf("control type 77: %v", err)
+	}
+}

@@ -50,9 +50,28 @@ const (
 	// CodeGetTopicStatsInfo returns min/max offsets of every queue of a topic on a broker.
 	// Response body: TopicStatsTable.
 	CodeGetTopicStatsInfo RequestCode = 202
+	// CodeDeleteSubscriptionGroup removes a consumer group's committed offsets of every topic
+	// from a broker group (RocketMQ's DELETE_SUBSCRIPTIONGROUP, mqadmin deleteSubGroup).
+	// Header: GroupHeader (its Topic empty). Served by the master, which keeps the group's
+	// deletion so that its slaves' offset syncs do not bring the offsets back; empty success
+	// header.
+	CodeDeleteSubscriptionGroup RequestCode = 207
 	// CodeGetConsumeStats returns a consumer group's progress on a broker. Response body:
 	// ConsumeStats.
 	CodeGetConsumeStats RequestCode = 208
+	// CodeDeleteTopicInBroker deletes a topic from a broker group (RocketMQ's
+	// DELETE_TOPIC_IN_BROKER, mqadmin deleteTopic): the master writes a deletion record
+	// (ControlDeleteTopic) into its commit log, which removes the topic's consume queues at
+	// that position on every member, then its config and every group's committed offsets of
+	// it. Header: TopicHeader. Answered, with an empty success header, once the record is as
+	// durable and replicated as a send would be (a SYNC_MASTER's in-sync slaves hold it); the
+	// topic's bytes in the log go with retention. Deleting a topic the broker does not have
+	// succeeds.
+	CodeDeleteTopicInBroker RequestCode = 215
+	// CodeDeleteTopicInNamesrv removes a topic from a NameServer's route table (RocketMQ's
+	// DELETE_TOPIC_IN_NAMESRV). Header: TopicHeader; empty success header. A broker that still
+	// holds the topic brings it back at its next registration, so the brokers delete it first.
+	CodeDeleteTopicInNamesrv RequestCode = 216
 	// CodeGetLogChecksum returns a SHA-256 of the broker's commit log over a range of physical
 	// offsets (LogChecksumRequest -> LogChecksumResponse), so replicas can be compared.
 	CodeGetLogChecksum RequestCode = 320
@@ -62,7 +81,10 @@ const (
 	// body ConsumerOffsetTable); slaves and masters exchange them.
 	CodeGetAllConsumerOffset RequestCode = 322
 	// CodeMergeConsumerOffsets merges a ConsumerOffsetTable body into the broker's offsets,
-	// keeping the larger offset of each queue (a committed offset never moves backwards).
+	// keeping the larger offset of each queue (a committed offset never moves backwards), less
+	// the offsets of topics the broker does not have and of groups it deleted
+	// (CodeDeleteSubscriptionGroup); the response body, when not empty, is a StringList naming
+	// those groups, for the sender to drop.
 	CodeMergeConsumerOffsets RequestCode = 323
 	// CodeElectMaster makes a member of a broker group its master online, without a restart
 	// (RocketMQ 5's ELECT_MASTER, mqadmin electMaster). Header: ElectMasterRequest -> success
@@ -90,32 +112,35 @@ const (
 )
 
 var requestCodeNames = map[RequestCode]string{
-	CodeSendMessage:            "SEND_MESSAGE",
-	CodePullMessage:            "PULL_MESSAGE",
-	CodeQueryConsumerOffset:    "QUERY_CONSUMER_OFFSET",
-	CodeUpdateConsumerOffset:   "UPDATE_CONSUMER_OFFSET",
-	CodeUpdateAndCreateTopic:   "UPDATE_AND_CREATE_TOPIC",
-	CodeGetAllTopicConfig:      "GET_ALL_TOPIC_CONFIG",
-	CodeGetBrokerRuntimeInfo:   "GET_BROKER_RUNTIME_INFO",
-	CodeHeartbeat:              "HEART_BEAT",
-	CodeUnregisterClient:       "UNREGISTER_CLIENT",
-	CodeGetConsumerListByGroup: "GET_CONSUMER_LIST_BY_GROUP",
-	CodeGetMaxOffset:           "GET_MAX_OFFSET",
-	CodeGetMinOffset:           "GET_MIN_OFFSET",
-	CodeRegisterBroker:         "REGISTER_BROKER",
-	CodeUnregisterBroker:       "UNREGISTER_BROKER",
-	CodeGetRouteInfoByTopic:    "GET_ROUTEINFO_BY_TOPIC",
-	CodeGetBrokerClusterInfo:   "GET_BROKER_CLUSTER_INFO",
-	CodeGetTopicStatsInfo:      "GET_TOPIC_STATS_INFO",
-	CodeGetConsumeStats:        "GET_CONSUME_STATS",
-	CodeGetLogChecksum:         "GET_LOG_CHECKSUM",
-	CodeGetHAStatus:            "GET_HA_STATUS",
-	CodeGetAllConsumerOffset:   "GET_ALL_CONSUMER_OFFSET",
-	CodeMergeConsumerOffsets:   "MERGE_CONSUMER_OFFSETS",
-	CodeElectMaster:            "ELECT_MASTER",
-	CodeRaftReadIndex:          "RAFT_READ_INDEX",
-	CodeHAPull:                 "HA_PULL",
-	CodeHALeave:                "HA_LEAVE",
+	CodeSendMessage:             "SEND_MESSAGE",
+	CodePullMessage:             "PULL_MESSAGE",
+	CodeQueryConsumerOffset:     "QUERY_CONSUMER_OFFSET",
+	CodeUpdateConsumerOffset:    "UPDATE_CONSUMER_OFFSET",
+	CodeUpdateAndCreateTopic:    "UPDATE_AND_CREATE_TOPIC",
+	CodeGetAllTopicConfig:       "GET_ALL_TOPIC_CONFIG",
+	CodeGetBrokerRuntimeInfo:    "GET_BROKER_RUNTIME_INFO",
+	CodeHeartbeat:               "HEART_BEAT",
+	CodeUnregisterClient:        "UNREGISTER_CLIENT",
+	CodeGetConsumerListByGroup:  "GET_CONSUMER_LIST_BY_GROUP",
+	CodeGetMaxOffset:            "GET_MAX_OFFSET",
+	CodeGetMinOffset:            "GET_MIN_OFFSET",
+	CodeRegisterBroker:          "REGISTER_BROKER",
+	CodeUnregisterBroker:        "UNREGISTER_BROKER",
+	CodeGetRouteInfoByTopic:     "GET_ROUTEINFO_BY_TOPIC",
+	CodeGetBrokerClusterInfo:    "GET_BROKER_CLUSTER_INFO",
+	CodeGetTopicStatsInfo:       "GET_TOPIC_STATS_INFO",
+	CodeGetConsumeStats:         "GET_CONSUME_STATS",
+	CodeDeleteSubscriptionGroup: "DELETE_SUBSCRIPTIONGROUP",
+	CodeDeleteTopicInBroker:     "DELETE_TOPIC_IN_BROKER",
+	CodeDeleteTopicInNamesrv:    "DELETE_TOPIC_IN_NAMESRV",
+	CodeGetLogChecksum:          "GET_LOG_CHECKSUM",
+	CodeGetHAStatus:             "GET_HA_STATUS",
+	CodeGetAllConsumerOffset:    "GET_ALL_CONSUMER_OFFSET",
+	CodeMergeConsumerOffsets:    "MERGE_CONSUMER_OFFSETS",
+	CodeElectMaster:             "ELECT_MASTER",
+	CodeRaftReadIndex:           "RAFT_READ_INDEX",
+	CodeHAPull:                  "HA_PULL",
+	CodeHALeave:                 "HA_LEAVE",
 }
 
 // String returns RocketMQ's name of the code, or "REQUEST_CODE(n)".

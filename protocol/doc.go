@@ -43,7 +43,8 @@
 //	 32    4   epoch            u32  broker: master epoch that stored the batch
 //	 36    4   crc              u32  CRC32C (Castagnoli) of bytes [40, batchSize)
 //	---------- covered by crc ----------
-//	 40    2   attributes       u16  bits 0-2 compression codec (0 none); other bits 0
+//	 40    2   attributes       u16  bits 0-2 compression codec (0 none); bit 5 control batch;
+//	                                 other bits 0
 //	 42    4   queueId          i32
 //	 46    4   count            i32  messages in the batch, >= 1
 //	 50    8   firstTimestamp   i64  producer: ms since the Unix epoch of the first message
@@ -64,6 +65,21 @@
 // stamps a batch without recomputing the CRC; the producer's CRC protects the content from the
 // producer to the consumer. Message i of a batch has queue offset baseQueueOffset+i and producer
 // sequence baseSequence+i.
+//
+// # Control batches
+//
+// A control batch (attribute bit 5, AttrControl; Kafka's isControlBatch attribute, which marks
+// its transaction markers) is a record a broker writes into its own commit log, never a
+// producer's message: producers' sends carrying the bit are refused, and no consume queue
+// indexes one, so no consumer ever reads it. It travels to the slaves with the rest of the log
+// and so takes effect at the same log position on every member. It holds one message, queue id
+// 0, and the message's body starts with the control type (u16, ControlType):
+//
+//	type 1  ControlDeleteTopic  the batch's topic is deleted here (DELETE_TOPIC_IN_BROKER):
+//	                            its batches before the record belong to the deleted queues,
+//	                            the ones after to a topic of the same name created afresh
+//
+// Unknown control types are refused like any malformed batch.
 //
 // # Decoders
 //

@@ -558,6 +558,8 @@ var allRequestCodes = map[string]RequestCode{
 	"CodeGetHAStatus": CodeGetHAStatus, "CodeGetAllConsumerOffset": CodeGetAllConsumerOffset,
 	"CodeMergeConsumerOffsets": CodeMergeConsumerOffsets, "CodeHAPull": CodeHAPull, "CodeElectMaster": CodeElectMaster,
 	"CodeRaftReadIndex": CodeRaftReadIndex, "CodeHALeave": CodeHALeave,
+	"CodeDeleteSubscriptionGroup": CodeDeleteSubscriptionGroup, "CodeDeleteTopicInBroker": CodeDeleteTopicInBroker,
+	"CodeDeleteTopicInNamesrv": CodeDeleteTopicInNamesrv,
 }
 
 // constsOfType returns the names of the package-level constants declared with type typ in the

@@ -221,6 +221,7 @@ func FuzzValidateBatch(f *testing.F) {
 		f.Add(c, uint32(0), false)
 		f.Add(c, uint32(0), true)
 	}
+	f.Add(AppendControlBatch(nil, "Deleted", ControlDeleteTopic, 1), uint32(0), false) // refused: a producer's send
 	f.Fuzz(func(t *testing.T, data []byte, maxMsg uint32, fixCRC bool) {
 		if fixCRC {
 			data = append([]byte(nil), data...)

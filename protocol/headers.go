@@ -4,6 +4,11 @@ package protocol
 // ReadFrom; ReadFrom takes exactly the header bytes and rejects trailing bytes. String fields are
 // u16-length prefixed; names are bounded by MaxTopicLength/MaxGroupLength/maxNameLength.
 
+import (
+	"errors"
+	"fmt"
+)
+
 const (
 	// maxNameLength bounds cluster names, broker names, addresses and remarks in headers.
 	maxNameLength = 255
@@ -299,6 +304,29 @@ type TopicConfig struct {
 	WriteQueueNums int32
 	// Perm is a combination of PermRead and PermWrite.
 	Perm int32
+}
+
+// MaxQueueNums bounds a topic's read or write queue count.
+const MaxQueueNums = 1024
+
+// ErrTopicConfigInvalid is returned by ValidateTopicConfig for queue counts or a permission out
+// of range.
+var ErrTopicConfigInvalid = errors.New("protocol: invalid topic config")
+
+// ValidateTopicConfig checks a topic config a broker stores: a valid topic name (ValidateTopic),
+// read and write queue counts in 1..MaxQueueNums, a permission of PermRead, PermWrite and
+// PermInherit bits only. Errors wrap ErrTopicInvalid or ErrTopicConfigInvalid.
+func ValidateTopicConfig(c *TopicConfig) error {
+	if err := ValidateTopic([]byte(c.Topic)); err != nil {
+		return err
+	}
+	if c.ReadQueueNums < 1 || c.ReadQueueNums > MaxQueueNums || c.WriteQueueNums < 1 || c.WriteQueueNums > MaxQueueNums {
+		return fmt.Errorf("%w: topic %s: queue counts read=%d write=%d out of range 1..%d", ErrTopicConfigInvalid, c.Topic, c.ReadQueueNums, c.WriteQueueNums, MaxQueueNums)
+	}
+	if c.Perm&^(PermRead|PermWrite|PermInherit) != 0 {
+		return fmt.Errorf("%w: topic %s: perm %d has unknown bits", ErrTopicConfigInvalid, c.Topic, c.Perm)
+	}
+	return nil
 }
 
 // AppendTo implements Header.

@@ -4,6 +4,8 @@
 // against real servers.
 //
 //	updateTopic      create or update a topic on a broker (-b) or every master of a cluster (-c)
+//	deleteTopic      delete a topic from every master of a cluster, then from the NameServers
+//	deleteSubGroup   remove a consumer group's committed offsets from every master of a cluster
 //	topicRoute       a topic's route from the NameServer, as JSON
 //	topicList        the topics stored on the masters
 //	topicStatus      min/max offset and last store time of every queue of a topic

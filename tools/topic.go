@@ -182,3 +182,45 @@ func TopicList(ctx context.Context, w io.Writer, a *client.Admin, cluster string
 	}
 	return errs
 }
+
+// DeleteTopic deletes a topic from every master of cluster, then from every NameServer (mqadmin
+// deleteTopic -c CLUSTER -t TOPIC): its consume queues and every group's committed offsets of
+// it go on every member of each group, and its commit-log bytes with retention. It prints
+// mqadmin's lines, one per master and one for the NameServers; when a master fails the
+// NameServers are left alone (run the command again) and the error says so.
+func DeleteTopic(ctx context.Context, w io.Writer, a *client.Admin, cluster, topic string) error {
+	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
+		return err
+	}
+	if cluster == "" || strings.Contains(cluster, ":") {
+		return fmt.Errorf("-c %q: give the cluster name (clusterList lists them)", cluster)
+	}
+	brokers, nss, err := a.DeleteTopic(ctx, cluster, topic)
+	for _, b := range brokers {
+		fmt.Fprintf(w, "delete topic [%s] from broker [%s] success.\n", topic, b)
+	}
+	if len(brokers) > 0 && err == nil {
+		fmt.Fprintf(w, "delete topic [%s] from cluster [%s] success.\n", topic, cluster)
+	}
+	if len(nss) > 0 {
+		fmt.Fprintf(w, "delete topic [%s] from NameServer success.\n", topic)
+	}
+	return err
+}
+
+// DeleteSubGroup removes a consumer group's committed offsets of every topic from every master
+// of cluster (mqadmin deleteSubGroup -c CLUSTER -g GROUP); the slaves drop them at their next
+// offset sync. It prints mqadmin's line per master.
+func DeleteSubGroup(ctx context.Context, w io.Writer, a *client.Admin, cluster, group string) error {
+	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+		return err
+	}
+	if cluster == "" || strings.Contains(cluster, ":") {
+		return fmt.Errorf("-c %q: give the cluster name (clusterList lists them)", cluster)
+	}
+	done, err := a.DeleteSubGroup(ctx, cluster, group)
+	for _, b := range done {
+		fmt.Fprintf(w, "delete subscription group [%s] from broker [%s] in cluster [%s] success.\n", group, b, cluster)
+	}
+	return err
+}

@@ -55,12 +55,18 @@ const (
 	// faultDiskFull: one member's store (the master's two times in three) full to ENOSPC for
 	// the hold.
 	faultDiskFull faultKind = "disk-full"
+	// faultTopicChange: a scratch topic of the group (not the bench's) created, its queue count
+	// changed, or deleted (petrelctl updateTopic on the master, deleteTopic on the cluster);
+	// at the end every member's topic table must hold what was acknowledged. Nothing to hold
+	// or heal.
+	faultTopicChange faultKind = "topic-change"
 )
 
 // allKinds lists the kinds in the order reports use.
 var allKinds = []faultKind{
 	faultStop, faultPartitionMaster, faultPartitionSlave, faultPartitionBench, faultIsolateMaster,
 	faultKillMaster, faultKillSlave, faultKillMasterSlave, faultElect, faultNamesrvRestart, faultNsRestart, faultDiskFull,
+	faultTopicChange,
 }
 
 // kindNames returns the kinds' names.
@@ -266,6 +272,8 @@ func (h *harness) apply(ctx context.Context, c *cycle, ch choice) error {
 			mm.proc.note("chaos: electMaster -b %s -i %d (cycle %d)", c.g.name, id, c.n)
 		}
 		return err
+	case faultTopicChange:
+		return h.changeTopic(ctx, c, m, ch.pick)
 	case faultNamesrvRestart:
 		var parts []string
 		var errs []error

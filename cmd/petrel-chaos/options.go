@@ -179,12 +179,12 @@ var mixes = map[string]map[faultKind]int{
 	"stop-partition-heavy": {
 		faultStop: 4, faultPartitionMaster: 3, faultIsolateMaster: 3, faultPartitionSlave: 2,
 		faultPartitionBench: 2, faultKillMaster: 2, faultKillSlave: 1, faultKillMasterSlave: 1,
-		faultElect: 1, faultNamesrvRestart: 1, faultNsRestart: 1, faultDiskFull: 1,
+		faultElect: 1, faultNamesrvRestart: 1, faultNsRestart: 1, faultDiskFull: 1, faultTopicChange: 1,
 	},
 	"uniform": {
 		faultStop: 1, faultPartitionMaster: 1, faultIsolateMaster: 1, faultPartitionSlave: 1,
 		faultPartitionBench: 1, faultKillMaster: 1, faultKillSlave: 1, faultKillMasterSlave: 1,
-		faultElect: 1, faultNamesrvRestart: 1, faultNsRestart: 1, faultDiskFull: 1,
+		faultElect: 1, faultNamesrvRestart: 1, faultNsRestart: 1, faultDiskFull: 1, faultTopicChange: 1,
 	},
 	"kill-heavy": {
 		faultKillMaster: 4, faultKillSlave: 2, faultKillMasterSlave: 2, faultStop: 1,

@@ -31,7 +31,8 @@ import (
 type probeReq struct {
 	ID int64 `json:"id"`
 	// Op is "status" (HA status of Addrs, and the NameServer's cluster table), "checksum"
-	// (Addr's log from From to To) or "topicStats" (Topic's queues on every master).
+	// (Addr's log from From to To), "topicStats" (Topic's queues on every master) or "topics"
+	// (the topic table of each of Addrs).
 	Op        string   `json:"op"`
 	Addrs     []string `json:"addrs,omitempty"`
 	Addr      string   `json:"addr,omitempty"`
@@ -52,6 +53,8 @@ type probeResp struct {
 	ClusterErr string                        `json:"clusterErr,omitempty"`
 	Checksum   *protocol.LogChecksumResponse `json:"checksum,omitempty"`
 	TopicStats []client.BrokerTopicStats     `json:"topicStats,omitempty"`
+	// Topics holds, per address of a topics request, its topic table; HAErr why there is none.
+	Topics map[string][]protocol.TopicConfig `json:"topics,omitempty"`
 }
 
 func newProbeCommand() *cobra.Command {
@@ -150,6 +153,23 @@ func answer(ctx context.Context, a *client.Admin, req *probeReq) *probeResp {
 			resp.Err = err.Error()
 		}
 		resp.TopicStats = st
+	case "topics":
+		resp.Topics, resp.HAErr = map[string][]protocol.TopicConfig{}, map[string]string{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, addr := range req.Addrs {
+			wg.Go(func() {
+				l, err := a.AllTopicConfig(ctx, addr)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					resp.HAErr[addr] = err.Error()
+				} else {
+					resp.Topics[addr] = l.Topics
+				}
+			})
+		}
+		wg.Wait()
 	default:
 		resp.Err = fmt.Sprintf("unknown op %q", req.Op)
 	}

@@ -659,6 +659,7 @@ func (h *harness) finish(ctx context.Context) verdict {
 		h.printf("chaos: cluster healthy: %s\n", describeMasters(masters))
 	}
 	h.sample("the end")
+	h.topicDiffs = h.checkTopicTables(ctx, topicTablesTimeout)
 	// The bench ends its test phase on SIGINT, drains and writes its result.
 	sendStop := time.Now()
 	res := h.stopBench()
@@ -943,6 +944,17 @@ func (h *harness) report(res *benchResult, logs []logCheck, truncs []truncation,
 				why = " (its store was full: fail-stop)"
 			}
 			h.printf("  %s %s: %s%s\n", clock(e.at), e.name, e.err, why)
+		}
+	}
+	if len(h.scratch) > 0 {
+		h.printf("\n== topic tables (the scratch topics the topic-change faults left: %s)\n", h.describeScratch())
+		for _, d := range h.topicDiffs {
+			h.printf("  %s\n", d)
+		}
+		if len(h.topicDiffs) == 0 {
+			h.printf("  every member holds what was acknowledged\n")
+		} else {
+			reasons = append(reasons, fmt.Sprintf("%d topic table(s) differ from the acknowledged changes", len(h.topicDiffs)))
 		}
 	}
 	if len(problems) > 0 {

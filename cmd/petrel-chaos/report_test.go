@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/petrel-mq/petrel/protocol"
 )
 
 // brokerLog writes lines as a broker's slog text log, the n-th line at base+n seconds, and
@@ -250,5 +252,47 @@ func TestReportVerdict(t *testing.T) {
 	}
 	if v.pass {
 		t.Error("a FAIL run passed")
+	}
+}
+
+// TestTopicChanges: the topic-change fault's decisions and checks as tables.
+func TestTopicChanges(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cur  scratchTopic
+		pick uint64
+		want topicChange
+	}{
+		{"absent: created", scratchTopic{known: true}, 3, topicChange{queues: 4}},
+		{"unknown: created", scratchTopic{}, 7, topicChange{queues: 8}},
+		{"exists: deleted one time in three", scratchTopic{known: true, exists: true, queues: 2}, 0, topicChange{delete: true}},
+		{"exists: queue count changed", scratchTopic{known: true, exists: true, queues: 2}, 8 + 4, topicChange{queues: 5}},
+		{"exists: never the same count", scratchTopic{known: true, exists: true, queues: 5}, 8 + 4, topicChange{queues: 6}},
+		{"exists with 8: wraps to 1", scratchTopic{known: true, exists: true, queues: 8}, 8 + 7, topicChange{queues: 1}},
+	} {
+		if got := nextTopicChange(c.cur, c.pick); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	tc := func(q int32) protocol.TopicConfig {
+		return protocol.TopicConfig{Topic: "s", ReadQueueNums: q, WriteQueueNums: q, Perm: protocol.PermReadWrite}
+	}
+	other := protocol.TopicConfig{Topic: "other", ReadQueueNums: 1, WriteQueueNums: 1}
+	for _, c := range []struct {
+		name  string
+		want  scratchTopic
+		table []protocol.TopicConfig
+		ok    bool
+	}{
+		{"created and held", scratchTopic{known: true, exists: true, queues: 4}, []protocol.TopicConfig{other, tc(4)}, true},
+		{"created, missing", scratchTopic{known: true, exists: true, queues: 4}, []protocol.TopicConfig{other}, false},
+		{"changed, old count", scratchTopic{known: true, exists: true, queues: 4}, []protocol.TopicConfig{tc(2)}, false},
+		{"deleted, gone", scratchTopic{known: true}, []protocol.TopicConfig{other}, true},
+		{"deleted, still held", scratchTopic{known: true}, []protocol.TopicConfig{tc(4)}, false},
+		{"unknown: anything goes", scratchTopic{}, []protocol.TopicConfig{tc(3)}, true},
+	} {
+		if v := tableVerdict("s", c.want, c.table); (v == "") != c.ok {
+			t.Errorf("%s: verdict %q, want ok=%v", c.name, v, c.ok)
+		}
 	}
 }

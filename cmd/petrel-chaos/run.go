@@ -44,10 +44,15 @@ type harness struct {
 	filling *member
 	outMu   sync.Mutex
 
-	cycles    []*cycle
-	samples   []offsetSample
-	started   time.Time
-	benchFrom time.Time
+	cycles  []*cycle
+	samples []offsetSample
+	// scratch is, per group, what the topic-change faults left its scratch topic as, as far as
+	// acknowledged (runCycles only).
+	scratch map[string]scratchTopic
+	// topicDiffs are the members' topic tables that differ from scratch at the end (finish).
+	topicDiffs []string
+	started    time.Time
+	benchFrom  time.Time
 }
 
 // procExit is a process's end the harness did not cause.
@@ -354,7 +359,7 @@ func (h *harness) runCycles(ctx context.Context) {
 			c.g = h.groups[choice.group]
 			c.master = h.lastMasters[c.g.name]
 		}
-		if c.kind == faultElect {
+		if c.kind == faultElect || c.kind == faultTopicChange {
 			c.hold = 0
 		}
 		h.cycles = append(h.cycles, c)

@@ -2,6 +2,8 @@
 // short flags, and the same output.
 //
 //	petrelctl updateTopic (-n NAMESRV -c CLUSTER | -b BROKERADDR) -t TOPIC [-r 8] [-w 8] [-p 6]
+//	petrelctl deleteTopic -n NAMESRV -c CLUSTER -t TOPIC
+//	petrelctl deleteSubGroup -n NAMESRV -c CLUSTER -g GROUP
 //	petrelctl topicRoute -n NAMESRV -t TOPIC
 //	petrelctl topicList -n NAMESRV [-c CLUSTER]
 //	petrelctl topicStatus -n NAMESRV -t TOPIC
@@ -109,6 +111,8 @@ func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra
 	root.SetErr(stderr)
 	root.AddCommand(
 		updateTopicCommand(g),
+		deleteTopicCommand(g),
+		deleteSubGroupCommand(g),
 		topicRouteCommand(g),
 		topicListCommand(g),
 		topicStatusCommand(g),
@@ -142,6 +146,49 @@ func updateTopicCommand(g *globals) *cobra.Command {
 	_ = cmd.MarkFlagRequired("topic")
 	cmd.MarkFlagsOneRequired("brokerAddr", "clusterName")
 	cmd.MarkFlagsMutuallyExclusive("brokerAddr", "clusterName")
+	return cmd
+}
+
+func deleteTopicCommand(g *globals) *cobra.Command {
+	var topic, cluster string
+	cmd := &cobra.Command{
+		Use:   "deleteTopic",
+		Short: "Delete a topic from every master of a cluster, then from the NameServers",
+		Long: "Delete a topic from every master of a cluster, then from the NameServers (mqadmin deleteTopic).\n" +
+			"Each master writes a deletion record into its commit log, which removes the topic's consume queues at that\n" +
+			"position on every member of its group, then its config and every consumer group's offsets of it; the\n" +
+			"topic's bytes in the log go with retention. A topic of the same name created later starts empty.",
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.DeleteTopic(ctx, w, a, cluster, topic)
+	})
+	f := cmd.Flags()
+	f.StringVarP(&topic, "topic", "t", "", "topic name")
+	f.StringVarP(&cluster, "clusterName", "c", "", "delete the topic from every master of this cluster")
+	_ = cmd.MarkFlagRequired("topic")
+	_ = cmd.MarkFlagRequired("clusterName")
+	return cmd
+}
+
+func deleteSubGroupCommand(g *globals) *cobra.Command {
+	var group, cluster string
+	cmd := &cobra.Command{
+		Use:   "deleteSubGroup",
+		Short: "Remove a consumer group's committed offsets from every master of a cluster",
+		Long: "Remove a consumer group's committed offsets of every topic from every master of a cluster (mqadmin\n" +
+			"deleteSubGroup); the slaves drop them at their next offset sync. A member of the group still running commits\n" +
+			"again and brings the group back.",
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.DeleteSubGroup(ctx, w, a, cluster, group)
+	})
+	f := cmd.Flags()
+	f.StringVarP(&group, "groupName", "g", "", "consumer group")
+	f.StringVarP(&cluster, "clusterName", "c", "", "delete the group from every master of this cluster")
+	_ = cmd.MarkFlagRequired("groupName")
+	_ = cmd.MarkFlagRequired("clusterName")
 	return cmd
 }
 

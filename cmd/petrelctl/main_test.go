@@ -77,8 +77,12 @@ func TestErrors(t *testing.T) {
 			"petrelctl: electMaster: no NameServer address: use -n host:port[;host:port...] or set NAMESRV_ADDR\n"},
 		{"electMaster with an unreachable NameServer", "", []string{"electMaster", "-n", dead, "-b", "broker-a", "-i", "1", "--timeout", "1s"},
 			"petrelctl: electMaster: cannot get the cluster info: client: no NameServer answered: "},
-		{"unknown command", dead, []string{"deleteTopic"},
-			"petrelctl: unknown command \"deleteTopic\" for \"petrelctl\"\n"},
+		{"unknown command", dead, []string{"dropTopic"},
+			"petrelctl: unknown command \"dropTopic\" for \"petrelctl\"\n"},
+		{"deleteTopic without a cluster", dead, []string{"deleteTopic", "-t", "T"},
+			"petrelctl: deleteTopic: required flag(s) \"clusterName\" not set\n"},
+		{"deleteSubGroup without a group", dead, []string{"deleteSubGroup", "-c", "C"},
+			"petrelctl: deleteSubGroup: required flag(s) \"groupName\" not set\n"},
 	}
 	for _, c := range cases {
 		code, stdout, stderr := petrelctl(c.env, c.args...)
@@ -97,7 +101,7 @@ func TestHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, verb := range []string{"updateTopic", "topicRoute", "topicList", "topicStatus", "clusterList", "brokerStatus", "consumerProgress", "haStatus", "logChecksum", "electMaster"} {
+	for _, verb := range []string{"updateTopic", "deleteTopic", "deleteSubGroup", "topicRoute", "topicList", "topicStatus", "clusterList", "brokerStatus", "consumerProgress", "haStatus", "logChecksum", "electMaster"} {
 		if !strings.Contains(stdout, verb) {
 			t.Errorf("help lists no %s:\n%s", verb, stdout)
 		}
@@ -160,6 +164,18 @@ func TestCommands(t *testing.T) {
 	}
 	if code, stdout, stderr := petrelctl("", "updateTopic", "-b", addr, "-t", "CliTopic2", "-r", "1", "-w", "1"); code != 0 || !strings.HasPrefix(stdout, "create topic to "+addr+" success.\n") {
 		t.Errorf("updateTopic -b without a NameServer: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	// deleteTopic on the cluster, then the NameServer: the route goes.
+	if out, want := mustRun("deleteTopic", "-c", "DefaultCluster", "-t", "CliTopic2"), "delete topic [CliTopic2] from broker ["+addr+" (broker-a)] success.\n"+
+		"delete topic [CliTopic2] from cluster [DefaultCluster] success.\ndelete topic [CliTopic2] from NameServer success.\n"; out != want {
+		t.Errorf("deleteTopic printed %q, want %q", out, want)
+	}
+	if code, _, stderr := petrelctl(nsAddr, "topicRoute", "-t", "CliTopic2"); code != 1 || !strings.Contains(stderr, "TOPIC_NOT_EXIST") {
+		t.Errorf("topicRoute of a deleted topic: exit %d, stderr %q", code, stderr)
+	}
+	if out, want := mustRun("deleteSubGroup", "-c", "DefaultCluster", "-g", "NoSuchGroup"), "delete subscription group [NoSuchGroup] from broker ["+addr+" (broker-a)] in cluster [DefaultCluster] success.\n"; out != want {
+		t.Errorf("deleteSubGroup printed %q, want %q", out, want)
 	}
 
 	// A master without slaves.
