@@ -58,7 +58,9 @@ func haTestConfig(dir, role string, id int64) Config {
 func newHACluster(t *testing.T, masterRole string, slaves int, tweak func(*Config)) *haCluster {
 	t.Helper()
 	hc := &haCluster{t: t, dir: t.TempDir(), logs: &testutil.SyncBuffer{}, brokers: map[int64]*Broker{}, cfgs: map[int64]Config{}}
-	hc.ns = namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", Logger: hc.logger("namesrv")})
+	// Started before any broker, the NameServer has no registration period to wait out: it is
+	// ready at the first registration.
+	hc.ns = namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", RegistrationPeriod: time.Nanosecond, Logger: hc.logger("namesrv")})
 	if err := hc.ns.Start(); err != nil {
 		t.Fatal(err)
 	}
