@@ -842,7 +842,7 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 				errs = append(errs, fmt.Errorf("cannot commit offset %d of %s: %w", p.v, p.qs.mq, errors.Join(p.errs...)))
 				continue
 			}
-			if state != callRejected {
+			if state == callUnknown || state == callNotSent {
 				co.c.memberFailed(p.addr)
 			}
 			todo = append(todo, p)

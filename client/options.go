@@ -181,8 +181,11 @@ func WithReconnectBackoff(initial, max time.Duration) ClientOption {
 // WithReconnectBackoff), requests to it failing at once meanwhile. A request the broker holds
 // legitimately, a long-polling pull or a send a SYNC_MASTER acknowledges only once its slaves
 // have it, keeps a live connection: the probe's answer arrives. An interval of 0 or less turns
-// the probes off (then only a request that times out with nothing received since it was sent
-// closes its connection); a timeout of 0 or less keeps the default.
+// the probes off (then only a request that times out by its own timeout, WithRequestTimeout or
+// WithSendTimeout or a pull's, with nothing received since it was sent closes its connection);
+// a timeout of 0 or less keeps the default. Whether the probes are on or off, the end of a
+// caller's context never closes a connection: the request is forgotten and the connection,
+// shared with other callers, stays.
 func WithLivenessProbe(interval, timeout time.Duration) ClientOption {
 	return func(c *clientConfig) {
 		c.livenessInterval = max(interval, 0)

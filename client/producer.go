@@ -571,6 +571,10 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 		case callOK:
 			p.fault.succeeded(mq.BrokerName)
 			return res, nil
+		case callAbandoned:
+			// The caller gave up before the answer: the batch may be stored, and nothing is
+			// known of the broker, whose connection other sends share. No fault, no refresh.
+			return SendResult{}, fmt.Errorf("%w: send to %s (%s): %w", ErrUnknownOutcome, addr, mq, err)
 		case callUnknown:
 			// No answer: the master may hang or be gone, and the group may have a new one
 			// already. Refresh the route (rate-limited) so that the next sends follow it rather
