@@ -86,19 +86,20 @@ type routeSlot struct {
 }
 
 // New returns a Client for the NameServers given by WithNameServers (required unless
-// WithNoNameServer is given). It does no I/O:
-// connections are made on first use, so New succeeds while the cluster is down. ctx is only
-// checked for having ended.
+// WithNoNameServer is given). It does no I/O: connections are made on first use, so New
+// succeeds while the cluster is down. ctx is only checked for having ended. Errors: ctx's, or
+// one wrapping ErrInvalidOption for a missing NameServer list or an option given a value
+// outside its range (see ClientOption).
 func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	cfg := defaultClientConfig()
-	for _, o := range opts {
-		o(&cfg)
+	if err := apply(&cfg, &cfg.errs, "ClientOption", opts); err != nil {
+		return nil, err
 	}
 	if len(cfg.nameServers) == 0 && !cfg.noNameServer {
-		return nil, errors.New("client: no NameServer address: use WithNameServers(\"host:port;...\")")
+		return nil, fmt.Errorf("%w: no NameServer address: use WithNameServers(\"host:port;...\"), or WithNoNameServer", ErrInvalidOption)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	c := &Client{

@@ -128,17 +128,22 @@ type stickyChoice struct {
 }
 
 // NewProducer returns a producer sending through c. It starts no goroutine until SendAsync is
-// used. Close it before closing c (closing c closes it too).
+// used. Close it before closing c (closing c closes it too). Errors: ErrInvalidArgument for a
+// nil c; ErrInvalidOption for an option given a value outside its range (see ClientOption), or
+// a max message size that does not fit the client's frames; ErrClientClosed.
 func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: NewProducer: nil Client", ErrInvalidArgument)
+	}
 	cfg := defaultProducerConfig()
-	for _, o := range opts {
-		o(&cfg)
+	if err := apply(&cfg, &cfg.errs, "ProducerOption", opts); err != nil {
+		return nil, err
 	}
 	if limit := c.cfg.maxFrameSize - frameOverhead; cfg.maxBatchBytes > limit {
 		cfg.maxBatchBytes = limit
 	}
 	if cfg.maxMessageSize > c.cfg.maxFrameSize-frameOverhead {
-		return nil, fmt.Errorf("client: max message size %d does not fit a frame of %d bytes", cfg.maxMessageSize, c.cfg.maxFrameSize)
+		return nil, fmt.Errorf("%w: WithMaxMessageSize: %d bytes do not fit a frame of %d bytes (WithMaxFrameSize)", ErrInvalidOption, cfg.maxMessageSize, c.cfg.maxFrameSize)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Producer{
