@@ -260,8 +260,9 @@ func (co *Consumer) assignmentLocked() []MessageQueue {
 //
 // While no NameServer answers, or none is ready yet (ErrNameServerUnavailable), Run retries
 // with a backoff up to WithRetryDelay; when ctx ends or Close is called first it returns ctx's
-// error, or ErrConsumerClosed after Close, wrapped with the last failure. After any of these
-// errors the Consumer is as if Run had not been called, and Run may be called again.
+// error, or ErrConsumerClosed after Close, wrapped with the last failure. A Run that returned
+// one of these errors other than ErrConsumerClosed leaves the Consumer as if Run had not been
+// called: Run may be called again (once the topic exists, say).
 func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: Consumer.Run: nil Handler", ErrInvalidArgument)
