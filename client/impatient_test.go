@@ -41,8 +41,9 @@ func TestImpatientCallerLeavesOthersAlone(t *testing.T) {
 			var logs lockedBuffer
 			c := newTestClient(t, fc.Addr(), WithLivenessProbe(tc.probe, tc.probe),
 				WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-			p := newTestProducer(t, c)
-			ctx := testCtx(t, time.Minute)
+			// A send timeout that does not pass while the test holds the sends.
+			p := newTestProducer(t, c, WithSendTimeout(time.Hour))
+			ctx := testCtx(t, time.Hour)
 			msg := func() *Message { return &Message{Topic: "T", Body: []byte("x")} }
 			if _, err := p.SendSync(ctx, msg()); err != nil { // dials, fetches the route
 				t.Fatal(err)
