@@ -210,8 +210,9 @@ func TestConsumerRunWithoutRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// No NameServer answers: Run waits until its ctx ends, then says why.
-	dead := newTestClient(t, "127.0.0.1:1", WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	// No NameServer answers (nothing listens at its address): Run waits until its ctx ends,
+	// then says why.
+	dead := newTestClient(t, testutil.FreeAddrs(t, 1)[0], WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	waiting := newTestConsumer(t, dead, "G", "Later")
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
