@@ -52,9 +52,12 @@ func TestImpatientCallerLeavesOthersAlone(t *testing.T) {
 			before := c.Stats()
 
 			release := make(chan struct{})
+			releaseAll := sync.OnceFunc(func() { close(release) })
 			a.Control(protocol.CodeSendMessage, fakebroker.Hold(release))
 			errs := make([]error, 4)
 			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer releaseAll() // a failing test ends its held sends too
 			for i := range errs {
 				wg.Go(func() { _, errs[i] = p.SendSync(ctx, msg()) })
 			}
@@ -72,7 +75,7 @@ func TestImpatientCallerLeavesOthersAlone(t *testing.T) {
 			if !p.fault.empty() {
 				t.Fatal("the impatient caller's deadline put the group in fault backoff")
 			}
-			close(release)
+			releaseAll()
 			wg.Wait()
 			unknown := 0
 			for i, err := range errs {
