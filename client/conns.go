@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -399,6 +400,7 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 		if old != nil {
 			_ = old.Close() // already closed; this waits for its goroutines
 		}
+		begun := time.Now()
 		c, err := rpc.Dial(ctx, addr, p.opts)
 
 		pc.mu.Lock()
@@ -409,7 +411,7 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 				pc.mu.Unlock()
 				return cur, nil
 			}
-			if ctx.Err() == nil { // a failure of the address, not of the caller's patience
+			if dialFailed(ctx, err, begun, p.opts.DialTimeout) {
 				pc.lastErr = err
 				pc.nextDial = p.now().Add(pc.backoff)
 				pc.backoff = min(pc.backoff*2, p.maxBackoff)
@@ -420,6 +422,23 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 		p.dials.Add(1)
 		return p.installLocked(pc, c)
 	}
+}
+
+// dialFailed reports whether a dial that began at begun and failed with err is a failure of the
+// address, which puts it in the reconnect backoff (every request to it then fails at once),
+// rather than of its caller's patience, which must not: ctx ended, or its deadline, earlier
+// than the dial timeout would have, cut the dial short (the dial's timeout error may come just
+// before ctx reports its end). A refused or unreachable address, or a dial that ran out its own
+// dial timeout, is the address's failure.
+func dialFailed(ctx context.Context, err error, begun time.Time, dialTimeout time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var ne net.Error
+	if d, ok := ctx.Deadline(); ok && d.Before(begun.Add(dialTimeout)) && errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return true
 }
 
 // dialRecheck is how often a caller waiting for another's dial looks whether a connection was

@@ -83,8 +83,9 @@
 // before the request's own timeout) is abandoned (callAbandoned): forgotten by the connection
 // (rpc.Conn.Forget), its late answer dropped and counted (ClientStats.LateResponses), with no
 // conclusion drawn: the connection stays, the producer records no fault and refreshes no
-// route, and nothing is logged. Only a read or write error, the liveness check, or (probes off)
-// requestTimedOut closes a connection.
+// route, and nothing is logged; nor does a dial its caller's deadline cut short start the
+// address's reconnect backoff (dialFailed). Only a read or write error, the liveness check, or
+// (probes off) requestTimedOut closes a connection.
 //
 // Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
 // AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled

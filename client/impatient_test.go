@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,5 +173,38 @@ func TestImpatientCallerOnSyncFlushBroker(t *testing.T) {
 	}
 	if connTo(c, addr) != conn || c.Stats().DeadConnections != 0 {
 		t.Fatalf("the broker's connection was replaced; stats %+v\n%s", c.Stats(), logs.String())
+	}
+}
+
+// TestDialFailed: a dial cut short by its caller's ctx (ended, or a deadline earlier than the
+// dial timeout that the dial's timeout error reports) does not put the address in the reconnect
+// backoff; a refused dial, or one that ran out its own dial timeout, does.
+func TestDialFailed(t *testing.T) {
+	begun := time.Now()
+	const dialTimeout = time.Hour
+	timeout := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	short, cancelShort := context.WithDeadline(context.Background(), begun.Add(time.Minute))
+	defer cancelShort()
+	long, cancelLong := context.WithDeadline(context.Background(), begun.Add(2*time.Hour))
+	defer cancelLong()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"refused", context.Background(), refused, true},
+		{"own dial timeout", context.Background(), timeout, true},
+		{"own dial timeout under a longer ctx", long, timeout, true},
+		{"cut by the caller's earlier deadline", short, timeout, false},
+		{"refused within the caller's short deadline", short, refused, true},
+		{"caller cancelled", cancelled, refused, false},
+	} {
+		if got := dialFailed(tc.ctx, tc.err, begun, dialTimeout); got != tc.want {
+			t.Errorf("%s: dialFailed %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
