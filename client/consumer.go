@@ -339,14 +339,19 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 func (co *Consumer) waitRoute(ctx context.Context) (*topicRoute, error) {
 	backoff := 50 * time.Millisecond
 	var warned ratelog.Limiter
+	var last error // the last failure not caused by ctx's end
 	for {
 		route, err := co.c.route(ctx, co.topic)
 		if err == nil {
 			return route, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, fmt.Errorf("%w: the route of topic %q is not known yet (last error: %w)", cerr, co.topic, err)
+			if last == nil {
+				last = err
+			}
+			return nil, fmt.Errorf("%w: the route of topic %q is not known yet (last error: %w)", cerr, co.topic, last)
 		}
+		last = err
 		if !routeRetriable(err) {
 			return nil, fmt.Errorf("client: consumer of topic %q for group %q: %w", co.topic, co.group, err)
 		}
