@@ -22,8 +22,60 @@ type Admin struct {
 	c *Client
 }
 
-// NewAdmin returns an Admin using c's NameServers and connections.
+// NewAdmin returns an Admin using c's NameServers and connections. The methods of an Admin made
+// from a nil c return errors wrapping ErrInvalidArgument.
 func NewAdmin(c *Client) *Admin { return &Admin{c: c} }
+
+// args returns nil when the Admin has a Client and every check passed (nil), else the first
+// failure, naming the method what. The checks are argument checks (argAddr, argQueue,
+// protocol.ValidateTopic...): a call that fails them sends nothing.
+func (a *Admin) args(what string, checks ...error) error {
+	if a == nil || a.c == nil {
+		return fmt.Errorf("%w: Admin.%s: the Admin has no Client (NewAdmin(nil))", ErrInvalidArgument, what)
+	}
+	for _, err := range checks {
+		if err != nil {
+			return fmt.Errorf("Admin.%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// argAddr checks a broker address argument: host:port.
+func argAddr(addr string) error {
+	if err := checkAddr(addr); err != nil {
+		return fmt.Errorf("%w: broker %v", ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// argQueue checks a queue id argument: not negative.
+func argQueue(queueID int32) error {
+	if queueID < 0 {
+		return fmt.Errorf("%w: queue id %d is negative", ErrInvalidArgument, queueID)
+	}
+	return nil
+}
+
+// argOffset checks a queue offset argument: not negative.
+func argOffset(offset int64) error {
+	if offset < 0 {
+		return fmt.Errorf("%w: offset %d is negative", ErrInvalidArgument, offset)
+	}
+	return nil
+}
+
+// argTopic and argGroup check a topic or consumer group name (ErrTopicInvalid, ErrGroupInvalid).
+func argTopic(topic string) error { return protocol.ValidateTopic([]byte(topic)) }
+func argGroup(group string) error { return protocol.ValidateGroup([]byte(group)) }
+
+// argOptionalTopic is argTopic for a topic that may be "" (every topic).
+func argOptionalTopic(topic string) error {
+	if topic == "" {
+		return nil
+	}
+	return argTopic(topic)
+}
 
 // BrokerTarget is a broker group's master, as Admin fans a request out to.
 type BrokerTarget struct {
@@ -47,15 +99,29 @@ func (t BrokerTarget) String() string {
 // the NameServer's cluster table). It returns the masters it created the topic on; with a
 // cluster, errors of single brokers are joined and the others still get the topic. Brokers
 // announce the topic to the NameServers at their next registration (see WaitTopicRoute).
+// Errors before anything is sent: ErrTopicInvalid; ErrInvalidArgument for an empty target, a
+// malformed address, queue counts that are not positive, or a permission other than 0 (read and
+// write), PermRead, PermWrite or PermReadWrite.
 func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.TopicConfig) ([]BrokerTarget, error) {
-	if err := protocol.ValidateTopic([]byte(cfg.Topic)); err != nil {
-		return nil, err
+	var targetErr, countErr, permErr error
+	switch {
+	case target == "":
+		targetErr = fmt.Errorf("%w: no target: give a broker address (host:port) or a cluster name", ErrInvalidArgument)
+	case strings.Contains(target, ":"):
+		targetErr = argAddr(target)
 	}
 	if cfg.ReadQueueNums <= 0 || cfg.WriteQueueNums <= 0 {
-		return nil, fmt.Errorf("client: topic %q: queue counts must be positive (read %d, write %d)", cfg.Topic, cfg.ReadQueueNums, cfg.WriteQueueNums)
+		countErr = fmt.Errorf("%w: topic %q: queue counts must be positive (read %d, write %d)", ErrInvalidArgument, cfg.Topic, cfg.ReadQueueNums, cfg.WriteQueueNums)
 	}
-	if cfg.Perm == 0 {
+	switch cfg.Perm {
+	case 0:
 		cfg.Perm = protocol.PermReadWrite
+	case protocol.PermRead, protocol.PermWrite, protocol.PermReadWrite:
+	default:
+		permErr = fmt.Errorf("%w: topic %q: permission %d is not %d (read), %d (write) or %d (both)", ErrInvalidArgument, cfg.Topic, cfg.Perm, protocol.PermRead, protocol.PermWrite, protocol.PermReadWrite)
+	}
+	if err := a.args("CreateTopic", argTopic(cfg.Topic), targetErr, countErr, permErr); err != nil {
+		return nil, err
 	}
 	var targets []BrokerTarget
 	if strings.Contains(target, ":") {
@@ -144,6 +210,9 @@ func (a *Admin) DeleteSubGroup(ctx context.Context, cluster, group string) ([]Br
 // ClusterMasters returns the master of every broker group of cluster ("" for every cluster),
 // sorted by broker name. Groups without a live master are left out; none at all is an error.
 func (a *Admin) ClusterMasters(ctx context.Context, cluster string) ([]BrokerTarget, error) {
+	if err := a.args("ClusterMasters"); err != nil {
+		return nil, err
+	}
 	ci, err := a.c.clusterInfo(ctx)
 	if err != nil {
 		return nil, err
@@ -171,7 +240,7 @@ func (a *Admin) ClusterMasters(ctx context.Context, cluster string) ([]BrokerTar
 // TopicRoute asks a NameServer for the topic's route now (bypassing the client's cache, which it
 // updates). errors.Is(err, ErrTopicNotExist) when no broker serves the topic.
 func (a *Admin) TopicRoute(ctx context.Context, topic string) (*protocol.TopicRouteData, error) {
-	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
+	if err := a.args("TopicRoute", argTopic(topic)); err != nil {
 		return nil, err
 	}
 	var data protocol.TopicRouteData
@@ -184,8 +253,17 @@ func (a *Admin) TopicRoute(ctx context.Context, topic string) (*protocol.TopicRo
 
 // WaitTopicRoute polls the NameServer until the topic's route lists at least groups broker
 // groups with a master and write permission, or ctx ends. It is what a caller does after
-// CreateTopic before producing, since brokers register new topics asynchronously.
+// CreateTopic before producing, since brokers register new topics asynchronously. Errors:
+// ErrTopicInvalid, ErrInvalidArgument for groups below 1, or ctx's error wrapped with the last
+// reason to wait.
 func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, groups int) error {
+	var groupsErr error
+	if groups < 1 {
+		groupsErr = fmt.Errorf("%w: %d broker groups to wait for: want at least 1", ErrInvalidArgument, groups)
+	}
+	if err := a.args("WaitTopicRoute", argTopic(topic), groupsErr); err != nil {
+		return err
+	}
 	for {
 		r, err := a.TopicRoute(ctx, topic)
 		if err == nil {
@@ -214,6 +292,9 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, groups int) er
 // ClusterInfo returns the NameServer's cluster table: broker groups and their members, and the
 // groups of each cluster.
 func (a *Admin) ClusterInfo(ctx context.Context) (*protocol.ClusterInfo, error) {
+	if err := a.args("ClusterInfo"); err != nil {
+		return nil, err
+	}
 	return a.c.clusterInfo(ctx)
 }
 
@@ -260,7 +341,7 @@ type BrokerConsumeStats struct {
 // master serving topic, or from every master of every cluster when topic is "". Errors of single
 // brokers are joined.
 func (a *Admin) ConsumeStats(ctx context.Context, group, topic string) ([]BrokerConsumeStats, error) {
-	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+	if err := a.args("ConsumeStats", argGroup(group), argOptionalTopic(topic)); err != nil {
 		return nil, err
 	}
 	targets, err := a.topicMasters(ctx, topic)
@@ -287,7 +368,7 @@ func (a *Admin) ConsumeStats(ctx context.Context, group, topic string) ([]Broker
 // the others gave are still returned. Which member pulls which queue is decided by the members
 // themselves and known to no broker.
 func (a *Admin) ConsumerClients(ctx context.Context, group, topic string) ([]string, error) {
-	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+	if err := a.args("ConsumerClients", argGroup(group), argOptionalTopic(topic)); err != nil {
 		return nil, err
 	}
 	targets, err := a.topicMasters(ctx, topic)
@@ -335,6 +416,9 @@ func routeMasters(data *protocol.TopicRouteData) []BrokerTarget {
 
 // BrokerRuntimeInfo returns the broker's runtime statistics (RocketMQ's brokerStatus table).
 func (a *Admin) BrokerRuntimeInfo(ctx context.Context, addr string) (*protocol.KVTable, error) {
+	if err := a.args("BrokerRuntimeInfo", argAddr(addr)); err != nil {
+		return nil, err
+	}
 	var kv protocol.KVTable
 	if err := a.c.callAddr(ctx, addr, protocol.CodeGetBrokerRuntimeInfo, nil, nil, nil, &kv); err != nil {
 		return nil, fmt.Errorf("cannot get the runtime info of %s: %w", addr, err)
@@ -344,6 +428,9 @@ func (a *Admin) BrokerRuntimeInfo(ctx context.Context, addr string) (*protocol.K
 
 // AllTopicConfig returns the topic configs stored on the broker at addr.
 func (a *Admin) AllTopicConfig(ctx context.Context, addr string) (*protocol.TopicConfigList, error) {
+	if err := a.args("AllTopicConfig", argAddr(addr)); err != nil {
+		return nil, err
+	}
 	var l protocol.TopicConfigList
 	if err := a.c.callAddr(ctx, addr, protocol.CodeGetAllTopicConfig, nil, nil, nil, &l); err != nil {
 		return nil, fmt.Errorf("cannot get the topic configs of %s: %w", addr, err)
@@ -353,23 +440,35 @@ func (a *Admin) AllTopicConfig(ctx context.Context, addr string) (*protocol.Topi
 
 // MinOffset returns the oldest queue offset still stored in the queue on the broker.
 func (a *Admin) MinOffset(ctx context.Context, brokerAddr, topic string, queueID int32) (int64, error) {
+	if err := a.args("MinOffset", argAddr(brokerAddr), argTopic(topic), argQueue(queueID)); err != nil {
+		return 0, err
+	}
 	return a.offset(ctx, protocol.CodeGetMinOffset, brokerAddr, &protocol.QueueHeader{Topic: topic, QueueID: queueID})
 }
 
 // MaxOffset returns the queue's max offset on the broker: the offset the next message will get.
 func (a *Admin) MaxOffset(ctx context.Context, brokerAddr, topic string, queueID int32) (int64, error) {
+	if err := a.args("MaxOffset", argAddr(brokerAddr), argTopic(topic), argQueue(queueID)); err != nil {
+		return 0, err
+	}
 	return a.offset(ctx, protocol.CodeGetMaxOffset, brokerAddr, &protocol.QueueHeader{Topic: topic, QueueID: queueID})
 }
 
 // QueryConsumerOffset returns the group's committed offset of the queue on the broker;
 // errors.Is(err, ErrQueryNotFound) when the group has none.
 func (a *Admin) QueryConsumerOffset(ctx context.Context, brokerAddr, group, topic string, queueID int32) (int64, error) {
+	if err := a.args("QueryConsumerOffset", argAddr(brokerAddr), argGroup(group), argTopic(topic), argQueue(queueID)); err != nil {
+		return 0, err
+	}
 	return a.offset(ctx, protocol.CodeQueryConsumerOffset, brokerAddr, &protocol.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: queueID})
 }
 
 // UpdateConsumerOffset commits offset as the group's offset of the queue on the broker (the
 // broker decides whether it may move backwards; the Consumer never asks it to).
 func (a *Admin) UpdateConsumerOffset(ctx context.Context, brokerAddr, group, topic string, queueID int32, offset int64) error {
+	if err := a.args("UpdateConsumerOffset", argAddr(brokerAddr), argGroup(group), argTopic(topic), argQueue(queueID), argOffset(offset)); err != nil {
+		return err
+	}
 	h := protocol.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: queueID, Offset: offset}
 	if err := a.c.callAddr(ctx, brokerAddr, protocol.CodeUpdateConsumerOffset, &h, nil, nil, nil); err != nil {
 		return fmt.Errorf("cannot update the offset of %s on %s#%d at %s: %w", group, topic, queueID, brokerAddr, err)
@@ -389,6 +488,9 @@ func (a *Admin) offset(ctx context.Context, code protocol.RequestCode, addr stri
 // log bounds, epoch and confirmed offset; a master lists its slaves (acknowledged offset, lag
 // in bytes and time, in-sync, compression), a slave describes its link to the master.
 func (a *Admin) HAStatus(ctx context.Context, addr string) (*protocol.HAStatus, error) {
+	if err := a.args("HAStatus", argAddr(addr)); err != nil {
+		return nil, err
+	}
 	var st protocol.HAStatus
 	if err := a.c.callAddr(ctx, addr, protocol.CodeGetHAStatus, nil, nil, nil, &st); err != nil {
 		return nil, fmt.Errorf("cannot get the HA status of %s: %w", addr, err)
@@ -399,7 +501,15 @@ func (a *Admin) HAStatus(ctx context.Context, addr string) (*protocol.HAStatus, 
 // LogChecksum returns the SHA-256 of the commit log of the broker at addr over the physical
 // offsets [from, to) (from -1: the log's min offset; to -1: its end), with the range the broker
 // covered. Replicas of a group hold byte-identical logs, so equal ranges give equal checksums.
+// A bound below -1, or to below from, is ErrInvalidArgument.
 func (a *Admin) LogChecksum(ctx context.Context, addr string, from, to int64) (*protocol.LogChecksumResponse, error) {
+	var rangeErr error
+	if from < -1 || to < -1 || (from >= 0 && to >= 0 && to < from) {
+		rangeErr = fmt.Errorf("%w: log range [%d, %d)", ErrInvalidArgument, from, to)
+	}
+	if err := a.args("LogChecksum", argAddr(addr), rangeErr); err != nil {
+		return nil, err
+	}
 	var resp protocol.LogChecksumResponse
 	if err := a.c.callAddr(ctx, addr, protocol.CodeGetLogChecksum, &protocol.LogChecksumRequest{From: from, To: to}, nil, &resp, nil); err != nil {
 		return nil, fmt.Errorf("cannot get the log checksum of %s: %w", addr, err)
@@ -409,6 +519,9 @@ func (a *Admin) LogChecksum(ctx context.Context, addr string, from, to int64) (*
 
 // AllConsumerOffsets returns every consumer offset committed on the broker at addr.
 func (a *Admin) AllConsumerOffsets(ctx context.Context, addr string) (*protocol.ConsumerOffsetTable, error) {
+	if err := a.args("AllConsumerOffsets", argAddr(addr)); err != nil {
+		return nil, err
+	}
 	var t protocol.ConsumerOffsetTable
 	if err := a.c.callAddr(ctx, addr, protocol.CodeGetAllConsumerOffset, nil, nil, nil, &t); err != nil {
 		return nil, fmt.Errorf("cannot get the consumer offsets of %s: %w", addr, err)
@@ -474,11 +587,15 @@ func (a *Admin) TopicStatsFrom(ctx context.Context, topic string, brokerIDs ...i
 // timeout like every Admin call.
 func (a *Admin) ElectMaster(ctx context.Context, brokerName string, brokerID int64) (protocol.ElectMasterResponse, error) {
 	var resp protocol.ElectMasterResponse
+	var nameErr, idErr error
 	if brokerName == "" {
-		return resp, errors.New("client: electMaster: no broker name")
+		nameErr = fmt.Errorf("%w: no broker name", ErrInvalidArgument)
 	}
 	if brokerID < 0 {
-		return resp, fmt.Errorf("client: electMaster: brokerId %d is negative", brokerID)
+		idErr = fmt.Errorf("%w: brokerId %d is negative", ErrInvalidArgument, brokerID)
+	}
+	if err := a.args("ElectMaster", nameErr, idErr); err != nil {
+		return resp, err
 	}
 	ci, err := a.c.clusterInfo(ctx)
 	if err != nil {

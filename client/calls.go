@@ -22,8 +22,14 @@ const (
 	// callNotSent: the request was never written (closed connection, too many in flight,
 	// frame too large): a definite failure.
 	callNotSent
-	// callUnknown: the request was (or may have been) written and no answer came.
+	// callUnknown: the request was (or may have been) written and no answer came: its
+	// connection failed, or the request's own timeout passed.
 	callUnknown
+	// callAbandoned: the request was written and its caller gave up (its ctx ended, by
+	// cancellation or by a deadline at or before the request's own) before the answer came.
+	// The outcome is unknown, as for callUnknown, but it tells nothing of the broker or the
+	// connection: the request is forgotten, its late answer dropped, and nothing else changes.
+	callAbandoned
 )
 
 // pendingCall is one request sent with rpc.Conn.CallAsync, awaited with a context and a
@@ -34,15 +40,12 @@ type pendingCall struct {
 	pool   *connPool
 	conn   *rpc.Conn
 	id     uint32
-	sentAt time.Time // when the request was queued on conn
-	// longPoll marks a pull, which the broker may hold for its poll timeout: only the wait's
-	// own deadline, not ctx's, says it timed out.
-	longPoll bool
-	done     chan struct{} // receives one value when the callback has run
-	resp     *rpc.Response
-	err      error
-	cb       rpc.Callback // complete, bound once so CallAsync gets no new closure
-	timer    *time.Timer
+	sentAt time.Time     // when the request was queued on conn
+	done   chan struct{} // receives one value when the callback has run
+	resp   *rpc.Response
+	err    error
+	cb     rpc.Callback // complete, bound once so CallAsync gets no new closure
+	timer  *time.Timer
 }
 
 var pendingPool = sync.Pool{New: func() any {
@@ -68,17 +71,22 @@ func (cp *connPool) startCall(conn *rpc.Conn, code protocol.RequestCode, h proto
 func (cp *connPool) startCallAt(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte, now time.Time) *pendingCall {
 	p := pendingPool.Get().(*pendingCall)
 	p.pool, p.conn = cp, conn
-	p.sentAt, p.longPoll = now, code == protocol.CodePullMessage
+	p.sentAt = now
 	// CallAsync returns 0 when it did not send the request; the callback then already ran.
 	p.id = conn.CallAsync(code, h, body, p.cb)
 	return p
 }
 
-// wait waits for the response until ctx ends or deadline passes (zero: no deadline) and
-// recycles p. The caller owns a returned response and must Release it. On callUnknown the error
-// says why the wait ended; on callRejected it is the *protocol.Error. A request that times out
-// (deadline passes, or ctx's deadline for any request but a long-polling pull) with nothing
-// received on its connection since it was sent closes the connection (connPool.closeIfSilent).
+// wait waits for the response until ctx ends or deadline, the request's own timeout, passes
+// (zero: none), and recycles p. The caller owns a returned response and must Release it. On
+// callUnknown and callAbandoned the error says why the wait ended; on callRejected it is the
+// *protocol.Error.
+//
+// The end of ctx is the caller giving up (callAbandoned): the request is forgotten and nothing
+// is concluded about its connection, which other callers' requests share. A deadline of ctx
+// at or before deadline is the caller's too, whichever timer fires first. Only the request's
+// own timeout makes it callUnknown, and closes the connection when nothing was received on it
+// since the request was sent and the liveness probes are off (connPool.requestTimedOut).
 func (p *pendingCall) wait(ctx context.Context, deadline time.Time) (*rpc.Response, callState, error) {
 	defer p.recycle()
 	if p.id == 0 {
@@ -95,22 +103,25 @@ func (p *pendingCall) wait(ctx context.Context, deadline time.Time) (*rpc.Respon
 	case <-p.done:
 		return p.result()
 	case <-ctx.Done():
-		// A pull's ctx ends with the consumer (Run's ctx may have a deadline) while the broker
-		// rightly holds it: that is no timeout of the request.
-		return p.abandon(ctx.Err(), errors.Is(ctx.Err(), context.DeadlineExceeded) && !p.longPoll)
+		return p.abandon(ctx.Err(), false)
 	case <-timeout:
+		if cd, ok := ctx.Deadline(); ok && !cd.After(deadline) {
+			return p.abandon(context.DeadlineExceeded, false) // the caller's deadline
+		}
 		return p.abandon(context.DeadlineExceeded, true)
 	}
 }
 
-// abandon ends a wait that gave up for why (ctx's error, or DeadlineExceeded for deadline);
-// timedOut says the request itself timed out.
+// abandon ends a wait that gave up for why (ctx's error, or DeadlineExceeded); timedOut says
+// the request's own timeout passed, rather than the caller giving up.
 func (p *pendingCall) abandon(why error, timedOut bool) (*rpc.Response, callState, error) {
 	if p.conn.Forget(p.id) {
 		if timedOut {
-			p.pool.closeIfSilent(p.conn, p.sentAt)
+			p.pool.requestTimedOut(p.conn, p.sentAt)
+			return nil, callUnknown, fmt.Errorf("no response from %s in time: %w", p.conn.Addr(), why)
 		}
-		return nil, callUnknown, fmt.Errorf("no response from %s: %w", p.conn.Addr(), why)
+		p.pool.abandoned.Add(1)
+		return nil, callAbandoned, fmt.Errorf("gave up waiting for the response from %s: %w", p.conn.Addr(), why)
 	}
 	<-p.done // the answer raced with the end of the wait: the callback has run or is running
 	return p.result()
@@ -132,6 +143,6 @@ func (p *pendingCall) result() (*rpc.Response, callState, error) {
 }
 
 func (p *pendingCall) recycle() {
-	p.pool, p.conn, p.id, p.sentAt, p.longPoll, p.resp, p.err = nil, nil, 0, time.Time{}, false, nil, nil
+	p.pool, p.conn, p.id, p.sentAt, p.resp, p.err = nil, nil, 0, time.Time{}, nil, nil
 	pendingPool.Put(p)
 }

@@ -35,9 +35,12 @@ const minForcedRefreshGap = 100 * time.Millisecond
 // 100 ms per topic, after a send or pull error. A connection that breaks is dialled again on
 // next use, with a backoff after a failed dial, so the client survives a broker restart; a
 // connection on which requests wait and nothing arrives, not even the answer to a liveness
-// probe, is closed and replaced (WithLivenessProbe), as is one on which a request timed out with
-// nothing received since; a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so
-// it can drain and stop.
+// probe, is closed and replaced (WithLivenessProbe; with the probes off, one on which a request
+// timed out by its own timeout with nothing received since); a broker that answers SHUTTING_DOWN
+// is sent nothing for a backoff, so it can drain and stop. A connection is shared by every
+// request to its address: a request whose caller's context ends is forgotten (its outcome is
+// unknown to the caller, its late answer dropped) and never closes the connection or puts the
+// broker in a backoff, so one impatient caller cannot fail the requests of the others.
 type Client struct {
 	cfg  clientConfig
 	log  *slog.Logger
@@ -83,19 +86,20 @@ type routeSlot struct {
 }
 
 // New returns a Client for the NameServers given by WithNameServers (required unless
-// WithNoNameServer is given). It does no I/O:
-// connections are made on first use, so New succeeds while the cluster is down. ctx is only
-// checked for having ended.
+// WithNoNameServer is given). It does no I/O: connections are made on first use, so New
+// succeeds while the cluster is down. ctx is only checked for having ended. Errors: ctx's, or
+// one wrapping ErrInvalidOption for a missing NameServer list or an option given a value
+// outside its range (see ClientOption).
 func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	cfg := defaultClientConfig()
-	for _, o := range opts {
-		o(&cfg)
+	if err := apply(&cfg, &cfg.errs, "ClientOption", opts); err != nil {
+		return nil, err
 	}
 	if len(cfg.nameServers) == 0 && !cfg.noNameServer {
-		return nil, errors.New("client: no NameServer address: use WithNameServers(\"host:port;...\")")
+		return nil, fmt.Errorf("%w: no NameServer address: use WithNameServers(\"host:port;...\"), or WithNoNameServer", ErrInvalidOption)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
@@ -143,6 +147,38 @@ func (c *Client) Close() error {
 	c.wg.Wait()
 	c.pool.close()
 	return nil
+}
+
+// ClientStats are a Client's connection counters since New, over every broker and NameServer
+// address.
+type ClientStats struct {
+	// Dials counts the connections established.
+	Dials int64
+	// DeadConnections counts the connections the client closed as dead: requests waited on
+	// them and nothing arrived, not even the answer to a liveness probe (with the probes off: a
+	// request timed out by its own timeout with nothing received since it was sent). The end of
+	// a caller's context never closes a connection.
+	DeadConnections int64
+	// Abandoned counts the requests whose caller's context ended before the answer: each was
+	// forgotten, its outcome unknown to the caller (ErrUnknownOutcome for a send).
+	Abandoned int64
+	// LateResponses counts the answers that arrived after their request was forgotten (its
+	// caller gave up, or it timed out) and were dropped.
+	LateResponses int64
+	// Probes counts the liveness probes sent (see WithLivenessProbe).
+	Probes int64
+}
+
+// Stats returns the client's connection counters. It does no I/O.
+func (c *Client) Stats() ClientStats {
+	p := c.pool
+	return ClientStats{
+		Dials:           p.dials.Load(),
+		DeadConnections: p.deadConns.Load(),
+		Abandoned:       p.abandoned.Load(),
+		LateResponses:   p.lateResponses.Load(),
+		Probes:          p.probesSent.Load(),
+	}
 }
 
 func (c *Client) addUser(u clientUser) error {
@@ -321,15 +357,18 @@ func (c *Client) refreshLoop() {
 // callAddr sends a request to addr and decodes the success response (either target may be
 // nil). The call, dial included, is bounded by the request timeout, or by ctx's deadline when
 // it is earlier: a long ctx never lifts the per-request timeout. A non-success answer is
-// returned as the *protocol.Error.
+// returned as the *protocol.Error. The end of ctx is the caller giving up, which leaves the
+// shared connection alone; only the request timeout counts as the request timing out (see
+// pendingCall.wait).
 func (c *Client) callAddr(ctx context.Context, addr string, code protocol.RequestCode, h protocol.Header, body []byte, respHdr, respBody interface{ ReadFrom([]byte) error }) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+	deadline := time.Now().Add(c.cfg.requestTimeout)
+	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	conn, err := c.pool.get(ctx, addr)
+	conn, err := c.pool.get(dctx, addr)
 	if err != nil {
 		return err
 	}
-	resp, state, err := c.pool.startCall(conn, code, h, body).wait(ctx, time.Time{})
+	resp, state, err := c.pool.startCall(conn, code, h, body).wait(ctx, deadline)
 	switch state {
 	case callOK:
 	case callRejected:

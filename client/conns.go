@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,11 +17,18 @@ import (
 
 // connPool keeps one rpc.Conn per address. A connection that closed (the broker restarted, the
 // network failed) is replaced by a new dial on next use; after a failed dial the address is
-// given a backoff during which get fails at once, so a dead broker costs callers nothing. A
-// connection that stays silent through a request's timeout is closed (closeIfSilent), so it is
-// replaced too. An address whose server answered SHUTTING_DOWN gets the same kind of backoff
-// (shuttingDown) while its connection stays open: a stopping broker waits for its clients to go
-// quiet before it closes their connections, and requests sent meanwhile would only be refused.
+// given a backoff during which get fails at once, so a dead broker costs callers nothing. An
+// address whose server answered SHUTTING_DOWN gets the same kind of backoff (shuttingDown)
+// while its connection stays open: a stopping broker waits for its clients to go quiet before
+// it closes their connections, and requests sent meanwhile would only be refused.
+//
+// A connection is shared by every request to its address, so it is closed only when it is
+// dead, never because one request's caller gave up: its reader or writer failed (rpc.Conn
+// closes itself), or requests waited on it and nothing at all arrived for the liveness
+// interval and the probe timeout after it (watch), or, with the probes off, a request timed out
+// by its own timeout with nothing received since it was sent (requestTimedOut). A request whose
+// caller's ctx ended is forgotten (rpc.Conn.Forget) and its late answer dropped (counted in
+// lateResponses).
 //
 // Liveness: a goroutine (watch) looks at every connection a few times per liveness interval. A
 // connection on which requests are waiting and nothing has been received for the interval gets
@@ -42,9 +50,15 @@ type connPool struct {
 	conns  map[string]*poolConn
 	closed bool
 
-	stop       chan struct{} // closed by close: the watch goroutine returns
-	wg         sync.WaitGroup
-	probesSent atomic.Int64 // liveness probes sent, over all connections
+	stop chan struct{} // closed by close: the watch goroutine returns
+	wg   sync.WaitGroup
+
+	// Counters over all connections (ClientStats).
+	probesSent    atomic.Int64 // liveness probes sent
+	dials         atomic.Int64 // connections established (dials that succeeded)
+	deadConns     atomic.Int64 // connections closed as dead (declareDead, requestTimedOut)
+	abandoned     atomic.Int64 // requests forgotten because their caller gave up
+	lateResponses atomic.Int64 // answers that came after their request was forgotten, dropped
 }
 
 // livenessConfig tunes the pool's liveness check; silence <= 0 turns it off, and a probe
@@ -96,6 +110,7 @@ func newConnPool(opts rpc.Options, backoff, maxBackoff time.Duration, live liven
 		conns:      make(map[string]*poolConn),
 		stop:       make(chan struct{}),
 	}
+	p.opts.LateResponses = &p.lateResponses
 	if live.silence > 0 {
 		p.wg.Add(1)
 		go p.watch()
@@ -133,6 +148,7 @@ func (p *connPool) reachable(ctx context.Context, addr string) error {
 		if err != nil {
 			return err
 		}
+		p.dials.Add(1)
 		pc.mu.Lock()
 		if c, err = p.installLocked(pc, nc); err != nil {
 			return err
@@ -241,6 +257,7 @@ func (p *connPool) declareDead(pc *poolConn, c *rpc.Conn, last time.Time) {
 	if !c.Abort(errConnHung) {
 		return
 	}
+	p.deadConns.Add(1)
 	pc.mu.Lock()
 	pc.lastErr = errConnHung
 	pc.nextDial = p.now().Add(pc.backoff)
@@ -265,23 +282,29 @@ func latest(ts ...time.Time) time.Time {
 	return l
 }
 
-// errSilentConn is the cause a connection closed by closeIfSilent reports.
+// errSilentConn is the cause a connection closed by requestTimedOut reports.
 var errSilentConn = errors.New("client: a request timed out and nothing was received on the connection since it was sent")
 
-// closeIfSilent closes c, whose request sent at sentAt has just timed out, when nothing at all
-// was received on c since then: the connection is presumably dead (open, but nobody serves it: a
-// hung server, or a connection accepted by a listener that was closing), and every later request
-// on it would time out too. Closing it makes get dial a new one on next use; the other calls
-// waiting on it fail with an unknown outcome. A connection that received anything since, a late
-// answer included, is kept: its server is alive, only slow. RocketMQ's client likewise closes a
-// channel whose request timed out (clientCloseSocketIfTimeout). One Warn line is logged per
-// connection closed.
-func (p *connPool) closeIfSilent(c *rpc.Conn, sentAt time.Time) {
+// requestTimedOut is told that a request sent on c at sentAt has just timed out by its own
+// timeout (not its caller's ctx). With the liveness probes on it does nothing: the watch
+// goroutine alone judges whether c is dead, from everything waiting on it. With the probes off it
+// is the only such judge: when nothing at all was received on c since sentAt, the connection is
+// presumably dead (open, but nobody serves it: a hung server, or a connection accepted by a
+// listener that was closing), and every later request on it would time out too, so it is
+// closed; get dials a new one on next use, and the other calls waiting on it end as unknown
+// outcomes. A connection that received anything since, a late answer included, is kept: its
+// server is alive, only slow. RocketMQ's client likewise closes a channel whose request timed
+// out (clientCloseSocketIfTimeout). One Warn line is logged per connection closed.
+func (p *connPool) requestTimedOut(c *rpc.Conn, sentAt time.Time) {
+	if p.live.silence > 0 {
+		return
+	}
 	last := c.LastReceive()
 	if !last.Before(sentAt) {
 		return
 	}
 	if c.Abort(errSilentConn) {
+		p.deadConns.Add(1)
 		lastSeen := "never"
 		if !last.IsZero() {
 			lastSeen = time.Since(last).Round(time.Millisecond).String() + " ago"
@@ -377,6 +400,7 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 		if old != nil {
 			_ = old.Close() // already closed; this waits for its goroutines
 		}
+		begun := time.Now()
 		c, err := rpc.Dial(ctx, addr, p.opts)
 
 		pc.mu.Lock()
@@ -387,7 +411,7 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 				pc.mu.Unlock()
 				return cur, nil
 			}
-			if ctx.Err() == nil { // a failure of the address, not of the caller's patience
+			if dialFailed(ctx, err, begun, p.opts.DialTimeout) {
 				pc.lastErr = err
 				pc.nextDial = p.now().Add(pc.backoff)
 				pc.backoff = min(pc.backoff*2, p.maxBackoff)
@@ -395,8 +419,26 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 			pc.mu.Unlock()
 			return nil, fmt.Errorf("%w: %w", ErrBrokerUnavailable, err)
 		}
+		p.dials.Add(1)
 		return p.installLocked(pc, c)
 	}
+}
+
+// dialFailed reports whether a dial that began at begun and failed with err is a failure of the
+// address, which puts it in the reconnect backoff (every request to it then fails at once),
+// rather than of its caller's patience, which must not: ctx ended, or its deadline, earlier
+// than the dial timeout would have, cut the dial short (the dial's timeout error may come just
+// before ctx reports its end). A refused or unreachable address, or a dial that ran out its own
+// dial timeout, is the address's failure.
+func dialFailed(ctx context.Context, err error, begun time.Time, dialTimeout time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var ne net.Error
+	if d, ok := ctx.Deadline(); ok && d.Before(begun.Add(dialTimeout)) && errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return true
 }
 
 // dialRecheck is how often a caller waiting for another's dial looks whether a connection was

@@ -167,12 +167,12 @@ func (rb *rawBroker) serve(rc *rawConn, answer bool) {
 
 const silentWarning = "closing a connection that received nothing"
 
-// TestSilentConnectionIsReplaced: a request that times out on a connection that received
-// nothing since it was sent closes that connection (one warning), so the next request dials a
-// new one instead of timing out forever on the dead one. A request whose context is cancelled
-// (not timed out) closes nothing, nor does the end of a long-polling pull's context, and a long
-// context does not lift the request timeout. (The liveness probes, which would close the
-// connection sooner, are off.)
+// TestSilentConnectionIsReplaced: with the liveness probes off, a request that times out by
+// its own timeout on a connection that received nothing since it was sent closes that
+// connection (one warning), so the next request dials a new one instead of timing out forever
+// on the dead one. A request whose caller gives up (its context cancelled, or its deadline
+// passing before the request timeout) closes nothing, nor does the end of a long-polling pull's
+// context, and a long context does not lift the request timeout.
 func TestSilentConnectionIsReplaced(t *testing.T) {
 	rb := startRawBroker(t)
 	var logs lockedBuffer
@@ -188,7 +188,7 @@ func TestSilentConnectionIsReplaced(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, state, err := c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "G", Topic: "T"}, nil).wait(cctx, time.Time{}); state != callUnknown || !errors.Is(err, context.Canceled) {
+	if _, state, err := c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "G", Topic: "T"}, nil).wait(cctx, time.Time{}); state != callAbandoned || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: state %d, err %v", state, err)
 	}
 	if !isOpen(conn) {
@@ -198,11 +198,21 @@ func TestSilentConnectionIsReplaced(t *testing.T) {
 	// the connection stays too.
 	dctx, dcancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer dcancel()
-	if _, state, err := c.pool.startCall(conn, protocol.CodePullMessage, &protocol.PullRequestHeader{ConsumerGroup: "G", Topic: "T", PollTimeoutMs: 15000}, nil).wait(dctx, time.Now().Add(time.Minute)); state != callUnknown || !errors.Is(err, context.DeadlineExceeded) {
+	if _, state, err := c.pool.startCall(conn, protocol.CodePullMessage, &protocol.PullRequestHeader{ConsumerGroup: "G", Topic: "T", PollTimeoutMs: 15000}, nil).wait(dctx, time.Now().Add(time.Minute)); state != callAbandoned || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("held pull: state %d, err %v", state, err)
 	}
 	if !isOpen(conn) {
 		t.Fatal("the end of a long poll's ctx closed the connection")
+	}
+	// An admin call whose caller's deadline comes before the request timeout: the caller gave
+	// up, the connection stays.
+	sctx, scancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer scancel()
+	if err := admin.UpdateConsumerOffset(sctx, rb.addr(), "G", "T", 0, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call with a short ctx on the hung connection: %v", err)
+	}
+	if !isOpen(conn) {
+		t.Fatal("a caller's deadline closed the connection")
 	}
 
 	start := time.Now()

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/ratelog"
 	"github.com/petrel-mq/petrel/protocol"
 )
 
@@ -101,7 +102,7 @@ type Consumer struct {
 	ran    bool
 	closed bool
 	cancel context.CancelFunc
-	done   chan struct{} // closed when Run has returned
+	done   chan struct{} // closed when Run has returned (a new one after a Run that did not start)
 	// queues holds the state of the assigned queues, and of released ones until their offsets
 	// are committed; after Run, of the queues assigned when it ended.
 	queues map[MessageQueue]*queueState
@@ -178,8 +179,14 @@ type puller struct {
 	done   chan struct{}
 }
 
-// NewConsumer returns a consumer of topic for group. Nothing happens until Run.
+// NewConsumer returns a consumer of topic for group. Nothing happens until Run. Errors:
+// ErrInvalidArgument for a nil c; ErrGroupInvalid or ErrTopicInvalid for an empty or malformed
+// name; ErrInvalidOption for an option given a value outside its range (see ClientOption);
+// ErrClientClosed.
 func NewConsumer(c *Client, group, topic string, opts ...ConsumerOption) (*Consumer, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: NewConsumer: nil Client", ErrInvalidArgument)
+	}
 	if err := protocol.ValidateGroup([]byte(group)); err != nil {
 		return nil, err
 	}
@@ -187,8 +194,8 @@ func NewConsumer(c *Client, group, topic string, opts ...ConsumerOption) (*Consu
 		return nil, err
 	}
 	cfg := defaultConsumerConfig()
-	for _, o := range opts {
-		o(&cfg)
+	if err := apply(&cfg, &cfg.errs, "ConsumerOption", opts); err != nil {
+		return nil, err
 	}
 	id := newClientID()
 	co := &Consumer{
@@ -239,11 +246,27 @@ func (co *Consumer) assignmentLocked() []MessageQueue {
 
 // Run consumes until ctx ends or Close is called, then stops the pullers, commits the consumed
 // offsets, unregisters from the brokers and returns nil (or the final commit's error). It
-// returns an error at once when the topic's route cannot be fetched, and ErrConsumerClosed when
-// the consumer is closed or Run was already called: Run runs once per Consumer. It heartbeats
-// and rebalances as the Consumer doc says, which also follows route changes (queues added or
-// removed) within a RebalanceInterval of the route refresh.
+// heartbeats and rebalances as the Consumer doc says, which also follows route changes (queues
+// added or removed) within a RebalanceInterval of the route refresh. Run runs once per Consumer.
+//
+// Before it consumes, Run fetches the topic's route, asking every NameServer in turn, as
+// RocketMQ's consumers do at start. It returns at once, having consumed nothing:
+//   - an error wrapping ErrInvalidArgument for a nil h;
+//   - ErrConsumerClosed when the consumer is closed or Run was already called;
+//   - an error wrapping ErrTopicNotExist when the NameServers know no route of the topic (no
+//     broker has it: create it first, e.g. Admin.CreateTopic and Admin.WaitTopicRoute), or
+//     wrapping the refusal when a NameServer refuses the request;
+//   - ErrClientClosed (wrapped) when the Client is closed.
+//
+// While no NameServer answers, or none is ready yet (ErrNameServerUnavailable), Run retries
+// with a backoff up to WithRetryDelay; when ctx ends or Close is called first it returns ctx's
+// error, or ErrConsumerClosed after Close, wrapped with the last failure. A Run that returned
+// one of these errors other than ErrConsumerClosed leaves the Consumer as if Run had not been
+// called: Run may be called again (once the topic exists, say).
 func (co *Consumer) Run(ctx context.Context, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("%w: Consumer.Run: nil Handler", ErrInvalidArgument)
+	}
 	co.mu.Lock()
 	if co.ran || co.closed {
 		co.mu.Unlock()
@@ -252,17 +275,23 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	co.ran = true
 	ctx, cancel := context.WithCancel(ctx)
 	co.cancel = cancel
+	done := co.done
 	co.mu.Unlock()
-	defer close(co.done)
 	defer cancel()
 
-	route, err := co.waitRoute(ctx)
-	if err != nil {
+	if _, err := co.waitRoute(ctx); err != nil {
+		co.mu.Lock()
+		co.ran, co.cancel = false, nil
+		if co.closed {
+			err = fmt.Errorf("%w before the route of topic %q was known: %w", ErrConsumerClosed, co.topic, err)
+		}
+		// A Close waiting for this Run is released by done; a later Run waits on a new one.
+		co.done = make(chan struct{})
+		co.mu.Unlock()
+		close(done)
 		return err
 	}
-	if route == nil { // ctx ended before the topic had a route
-		return nil
-	}
+	defer close(done)
 	hb := newHeartbeater(co)
 	rb := &rebalancer{co: co, h: h, hb: hb}
 	rebalanceNow := make(chan struct{}, 1)
@@ -296,33 +325,57 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	co.mu.Unlock()
 	fctx, fcancel := context.WithTimeout(context.Background(), co.c.cfg.requestTimeout)
 	defer fcancel()
-	err = co.commit(fctx)
+	err := co.commit(fctx)
 	// After the final commit, so the next owners of the queues start after what was consumed.
 	hb.unregister()
 	return err
 }
 
-// waitRoute fetches the topic's route, retrying while the failure may pass (no NameServer
-// answers, the topic does not exist yet). It returns nil, nil when ctx ends first.
+// waitRoute fetches the topic's route. It retries, with a backoff up to the retry delay, while
+// the failure may pass (no NameServer answers or is ready, a retriable status), and returns
+// at once when the NameServers know no route of the topic (an error wrapping
+// ErrTopicNotExist), refuse the request, or the client is closed. When ctx ends first it
+// returns ctx's error wrapped with the last failure.
 func (co *Consumer) waitRoute(ctx context.Context) (*topicRoute, error) {
 	backoff := 50 * time.Millisecond
+	var warned ratelog.Limiter
+	var last error // the last failure not caused by ctx's end
 	for {
 		route, err := co.c.route(ctx, co.topic)
 		if err == nil {
 			return route, nil
 		}
-		if ctx.Err() != nil {
-			return nil, nil
+		if cerr := ctx.Err(); cerr != nil {
+			if last == nil {
+				last = err
+			}
+			return nil, fmt.Errorf("%w: the route of topic %q is not known yet (last error: %w)", cerr, co.topic, last)
 		}
-		if st, ok := StatusOf(err); (ok && !st.Retriable()) || errors.Is(err, ErrClientClosed) {
-			return nil, err
+		last = err
+		if !routeRetriable(err) {
+			return nil, fmt.Errorf("client: consumer of topic %q for group %q: %w", co.topic, co.group, err)
 		}
-		co.log.Warn("no route for the topic yet; retrying", "err", err, "retry_in", backoff)
+		warned.Warn(co.log, "no route for the topic yet; retrying", "err", err, "retry_in", backoff)
 		if !sleepCtx(ctx, backoff) {
-			return nil, nil
+			return nil, fmt.Errorf("%w: the route of topic %q is not known yet (last error: %w)", ctx.Err(), co.topic, err)
 		}
 		backoff = min(2*backoff, co.cfg.retryDelay)
 	}
+}
+
+// routeRetriable reports whether a failure to fetch a topic's route may pass by itself, so that
+// Run waits: no NameServer answered or was ready, or one answered a retriable status. The
+// NameServers knowing no route (TOPIC_NOT_EXIST), a refusal, the client closing or an invalid
+// topic are final.
+func routeRetriable(err error) bool {
+	switch {
+	case errors.Is(err, ErrClientClosed), errors.Is(err, ErrTopicNotExist), errors.Is(err, ErrTopicInvalid):
+		return false
+	case errors.Is(err, ErrNameServerUnavailable):
+		return true
+	}
+	st, ok := StatusOf(err)
+	return !ok || st.Retriable()
 }
 
 // Close stops Run (if running) and waits until it has returned, with its final commit, or ctx
@@ -330,7 +383,7 @@ func (co *Consumer) waitRoute(ctx context.Context) (*topicRoute, error) {
 func (co *Consumer) Close(ctx context.Context) error {
 	co.mu.Lock()
 	co.closed = true
-	ran, cancel := co.ran, co.cancel
+	ran, cancel, done := co.ran, co.cancel, co.done
 	co.mu.Unlock()
 	defer co.c.removeUser(co)
 	if !ran {
@@ -340,7 +393,7 @@ func (co *Consumer) Close(ctx context.Context) error {
 		cancel()
 	}
 	select {
-	case <-co.done:
+	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -842,7 +895,7 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 				errs = append(errs, fmt.Errorf("cannot commit offset %d of %s: %w", p.v, p.qs.mq, errors.Join(p.errs...)))
 				continue
 			}
-			if state != callRejected {
+			if state == callUnknown || state == callNotSent {
 				co.c.memberFailed(p.addr)
 			}
 			todo = append(todo, p)

@@ -475,28 +475,6 @@ func TestConsumerSurvivesBrokerRestart(t *testing.T) {
 	_ = stop()
 }
 
-func TestConsumerWaitsForTopic(t *testing.T) {
-	fc := fakebroker.New(t)
-	c := newTestClient(t, fc.Addr())
-	col := newCollector(t)
-	co := newTestConsumer(t, c, "G", "T")
-	stop := runConsumer(t, co, col.handle)
-	time.Sleep(50 * time.Millisecond)
-	fc.AddGroup("a", 0, map[string]int32{"T": 1})
-	p := newTestProducer(t, c)
-	produce(t, p, "T", 0, 3)
-	testutil.Eventually(t, "consumed once the topic exists", func() bool { return col.count() >= 3 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewConsumer(c, "bad group", "T"); !errors.Is(err, ErrGroupInvalid) {
-		t.Fatal(err)
-	}
-	if _, err := NewConsumer(c, "G", "bad topic"); !errors.Is(err, ErrTopicInvalid) {
-		t.Fatal(err)
-	}
-}
-
 func TestConsumerClose(t *testing.T) {
 	fc, _, _ := twoGroups(t, 1)
 	c := newTestClient(t, fc.Addr())

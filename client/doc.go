@@ -79,8 +79,17 @@
 // (long polls, sends a SYNC_MASTER acknowledges after its slaves) keep their connection, since
 // the probe is answered. After a stall of the watcher itself (the client process stopped or
 // starved) silences are counted afresh, so the client does not blame brokers for its own pause.
-// A request that times out with nothing received on its connection since it was sent also
-// closes the connection (closeIfSilent), which covers connections with the probes turned off.
+// With the probes turned off, a request that times out by its own timeout with nothing received
+// on its connection since it was sent closes the connection instead (requestTimedOut).
+//
+// A connection carries the requests of every caller, so one caller's impatience must not end
+// the others' requests: a request whose caller's context ends (cancelled, or a deadline at or
+// before the request's own timeout) is abandoned (callAbandoned): forgotten by the connection
+// (rpc.Conn.Forget), its late answer dropped and counted (ClientStats.LateResponses), with no
+// conclusion drawn: the connection stays, the producer records no fault and refreshes no
+// route, and nothing is logged; nor does a dial its caller's deadline cut short start the
+// address's reconnect backoff (dialFailed). Only a read or write error, the liveness check, or
+// (probes off) requestTimedOut closes a connection.
 //
 // Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
 // AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled

@@ -35,6 +35,17 @@ var (
 	// (Admin.ElectMaster) when the NameServer's cluster table has no such group, or no live
 	// member with that brokerId.
 	ErrUnknownBroker = errors.New("client: unknown broker")
+	// ErrInvalidArgument is returned, before anything is sent, by a function given an argument
+	// it cannot use: a nil Client or Handler, an empty or malformed broker address (host:port),
+	// a negative queue id or offset, a target count below one. The error names the argument;
+	// the call can only succeed with another one.
+	ErrInvalidArgument = errors.New("client: invalid argument")
+	// ErrInvalidOption is returned by New, NewProducer and NewConsumer for an option given a
+	// value outside its range (a timeout, interval or size that must be positive, an unknown
+	// ConsumeFrom, a NameServer address that is not host:port, a nil logger or option), or for
+	// options that do not fit together (no NameServer address and no WithNoNameServer, a max
+	// message size larger than the frames). The error names the option and its value.
+	ErrInvalidOption = errors.New("client: invalid option")
 	// ErrCorruptBatch is recorded for a consumer queue that received a batch failing its CRC or
 	// structure check; the queue stops and nothing of that batch is delivered. It wraps
 	// protocol.ErrBatchCRC or protocol.ErrBatchMalformed.

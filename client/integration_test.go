@@ -261,6 +261,10 @@ func TestIntegrationLivenessKeepsLongPolls(t *testing.T) {
 	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "LP", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
 		t.Fatal(err)
 	}
+	// Consumer.Run fails at once on a topic the NameServer has no route of yet.
+	if err := admin.WaitTopicRoute(ctx, "LP", 1); err != nil {
+		t.Fatal(err)
+	}
 	col := newCollector(t)
 	stop := runConsumer(t, newTestConsumer(t, c, "G", "LP", WithPollTimeout(30*time.Second)), col.handle)
 	defer func() { _ = stop() }()

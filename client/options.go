@@ -1,7 +1,11 @@
 package client
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,8 +74,46 @@ const (
 // frameOverhead is room left in a frame for the prefix and an empty header (bytes).
 const frameOverhead = 1 << 10
 
-// ClientOption configures a Client (see New).
+// ClientOption configures a Client (see New). An option given a value outside its range (a
+// duration or size that is not positive where one is needed, a NameServer address that is not
+// host:port, a nil logger), or a nil option, makes New fail with an error wrapping
+// ErrInvalidOption that names it; so do ProducerOption and ConsumerOption for NewProducer and
+// NewConsumer.
 type ClientOption func(*clientConfig)
+
+// optionErrors collects the options given values outside their range, each error wrapping
+// ErrInvalidOption and naming the option.
+type optionErrors []error
+
+func (e *optionErrors) add(option, format string, args ...any) {
+	*e = append(*e, fmt.Errorf("%w: %s: %s", ErrInvalidOption, option, fmt.Sprintf(format, args...)))
+}
+
+// apply runs opts on cfg, recording a nil option as an error in errs, and returns the errors
+// of the options joined (nil when all are valid).
+func apply[T any, O ~func(*T)](cfg *T, errs *optionErrors, kind string, opts []O) error {
+	for i, o := range opts {
+		if o == nil {
+			errs.add(fmt.Sprintf("%s %d", kind, i), "nil option")
+			continue
+		}
+		o(cfg)
+	}
+	return errors.Join(*errs...)
+}
+
+// checkAddr reports whether addr has the form host:port with a port number (an empty host is
+// the local machine, as for net.Dial).
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %v", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("address %q: bad port %q", addr, port)
+	}
+	return nil
+}
 
 type clientConfig struct {
 	nameServers         []string
@@ -86,6 +128,7 @@ type clientConfig struct {
 	livenessInterval    time.Duration
 	probeTimeout        time.Duration
 	logger              *slog.Logger
+	errs                optionErrors
 }
 
 func defaultClientConfig() clientConfig {
@@ -110,6 +153,10 @@ func WithNameServers(addrs string) ClientOption {
 		c.nameServers = c.nameServers[:0]
 		for _, a := range strings.Split(addrs, ";") {
 			if a = strings.TrimSpace(a); a != "" {
+				if err := checkAddr(a); err != nil {
+					c.errs.add("WithNameServers", "%v", err)
+					continue
+				}
 				c.nameServers = append(c.nameServers, a)
 			}
 		}
@@ -128,9 +175,11 @@ func WithNoNameServer() ClientOption {
 // (default 30 s). Routes are also refreshed at once after send or pull errors.
 func WithRouteRefreshInterval(d time.Duration) ClientOption {
 	return func(c *clientConfig) {
-		if d > 0 {
-			c.routeRefresh = d
+		if d <= 0 {
+			c.errs.add("WithRouteRefreshInterval", "%v is not positive", d)
+			return
 		}
+		c.routeRefresh = d
 	}
 }
 
@@ -140,18 +189,22 @@ func WithRouteRefreshInterval(d time.Duration) ClientOption {
 // its poll timeout plus this.
 func WithRequestTimeout(d time.Duration) ClientOption {
 	return func(c *clientConfig) {
-		if d > 0 {
-			c.requestTimeout = d
+		if d <= 0 {
+			c.errs.add("WithRequestTimeout", "%v is not positive", d)
+			return
 		}
+		c.requestTimeout = d
 	}
 }
 
 // WithDialTimeout bounds establishing a connection (default 3 s).
 func WithDialTimeout(d time.Duration) ClientOption {
 	return func(c *clientConfig) {
-		if d > 0 {
-			c.dialTimeout = d
+		if d <= 0 {
+			c.errs.add("WithDialTimeout", "%v is not positive", d)
+			return
 		}
+		c.dialTimeout = d
 	}
 }
 
@@ -161,12 +214,11 @@ func WithDialTimeout(d time.Duration) ClientOption {
 // that answers SHUTTING_DOWN gets the same backoff before it is sent anything again.
 func WithReconnectBackoff(initial, max time.Duration) ClientOption {
 	return func(c *clientConfig) {
-		if initial > 0 {
-			c.reconnectBackoff = initial
+		if initial <= 0 || max < initial {
+			c.errs.add("WithReconnectBackoff", "initial %v, max %v: want 0 < initial <= max", initial, max)
+			return
 		}
-		if max >= c.reconnectBackoff {
-			c.maxReconnectBackoff = max
-		}
+		c.reconnectBackoff, c.maxReconnectBackoff = initial, max
 	}
 }
 
@@ -181,8 +233,11 @@ func WithReconnectBackoff(initial, max time.Duration) ClientOption {
 // WithReconnectBackoff), requests to it failing at once meanwhile. A request the broker holds
 // legitimately, a long-polling pull or a send a SYNC_MASTER acknowledges only once its slaves
 // have it, keeps a live connection: the probe's answer arrives. An interval of 0 or less turns
-// the probes off (then only a request that times out with nothing received since it was sent
-// closes its connection); a timeout of 0 or less keeps the default.
+// the probes off (then only a request that times out by its own timeout, WithRequestTimeout or
+// WithSendTimeout or a pull's, with nothing received since it was sent closes its connection);
+// a timeout of 0 or less keeps the default. Whether the probes are on or off, the end of a
+// caller's context never closes a connection: the request is forgotten and the connection,
+// shared with other callers, stays.
 func WithLivenessProbe(interval, timeout time.Duration) ClientOption {
 	return func(c *clientConfig) {
 		c.livenessInterval = max(interval, 0)
@@ -195,18 +250,22 @@ func WithLivenessProbe(interval, timeout time.Duration) ClientOption {
 // WithMaxFrameSize bounds the frames the client sends and accepts (bytes, default 16 MiB).
 func WithMaxFrameSize(n int) ClientOption {
 	return func(c *clientConfig) {
-		if n > 0 {
-			c.maxFrameSize = n
+		if n <= frameOverhead {
+			c.errs.add("WithMaxFrameSize", "%d bytes: want more than %d", n, frameOverhead)
+			return
 		}
+		c.maxFrameSize = n
 	}
 }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) ClientOption {
 	return func(c *clientConfig) {
-		if l != nil {
-			c.logger = l
+		if l == nil {
+			c.errs.add("WithLogger", "nil logger")
+			return
 		}
+		c.logger = l
 	}
 }
 
@@ -223,6 +282,7 @@ type producerConfig struct {
 	faultBackoff         time.Duration
 	maxFaultBackoff      time.Duration
 	maxMessageSize       int
+	errs                 optionErrors
 }
 
 func defaultProducerConfig() producerConfig {
@@ -243,9 +303,11 @@ func defaultProducerConfig() producerConfig {
 // (default 5 ms; 0 sends as soon as the queue's previous batch is answered).
 func WithLinger(d time.Duration) ProducerOption {
 	return func(c *producerConfig) {
-		if d >= 0 {
-			c.linger = d
+		if d < 0 {
+			c.errs.add("WithLinger", "%v is negative", d)
+			return
 		}
+		c.linger = d
 	}
 }
 
@@ -253,9 +315,11 @@ func WithLinger(d time.Duration) ProducerOption {
 // less 1 KiB). A single message larger than the cap is sent alone.
 func WithMaxBatchBytes(n int) ProducerOption {
 	return func(c *producerConfig) {
-		if n > 0 {
-			c.maxBatchBytes = n
+		if n <= 0 {
+			c.errs.add("WithMaxBatchBytes", "%d is not positive", n)
+			return
 		}
+		c.maxBatchBytes = n
 	}
 }
 
@@ -264,9 +328,11 @@ func WithMaxBatchBytes(n int) ProducerOption {
 // ends.
 func WithBufferBytes(n int) ProducerOption {
 	return func(c *producerConfig) {
-		if n > 0 {
-			c.bufferBytes = n
+		if n <= 0 {
+			c.errs.add("WithBufferBytes", "%d is not positive", n)
+			return
 		}
+		c.bufferBytes = n
 	}
 }
 
@@ -274,9 +340,11 @@ func WithBufferBytes(n int) ProducerOption {
 // group (default 16). Each queue has at most one batch in flight, which keeps per-queue order.
 func WithMaxInFlightPerBroker(n int) ProducerOption {
 	return func(c *producerConfig) {
-		if n > 0 {
-			c.maxInFlightPerBroker = n
+		if n <= 0 {
+			c.errs.add("WithMaxInFlightPerBroker", "%d is not positive", n)
+			return
 		}
+		c.maxInFlightPerBroker = n
 	}
 }
 
@@ -285,9 +353,11 @@ func WithMaxInFlightPerBroker(n int) ProducerOption {
 // when there is one (default 2, so at most 3 attempts). Unknown outcomes are never retried.
 func WithRetries(n int) ProducerOption {
 	return func(c *producerConfig) {
-		if n >= 0 {
-			c.retries = n
+		if n < 0 {
+			c.errs.add("WithRetries", "%d is negative", n)
+			return
 		}
+		c.retries = n
 	}
 }
 
@@ -296,9 +366,11 @@ func WithRetries(n int) ProducerOption {
 // does not lift the timeout (RocketMQ's sendMsgTimeout).
 func WithSendTimeout(d time.Duration) ProducerOption {
 	return func(c *producerConfig) {
-		if d > 0 {
-			c.sendTimeout = d
+		if d <= 0 {
+			c.errs.add("WithSendTimeout", "%v is not positive", d)
+			return
 		}
+		c.sendTimeout = d
 	}
 }
 
@@ -315,21 +387,22 @@ func WithSendTimeout(d time.Duration) ProducerOption {
 // sendLatencyFaultEnable with its detector, driven by failures.
 func WithFaultBackoff(initial, max time.Duration) ProducerOption {
 	return func(c *producerConfig) {
-		if initial >= 0 {
-			c.faultBackoff = initial
+		if initial < 0 || max < initial {
+			c.errs.add("WithFaultBackoff", "initial %v, max %v: want 0 <= initial <= max", initial, max)
+			return
 		}
-		if max >= c.faultBackoff {
-			c.maxFaultBackoff = max
-		}
+		c.faultBackoff, c.maxFaultBackoff = initial, max
 	}
 }
 
 // WithMaxMessageSize sets the largest body accepted (bytes, default 4 MiB, the broker's default).
 func WithMaxMessageSize(n int) ProducerOption {
 	return func(c *producerConfig) {
-		if n > 0 {
-			c.maxMessageSize = n
+		if n <= 0 {
+			c.errs.add("WithMaxMessageSize", "%d is not positive", n)
+			return
 		}
+		c.maxMessageSize = n
 	}
 }
 
@@ -357,6 +430,7 @@ type consumerConfig struct {
 	heartbeatInterval time.Duration
 	rebalanceInterval time.Duration
 	readBrokerID      int64 // -1: follow the brokers' suggestions
+	errs              optionErrors
 }
 
 func defaultConsumerConfig() consumerConfig {
@@ -376,16 +450,24 @@ func defaultConsumerConfig() consumerConfig {
 // WithConsumeFrom sets where the group starts on a queue without a committed offset (default
 // ConsumeFromFirst).
 func WithConsumeFrom(f ConsumeFrom) ConsumerOption {
-	return func(c *consumerConfig) { c.consumeFrom = f }
+	return func(c *consumerConfig) {
+		if f > ConsumeFromLast {
+			c.errs.add("WithConsumeFrom", "unknown start position %d", f)
+			return
+		}
+		c.consumeFrom = f
+	}
 }
 
 // WithPollTimeout sets how long the broker holds a pull that finds nothing (default 15 s; 0
 // answers at once). The pull's own timeout is this plus the client's request timeout.
 func WithPollTimeout(d time.Duration) ConsumerOption {
 	return func(c *consumerConfig) {
-		if d >= 0 {
-			c.pollTimeout = d
+		if d < 0 {
+			c.errs.add("WithPollTimeout", "%v is negative", d)
+			return
 		}
+		c.pollTimeout = d
 	}
 }
 
@@ -393,9 +475,11 @@ func WithPollTimeout(d time.Duration) ConsumerOption {
 // so the last one may exceed it).
 func WithPullMaxMessages(n int) ConsumerOption {
 	return func(c *consumerConfig) {
-		if n > 0 {
-			c.maxMessages = int32(min(n, 1<<30))
+		if n <= 0 {
+			c.errs.add("WithPullMaxMessages", "%d is not positive", n)
+			return
 		}
+		c.maxMessages = int32(min(n, 1<<30))
 	}
 }
 
@@ -403,9 +487,11 @@ func WithPullMaxMessages(n int) ConsumerOption {
 // whole even if larger).
 func WithPullMaxBytes(n int) ConsumerOption {
 	return func(c *consumerConfig) {
-		if n > 0 {
-			c.maxBytes = int32(min(n, 1<<30))
+		if n <= 0 {
+			c.errs.add("WithPullMaxBytes", "%d is not positive", n)
+			return
 		}
+		c.maxBytes = int32(min(n, 1<<30))
 	}
 }
 
@@ -413,9 +499,11 @@ func WithPullMaxBytes(n int) ConsumerOption {
 // Offsets are also committed with pulls and when Run returns.
 func WithCommitInterval(d time.Duration) ConsumerOption {
 	return func(c *consumerConfig) {
-		if d > 0 {
-			c.commitInterval = d
+		if d <= 0 {
+			c.errs.add("WithCommitInterval", "%v is not positive", d)
+			return
 		}
+		c.commitInterval = d
 	}
 }
 
@@ -424,9 +512,11 @@ func WithCommitInterval(d time.Duration) ConsumerOption {
 // 50 ms and doubles.
 func WithRetryDelay(d time.Duration) ConsumerOption {
 	return func(c *consumerConfig) {
-		if d > 0 {
-			c.retryDelay = d
+		if d <= 0 {
+			c.errs.add("WithRetryDelay", "%v is not positive", d)
+			return
 		}
+		c.retryDelay = d
 	}
 }
 
@@ -436,9 +526,11 @@ func WithRetryDelay(d time.Duration) ConsumerOption {
 // broker newly in the route, or whose connection was re-established.
 func WithHeartbeatInterval(d time.Duration) ConsumerOption {
 	return func(c *consumerConfig) {
-		if d > 0 {
-			c.heartbeatInterval = d
+		if d <= 0 {
+			c.errs.add("WithHeartbeatInterval", "%v is not positive", d)
+			return
 		}
+		c.heartbeatInterval = d
 	}
 }
 
@@ -448,9 +540,11 @@ func WithHeartbeatInterval(d time.Duration) ConsumerOption {
 // later, so the members of a group should use the same interval (see Consumer).
 func WithRebalanceInterval(d time.Duration) ConsumerOption {
 	return func(c *consumerConfig) {
-		if d > 0 {
-			c.rebalanceInterval = d
+		if d <= 0 {
+			c.errs.add("WithRebalanceInterval", "%v is not positive", d)
+			return
 		}
+		c.rebalanceInterval = d
 	}
 }
 

@@ -128,17 +128,22 @@ type stickyChoice struct {
 }
 
 // NewProducer returns a producer sending through c. It starts no goroutine until SendAsync is
-// used. Close it before closing c (closing c closes it too).
+// used. Close it before closing c (closing c closes it too). Errors: ErrInvalidArgument for a
+// nil c; ErrInvalidOption for an option given a value outside its range (see ClientOption), or
+// a max message size that does not fit the client's frames; ErrClientClosed.
 func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: NewProducer: nil Client", ErrInvalidArgument)
+	}
 	cfg := defaultProducerConfig()
-	for _, o := range opts {
-		o(&cfg)
+	if err := apply(&cfg, &cfg.errs, "ProducerOption", opts); err != nil {
+		return nil, err
 	}
 	if limit := c.cfg.maxFrameSize - frameOverhead; cfg.maxBatchBytes > limit {
 		cfg.maxBatchBytes = limit
 	}
 	if cfg.maxMessageSize > c.cfg.maxFrameSize-frameOverhead {
-		return nil, fmt.Errorf("client: max message size %d does not fit a frame of %d bytes", cfg.maxMessageSize, c.cfg.maxFrameSize)
+		return nil, fmt.Errorf("%w: WithMaxMessageSize: %d bytes do not fit a frame of %d bytes (WithMaxFrameSize)", ErrInvalidOption, cfg.maxMessageSize, c.cfg.maxFrameSize)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Producer{
@@ -571,6 +576,10 @@ func (p *Producer) send(ctx context.Context, deadline time.Time, job *sendJob) (
 		case callOK:
 			p.fault.succeeded(mq.BrokerName)
 			return res, nil
+		case callAbandoned:
+			// The caller gave up before the answer: the batch may be stored, and nothing is
+			// known of the broker, whose connection other sends share. No fault, no refresh.
+			return SendResult{}, fmt.Errorf("%w: send to %s (%s): %w", ErrUnknownOutcome, addr, mq, err)
 		case callUnknown:
 			// No answer: the master may hang or be gone, and the group may have a new one
 			// already. Refresh the route (rate-limited) so that the next sends follow it rather

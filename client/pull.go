@@ -41,8 +41,13 @@ type PullAnswer struct {
 // Errors: a broker's refusal is a *protocol.Error (StatusOf: topic or queue unknown, no
 // permission); a request without an answer wraps the connection's error; a batch that fails
 // its CRC or structure check returns the messages of the batches before it with an error
-// wrapping ErrCorruptBatch (NextOffset is then the corrupt batch's offset).
+// wrapping ErrCorruptBatch (NextOffset is then the corrupt batch's offset). maxMessages 0 or
+// less is DefaultPullMaxMessages. Before anything is sent: ErrTopicInvalid, or
+// ErrInvalidArgument for a malformed address, a negative queue id or offset.
 func (a *Admin) Pull(ctx context.Context, addr string, mq MessageQueue, offset int64, maxMessages int32) (*PullAnswer, error) {
+	if err := a.args("Pull", argAddr(addr), argTopic(mq.Topic), argQueue(mq.QueueID), argOffset(offset)); err != nil {
+		return nil, err
+	}
 	if maxMessages <= 0 {
 		maxMessages = DefaultPullMaxMessages
 	}

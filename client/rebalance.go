@@ -305,16 +305,19 @@ func (hb *heartbeater) unregister() {
 // call sends a request without body whose answer has no header or body to read, bounded by
 // timeout (0: ctx alone), and returns the connection it went on.
 func (co *Consumer) call(ctx context.Context, addr string, code protocol.RequestCode, h protocol.Header, timeout time.Duration) (*rpc.Conn, error) {
+	var deadline time.Time
+	dctx := ctx
 	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		dctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	conn, err := co.c.pool.get(ctx, addr)
+	conn, err := co.c.pool.get(dctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	resp, state, err := co.c.pool.startCall(conn, code, h, nil).wait(ctx, time.Time{})
+	resp, state, err := co.c.pool.startCall(conn, code, h, nil).wait(ctx, deadline)
 	if state != callOK {
 		return nil, fmt.Errorf("%s to %s: %w", code, addr, err)
 	}

@@ -35,6 +35,10 @@ type Options struct {
 	MaxFrameSize int
 	// MaxInFlight bounds requests waiting for a response; default 4096.
 	MaxInFlight int
+	// LateResponses, when not nil, is incremented for every response that arrives for a call
+	// nobody waits for any more (forgotten with Forget, or whose Call's ctx ended): the reader
+	// drops such a response quietly. Several connections may share one counter.
+	LateResponses *atomic.Int64
 }
 
 func (o *Options) fill() {
@@ -411,8 +415,11 @@ func (c *Conn) readLoop() {
 		cl := c.pending[fh.RequestID]
 		delete(c.pending, fh.RequestID)
 		c.mu.Unlock()
-		if cl == nil { // forgotten (timed out) call
+		if cl == nil { // forgotten call: its caller gave up or timed out
 			framePool.Put(buf)
+			if c.opts.LateResponses != nil {
+				c.opts.LateResponses.Add(1)
+			}
 			if testHookDropped != nil {
 				testHookDropped(fh.RequestID)
 			}
