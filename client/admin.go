@@ -153,7 +153,7 @@ func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.Top
 // master fails the NameServers are not asked: a master still holding the topic would bring it
 // back at its next registration (run it again). Deleting a topic that does not exist succeeds.
 func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers []BrokerTarget, nameServers []string, err error) {
-	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
+	if err := a.args("DeleteTopic", argTopic(topic)); err != nil {
 		return nil, nil, err
 	}
 	masters, err := a.ClusterMasters(ctx, cluster)
@@ -188,7 +188,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers
 // next offset sync. It returns the masters it deleted the group on; errors of single masters
 // are joined.
 func (a *Admin) DeleteSubGroup(ctx context.Context, cluster, group string) ([]BrokerTarget, error) {
-	if err := protocol.ValidateGroup([]byte(group)); err != nil {
+	if err := a.args("DeleteSubGroup", argGroup(group)); err != nil {
 		return nil, err
 	}
 	masters, err := a.ClusterMasters(ctx, cluster)
