@@ -95,19 +95,17 @@ func (t BrokerTarget) String() string {
 }
 
 // CreateTopic creates or updates a topic (queue counts and permission). target is a broker
-// address ("host:port": that broker only) or a cluster name (every master of the cluster, from
-// the NameServer's cluster table). It returns the masters it created the topic on; with a
-// cluster, errors of single brokers are joined and the others still get the topic. Brokers
+// address ("host:port": that broker only), a cluster name (every master of the cluster, from
+// the NameServer's cluster table) or "" (every master of every cluster). It returns the
+// masters it created the topic on; with a cluster, errors of single brokers are joined and the
+// others still get the topic. Brokers
 // announce the topic to the NameServers at their next registration (see WaitTopicRoute).
-// Errors before anything is sent: ErrTopicInvalid; ErrInvalidArgument for an empty target, a
-// malformed address, queue counts that are not positive, or a permission other than 0 (read and
+// Errors before anything is sent: ErrTopicInvalid; ErrInvalidArgument for a malformed
+// address, queue counts that are not positive, or a permission other than 0 (read and
 // write), PermRead, PermWrite or PermReadWrite.
 func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.TopicConfig) ([]BrokerTarget, error) {
 	var targetErr, countErr, permErr error
-	switch {
-	case target == "":
-		targetErr = fmt.Errorf("%w: no target: give a broker address (host:port) or a cluster name", ErrInvalidArgument)
-	case strings.Contains(target, ":"):
+	if strings.Contains(target, ":") {
 		targetErr = argAddr(target)
 	}
 	if cfg.ReadQueueNums <= 0 || cfg.WriteQueueNums <= 0 {

@@ -118,7 +118,6 @@ func TestArgumentValidation(t *testing.T) {
 		// Admin.
 		{"Admin without Client", func() error { return err0(none.ClusterInfo(ctx)) }, ErrInvalidArgument},
 		{"Admin without Client: TopicRoute", func() error { return err0(none.TopicRoute(ctx, "T")) }, ErrInvalidArgument},
-		{"CreateTopic no target", func() error { return err0(admin.CreateTopic(ctx, "", tc)) }, ErrInvalidArgument},
 		{"CreateTopic bad address", func() error { return err0(admin.CreateTopic(ctx, "host:", tc)) }, ErrInvalidArgument},
 		{"CreateTopic no queues", func() error {
 			return err0(admin.CreateTopic(ctx, addr, protocol.TopicConfig{Topic: "T", ReadQueueNums: 0, WriteQueueNums: 1}))
