@@ -267,6 +267,9 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: Consumer.Run: nil Handler", ErrInvalidArgument)
 	}
+	if ctx == nil {
+		return fmt.Errorf("%w: Consumer.Run: nil context", ErrInvalidArgument)
+	}
 	co.mu.Lock()
 	if co.ran || co.closed {
 		co.mu.Unlock()

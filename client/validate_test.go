@@ -114,6 +114,7 @@ func TestArgumentValidation(t *testing.T) {
 		{"WithRebalanceInterval -1", func() error { return newConsumer(WithRebalanceInterval(-1)) }, ErrInvalidOption},
 		{"valid consumer options", func() error { return newConsumer(WithPollTimeout(0), WithReadBrokerID(-5)) }, nil},
 		{"Run nil handler", func() error { return consumer.Run(ctx, nil) }, ErrInvalidArgument},
+		{"Run nil context", func() error { return consumer.Run(nil, func(context.Context, []MessageExt) error { return nil }) }, ErrInvalidArgument}, //nolint:staticcheck // a nil context is what is tested
 
 		// Admin.
 		{"Admin without Client", func() error { return err0(none.ClusterInfo(ctx)) }, ErrInvalidArgument},
