@@ -103,3 +103,20 @@ func (s *Store) finishDeletions(logMin, end int64, dirty bool) (undone map[strin
 	}
 	return undone, writeDeletions(s.cfg.Dir, s.deleted)
 }
+
+// recordDeletionLocked records durably that topic was deleted at log position pos (the
+// deletions file), leaving the recorded deletions as they were when the file cannot be
+// written. Caller holds mu.
+func (s *Store) recordDeletionLocked(topic string, pos int64) error {
+	prev, had := s.deleted[topic]
+	s.deleted[topic] = pos
+	if err := writeDeletions(s.cfg.Dir, s.deleted); err != nil {
+		if had {
+			s.deleted[topic] = prev
+		} else {
+			delete(s.deleted, topic)
+		}
+		return err
+	}
+	return nil
+}

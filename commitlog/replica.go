@@ -208,14 +208,7 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 // removed. The topic is not fenced: a slave takes no Appends. Caller holds mu.
 func (s *Store) deleteTopicReplicatedLocked(topic []byte, pos int64) error {
 	name := string(topic)
-	prev, had := s.deleted[name]
-	s.deleted[name] = pos
-	if err := writeDeletions(s.cfg.Dir, s.deleted); err != nil {
-		if had {
-			s.deleted[name] = prev
-		} else {
-			delete(s.deleted, name)
-		}
+	if err := s.recordDeletionLocked(name, pos); err != nil {
 		return fmt.Errorf("cannot apply the deletion of topic %q at %d: %w", name, pos, err)
 	}
 	queues := 0

@@ -380,14 +380,7 @@ func (s *Store) DeleteTopic(topic []byte, record []byte, epoch uint32, stamp Sta
 		return AppendResult{}, fmt.Errorf("cannot delete topic %q: the record is not a deletion record of it (parser: %v): %w", string(topic), err, ErrInvalidBatch)
 	}
 	name := string(topic)
-	prev, had := s.deleted[name]
-	s.deleted[name] = pos
-	if err := writeDeletions(s.cfg.Dir, s.deleted); err != nil {
-		if had {
-			s.deleted[name] = prev
-		} else {
-			delete(s.deleted, name)
-		}
+	if err := s.recordDeletionLocked(name, pos); err != nil {
 		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", name, err)
 	}
 	rel := pos - seg.base
