@@ -233,13 +233,7 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 		stamp(dst, pos, base, ts, epoch)
 	}
 	q.writeEntryLocked(pos, size, base, count, tagHash, ts)
-	seg.newestTS.Store(ts)
-	if epoch != lastEpoch {
-		s.lastEpoch.Store(epoch)
-	}
-	end := pos + int64(size)
-	s.writePos = end
-	s.end.Store(end)
+	end := s.wroteLocked(seg, pos+int64(size), ts, epoch, lastEpoch)
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
 	}
@@ -391,17 +385,24 @@ func (s *Store) DeleteTopic(topic []byte, record []byte, epoch uint32, stamp Sta
 		s.deleteQueuesLocked(t)
 	}
 	s.fenced[name] = struct{}{}
-	seg.newestTS.Store(ts)
-	if epoch != lastEpoch {
-		s.lastEpoch.Store(epoch)
-	}
-	end := pos + int64(size)
-	s.writePos = end
-	s.end.Store(end)
+	end := s.wroteLocked(seg, pos+int64(size), ts, epoch, lastEpoch)
 	kick(s.flushKick)
 	kick(s.qflushKick)
 	s.logger.Info("commitlog: topic deleted", "topic", name, "queues", queues, "recordAt", pos)
 	return AppendResult{PhysicalOffset: pos, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
+}
+
+// wroteLocked publishes a batch written by this store at the log end: seg's newest timestamp,
+// the last epoch when epoch moved it, and end as the new log end, which it returns. Caller
+// holds mu.
+func (s *Store) wroteLocked(seg *mappedFile, end, ts int64, epoch, lastEpoch uint32) int64 {
+	seg.newestTS.Store(ts)
+	if epoch != lastEpoch {
+		s.lastEpoch.Store(epoch)
+	}
+	s.writePos = end
+	s.end.Store(end)
+	return end
 }
 
 // AllowTopic lets Append take batches of topic again after DeleteTopic: they go to queues
