@@ -86,10 +86,13 @@ type routeSlot struct {
 
 // New returns a Client for the NameServers given by WithNameServers (required unless
 // WithNoNameServer is given). It does no I/O: connections are made on first use, so New
-// succeeds while the cluster is down. ctx is only checked for having ended. Errors: ctx's, or
-// one wrapping ErrInvalidOption for a missing NameServer list or an option given a value
-// outside its range (see ClientOption).
+// succeeds while the cluster is down. ctx is only checked for having ended. Errors: ctx's; one
+// wrapping ErrInvalidArgument for a nil ctx; one wrapping ErrInvalidOption for a missing
+// NameServer list or an option given a value outside its range (see ClientOption).
 func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
+	if err := argContext(ctx, "New"); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -251,7 +251,7 @@ func (co *Consumer) assignmentLocked() []MessageQueue {
 //
 // Before it consumes, Run fetches the topic's route, asking every NameServer in turn, as
 // RocketMQ's consumers do at start. It returns at once, having consumed nothing:
-//   - an error wrapping ErrInvalidArgument for a nil h;
+//   - an error wrapping ErrInvalidArgument for a nil h or ctx;
 //   - ErrConsumerClosed when the consumer is closed or Run was already called;
 //   - an error wrapping ErrTopicNotExist when the NameServers know no route of the topic (no
 //     broker has it: create it first, e.g. Admin.CreateTopic and Admin.WaitTopicRoute), or
@@ -267,8 +267,8 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: Consumer.Run: nil Handler", ErrInvalidArgument)
 	}
-	if ctx == nil {
-		return fmt.Errorf("%w: Consumer.Run: nil context", ErrInvalidArgument)
+	if err := argContext(ctx, "Consumer.Run"); err != nil {
+		return err
 	}
 	co.mu.Lock()
 	if co.ran || co.closed {
@@ -382,8 +382,12 @@ func routeRetriable(err error) bool {
 }
 
 // Close stops Run (if running) and waits until it has returned, with its final commit, or ctx
-// ends. A consumer that never ran is just marked closed. Close is idempotent.
+// ends. A consumer that never ran is just marked closed. Close is idempotent. A nil ctx is
+// refused (ErrInvalidArgument) and closes nothing.
 func (co *Consumer) Close(ctx context.Context) error {
+	if err := argContext(ctx, "Consumer.Close"); err != nil {
+		return err
+	}
 	co.mu.Lock()
 	co.closed = true
 	ran, cancel, done := co.ran, co.cancel, co.done
@@ -998,6 +1002,9 @@ func (co *Consumer) Stats() ConsumerStats {
 // position (its consumed offset when this consumer pulls the queue, otherwise the group's
 // committed offset, or the start position ConsumeFrom gives when there is none).
 func (co *Consumer) Lag(ctx context.Context) (int64, error) {
+	if err := argContext(ctx, "Consumer.Lag"); err != nil {
+		return 0, err
+	}
 	route, err := co.c.route(ctx, co.topic)
 	if err != nil {
 		return 0, err

@@ -182,7 +182,11 @@ func (p *Producer) ID() int64 { return p.id }
 // and no answer came (ctx ended, timeout, connection lost) or the broker stored it without
 // confirming the flush; otherwise a definite failure carrying the last status (errors.Is with
 // ErrSystemBusy...) or network error (ErrBrokerUnavailable). ErrProducerClosed after Close.
+// ErrInvalidArgument for a nil ctx, before anything else.
 func (p *Producer) SendSync(ctx context.Context, m *Message) (SendResult, error) {
+	if err := argContext(ctx, "Producer.SendSync"); err != nil {
+		return SendResult{}, err
+	}
 	if p.isClosed() {
 		return SendResult{}, ErrProducerClosed
 	}
@@ -218,6 +222,9 @@ func (p *Producer) encodeOne(dst []byte, m *Message, mq MessageQueue, now int64)
 // ShardingKey when it has one. The batch must fit in a frame (16 MiB by default). Errors as
 // SendSync.
 func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Message) (SendResult, error) {
+	if err := argContext(ctx, "Producer.SendBatchSync"); err != nil {
+		return SendResult{}, err
+	}
 	if p.isClosed() {
 		return SendResult{}, ErrProducerClosed
 	}
@@ -259,6 +266,9 @@ func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Messa
 // returns once the request is queued on a connection. It retries only failures to connect (on
 // another broker group). Nothing tells whether the message was stored.
 func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
+	if err := argContext(ctx, "Producer.SendOneway"); err != nil {
+		return err
+	}
 	if p.isClosed() {
 		return ErrProducerClosed
 	}
