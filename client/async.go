@@ -327,7 +327,8 @@ func (p *Producer) BufferedBytes() int { return p.budget.inUse() }
 // for buffer space return it), then flushes the buffered ones and waits for their answers until
 // ctx ends. If ctx ends first, batches not yet sent get ErrProducerClosed and batches in flight
 // ErrUnknownOutcome in their callbacks, and Close returns ctx's error. When Close returns, every
-// callback has returned and the producer's goroutines have exited. Later calls return the first
+// callback has returned, the producer's goroutines have exited and the client refreshes the
+// routes of its topics no more (unless another user holds them). Later calls return the first
 // call's result. A nil ctx is refused (ErrInvalidArgument) before anything is closed, and the
 // call does not count as the first.
 func (p *Producer) Close(ctx context.Context) error {
@@ -342,6 +343,7 @@ func (p *Producer) Close(ctx context.Context) error {
 		p.closeErr = p.Flush(ctx)
 		p.cancel()
 		p.wg.Wait()
+		p.releaseTopics()
 		p.c.removeUser(p)
 	})
 	return p.closeErr
@@ -357,6 +359,7 @@ func (p *Producer) closeFromClient() {
 		p.budget.close()
 		p.cancel()
 		p.wg.Wait()
+		p.releaseTopics()
 	})
 }
 

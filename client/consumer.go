@@ -262,7 +262,10 @@ func (co *Consumer) assignmentLocked() []MessageQueue {
 // with a backoff up to WithRetryDelay; when ctx ends or Close is called first it returns ctx's
 // error, or ErrConsumerClosed after Close, wrapped with the last failure. A Run that returned
 // one of these errors other than ErrConsumerClosed leaves the Consumer as if Run had not been
-// called: Run may be called again (once the topic exists, say).
+// called: Run may be called again (once the topic exists, say). Whatever its outcome, a Run that
+// returned leaves nothing running in the Client: its topic's route is refreshed only while Run
+// runs (or while something else uses the topic), so a topic it never found is not asked for
+// again.
 func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: Consumer.Run: nil Handler", ErrInvalidArgument)
@@ -281,8 +284,12 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	done := co.done
 	co.mu.Unlock()
 	defer cancel()
+	// The topic is in use, its route refreshed, from here to the end of Run, and released before
+	// done: once Close has returned, nothing of this Run is left in the client.
+	co.c.holdTopic(co.topic, nil)
 
 	if _, err := co.waitRoute(ctx); err != nil {
+		co.c.releaseTopic(co.topic)
 		co.mu.Lock()
 		co.ran, co.cancel = false, nil
 		if co.closed {
@@ -294,7 +301,10 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 		close(done)
 		return err
 	}
-	defer close(done)
+	defer func() {
+		co.c.releaseTopic(co.topic)
+		close(done)
+	}()
 	hb := newHeartbeater(co)
 	rb := &rebalancer{co: co, h: h, hb: hb}
 	rebalanceNow := make(chan struct{}, 1)
