@@ -36,12 +36,14 @@ const minForcedRefreshGap = 100 * time.Millisecond
 // of (until the Producer is closed). A topic in use keeps its cached route, and keeps being
 // refreshed, when its route disappears from the NameServers (the brokers may come back). A topic
 // whose route was never found (a name no broker has, a send to a mistyped topic) leaves nothing
-// behind, and one no longer in use is forgotten at the next periodic refresh. A connection that breaks is dialled again on
-// next use, with a backoff after a failed dial, so the client survives a broker restart; a
-// connection on which requests wait and nothing arrives, not even the answer to a liveness
-// probe, is closed and replaced (WithLivenessProbe; with the probes off, one on which a request
-// timed out by its own timeout with nothing received since); a broker that answers SHUTTING_DOWN
-// is sent nothing for a backoff, so it can drain and stop. A connection is shared by every
+// behind, and one no longer in use is forgotten at the next periodic refresh.
+//
+// A connection that breaks is dialled again on next use, with a backoff after a failed dial, so
+// the client survives a broker restart; a connection on which requests wait and nothing
+// arrives, not even the answer to a liveness probe, is closed and replaced (WithLivenessProbe;
+// with the probes off, one on which a request timed out by its own timeout with nothing
+// received since); a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so it can
+// drain and stop. A connection is shared by every
 // request to its address: a request whose caller's context ends is forgotten (its outcome is
 // unknown to the caller, its late answer dropped) and never closes the connection or puts the
 // broker in a backoff, so one impatient caller cannot fail the requests of the others.

@@ -484,9 +484,9 @@ func (p *Producer) topic(topic string, r *topicRoute) *atomic.Uint32 {
 	return c
 }
 
-// releaseTopics ends the producer's holds on its topics: the client refreshes the routes of the producer's
-// topics no more (unless something else uses them). Close calls it once the producer's
-// goroutines have exited.
+// releaseTopics ends the producer's holds on its topics: the client refreshes their routes no
+// more (unless something else uses them). Close calls it once the producer's goroutines have
+// exited.
 func (p *Producer) releaseTopics() {
 	p.rrMu.Lock()
 	if p.released {
