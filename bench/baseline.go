@@ -29,8 +29,12 @@ type LoopbackResult struct {
 }
 
 // MeasureLoopback sends n messages of size bytes one at a time to an echo server on 127.0.0.1
-// (TCP_NODELAY, both ends in this process, a goroutine each) and measures each round trip.
+// (TCP_NODELAY, both ends in this process, a goroutine each) and measures each round trip. A
+// nil ctx, or a size or count below 1, is refused before anything starts.
 func MeasureLoopback(ctx context.Context, size, n int) (LoopbackResult, error) {
+	if ctx == nil {
+		return LoopbackResult{}, errors.New("loopback: nil context")
+	}
 	if size < 1 || n < 1 {
 		return LoopbackResult{}, errors.New("loopback: size and count must be positive")
 	}
@@ -104,8 +108,15 @@ type FsyncResult struct {
 }
 
 // MeasureFdatasync appends size-byte writes to a new file in dir, each followed by fdatasync,
-// for the given duration: the rate a log without group commit could acknowledge.
+// for the given duration: the rate a log without group commit could acknowledge. A nil ctx, a
+// size below 1 or a duration that is not positive is refused before the file is created.
 func MeasureFdatasync(ctx context.Context, dir string, size int, d time.Duration) (FsyncResult, error) {
+	if ctx == nil {
+		return FsyncResult{}, errors.New("fdatasync: nil context")
+	}
+	if size < 1 || d <= 0 {
+		return FsyncResult{}, fmt.Errorf("fdatasync: size %d and duration %v must be positive", size, d)
+	}
 	f, err := os.CreateTemp(dir, "petrel-fsync-*")
 	if err != nil {
 		return FsyncResult{}, fmt.Errorf("cannot create file in %s: %w", dir, err)

@@ -161,8 +161,12 @@ type tickCounts struct {
 // set, creates the topics, produces and consumes while printing progress to cfg.Out, drains,
 // prints the summary and writes the JSON result. The returned error means the run could not be
 // carried out; a run that completed returns its Result (check Result.OK for verification).
-// When ctx ends the run stops producing, drains (up to cfg.DrainTimeout) and still reports.
+// When ctx ends the run stops producing, drains (up to cfg.DrainTimeout) and still reports. A nil
+// ctx is refused before anything starts.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if ctx == nil {
+		return nil, errors.New("bench: nil context")
+	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}

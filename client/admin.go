@@ -17,7 +17,8 @@ import (
 // electMaster). A Client made
 // WithNoNameServer serves the requests that name a broker address. Its methods are safe for
 // concurrent use. Each request is bounded by the client's request timeout (WithRequestTimeout),
-// or by ctx's deadline when it is earlier.
+// or by ctx's deadline when it is earlier. Every method refuses a nil ctx, like any argument it
+// cannot use, with an error wrapping ErrInvalidArgument before sending anything.
 type Admin struct {
 	c *Client
 }
@@ -26,12 +27,15 @@ type Admin struct {
 // from a nil c return errors wrapping ErrInvalidArgument.
 func NewAdmin(c *Client) *Admin { return &Admin{c: c} }
 
-// args returns nil when the Admin has a Client and every check passed (nil), else the first
-// failure, naming the method what. The checks are argument checks (argAddr, argQueue,
-// protocol.ValidateTopic...): a call that fails them sends nothing.
-func (a *Admin) args(what string, checks ...error) error {
+// args returns nil when the Admin has a Client, ctx is not nil and every check passed (nil),
+// else the first failure, naming the method what. The checks are argument checks (argAddr,
+// argQueue, protocol.ValidateTopic...): a call that fails them sends nothing.
+func (a *Admin) args(ctx context.Context, what string, checks ...error) error {
 	if a == nil || a.c == nil {
 		return fmt.Errorf("%w: Admin.%s: the Admin has no Client (NewAdmin(nil))", ErrInvalidArgument, what)
+	}
+	if err := argContext(ctx, "Admin."+what); err != nil {
+		return err
 	}
 	for _, err := range checks {
 		if err != nil {
@@ -118,7 +122,7 @@ func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.Top
 	default:
 		permErr = fmt.Errorf("%w: topic %q: permission %d is not %d (read), %d (write) or %d (both)", ErrInvalidArgument, cfg.Topic, cfg.Perm, protocol.PermRead, protocol.PermWrite, protocol.PermReadWrite)
 	}
-	if err := a.args("CreateTopic", argTopic(cfg.Topic), targetErr, countErr, permErr); err != nil {
+	if err := a.args(ctx, "CreateTopic", argTopic(cfg.Topic), targetErr, countErr, permErr); err != nil {
 		return nil, err
 	}
 	var targets []BrokerTarget
@@ -151,7 +155,7 @@ func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.Top
 // master fails the NameServers are not asked: a master still holding the topic would bring it
 // back at its next registration (run it again). Deleting a topic that does not exist succeeds.
 func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers []BrokerTarget, nameServers []string, err error) {
-	if err := a.args("DeleteTopic", argTopic(topic)); err != nil {
+	if err := a.args(ctx, "DeleteTopic", argTopic(topic)); err != nil {
 		return nil, nil, err
 	}
 	masters, err := a.ClusterMasters(ctx, cluster)
@@ -186,7 +190,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers
 // next offset sync. It returns the masters it deleted the group on; errors of single masters
 // are joined.
 func (a *Admin) DeleteSubGroup(ctx context.Context, cluster, group string) ([]BrokerTarget, error) {
-	if err := a.args("DeleteSubGroup", argGroup(group)); err != nil {
+	if err := a.args(ctx, "DeleteSubGroup", argGroup(group)); err != nil {
 		return nil, err
 	}
 	masters, err := a.ClusterMasters(ctx, cluster)
@@ -208,7 +212,7 @@ func (a *Admin) DeleteSubGroup(ctx context.Context, cluster, group string) ([]Br
 // ClusterMasters returns the master of every broker group of cluster ("" for every cluster),
 // sorted by broker name. Groups without a live master are left out; none at all is an error.
 func (a *Admin) ClusterMasters(ctx context.Context, cluster string) ([]BrokerTarget, error) {
-	if err := a.args("ClusterMasters"); err != nil {
+	if err := a.args(ctx, "ClusterMasters"); err != nil {
 		return nil, err
 	}
 	ci, err := a.c.clusterInfo(ctx)
@@ -238,7 +242,7 @@ func (a *Admin) ClusterMasters(ctx context.Context, cluster string) ([]BrokerTar
 // TopicRoute asks a NameServer for the topic's route now (bypassing the client's cache, which it
 // updates). errors.Is(err, ErrTopicNotExist) when no broker serves the topic.
 func (a *Admin) TopicRoute(ctx context.Context, topic string) (*protocol.TopicRouteData, error) {
-	if err := a.args("TopicRoute", argTopic(topic)); err != nil {
+	if err := a.args(ctx, "TopicRoute", argTopic(topic)); err != nil {
 		return nil, err
 	}
 	var data protocol.TopicRouteData
@@ -259,7 +263,7 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, groups int) er
 	if groups < 1 {
 		groupsErr = fmt.Errorf("%w: %d broker groups to wait for: want at least 1", ErrInvalidArgument, groups)
 	}
-	if err := a.args("WaitTopicRoute", argTopic(topic), groupsErr); err != nil {
+	if err := a.args(ctx, "WaitTopicRoute", argTopic(topic), groupsErr); err != nil {
 		return err
 	}
 	for {
@@ -290,7 +294,7 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, groups int) er
 // ClusterInfo returns the NameServer's cluster table: broker groups and their members, and the
 // groups of each cluster.
 func (a *Admin) ClusterInfo(ctx context.Context) (*protocol.ClusterInfo, error) {
-	if err := a.args("ClusterInfo"); err != nil {
+	if err := a.args(ctx, "ClusterInfo"); err != nil {
 		return nil, err
 	}
 	return a.c.clusterInfo(ctx)
@@ -309,6 +313,9 @@ type BrokerTopicStats struct {
 // its route (asked from each master), sorted by broker name. Errors of single brokers are
 // joined; the stats of the others are still returned.
 func (a *Admin) TopicStats(ctx context.Context, topic string) ([]BrokerTopicStats, error) {
+	if err := a.args(ctx, "TopicStats", argTopic(topic)); err != nil {
+		return nil, err
+	}
 	data, err := a.TopicRoute(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -339,7 +346,7 @@ type BrokerConsumeStats struct {
 // master serving topic, or from every master of every cluster when topic is "". Errors of single
 // brokers are joined.
 func (a *Admin) ConsumeStats(ctx context.Context, group, topic string) ([]BrokerConsumeStats, error) {
-	if err := a.args("ConsumeStats", argGroup(group), argOptionalTopic(topic)); err != nil {
+	if err := a.args(ctx, "ConsumeStats", argGroup(group), argOptionalTopic(topic)); err != nil {
 		return nil, err
 	}
 	targets, err := a.topicMasters(ctx, topic)
@@ -366,7 +373,7 @@ func (a *Admin) ConsumeStats(ctx context.Context, group, topic string) ([]Broker
 // the others gave are still returned. Which member pulls which queue is decided by the members
 // themselves and known to no broker.
 func (a *Admin) ConsumerClients(ctx context.Context, group, topic string) ([]string, error) {
-	if err := a.args("ConsumerClients", argGroup(group), argOptionalTopic(topic)); err != nil {
+	if err := a.args(ctx, "ConsumerClients", argGroup(group), argOptionalTopic(topic)); err != nil {
 		return nil, err
 	}
 	targets, err := a.topicMasters(ctx, topic)
@@ -414,7 +421,7 @@ func routeMasters(data *protocol.TopicRouteData) []BrokerTarget {
 
 // BrokerRuntimeInfo returns the broker's runtime statistics (RocketMQ's brokerStatus table).
 func (a *Admin) BrokerRuntimeInfo(ctx context.Context, addr string) (*protocol.KVTable, error) {
-	if err := a.args("BrokerRuntimeInfo", argAddr(addr)); err != nil {
+	if err := a.args(ctx, "BrokerRuntimeInfo", argAddr(addr)); err != nil {
 		return nil, err
 	}
 	var kv protocol.KVTable
@@ -426,7 +433,7 @@ func (a *Admin) BrokerRuntimeInfo(ctx context.Context, addr string) (*protocol.K
 
 // AllTopicConfig returns the topic configs stored on the broker at addr.
 func (a *Admin) AllTopicConfig(ctx context.Context, addr string) (*protocol.TopicConfigList, error) {
-	if err := a.args("AllTopicConfig", argAddr(addr)); err != nil {
+	if err := a.args(ctx, "AllTopicConfig", argAddr(addr)); err != nil {
 		return nil, err
 	}
 	var l protocol.TopicConfigList
@@ -438,7 +445,7 @@ func (a *Admin) AllTopicConfig(ctx context.Context, addr string) (*protocol.Topi
 
 // MinOffset returns the oldest queue offset still stored in the queue on the broker.
 func (a *Admin) MinOffset(ctx context.Context, brokerAddr, topic string, queueID int32) (int64, error) {
-	if err := a.args("MinOffset", argAddr(brokerAddr), argTopic(topic), argQueue(queueID)); err != nil {
+	if err := a.args(ctx, "MinOffset", argAddr(brokerAddr), argTopic(topic), argQueue(queueID)); err != nil {
 		return 0, err
 	}
 	return a.offset(ctx, protocol.CodeGetMinOffset, brokerAddr, &protocol.QueueHeader{Topic: topic, QueueID: queueID})
@@ -446,7 +453,7 @@ func (a *Admin) MinOffset(ctx context.Context, brokerAddr, topic string, queueID
 
 // MaxOffset returns the queue's max offset on the broker: the offset the next message will get.
 func (a *Admin) MaxOffset(ctx context.Context, brokerAddr, topic string, queueID int32) (int64, error) {
-	if err := a.args("MaxOffset", argAddr(brokerAddr), argTopic(topic), argQueue(queueID)); err != nil {
+	if err := a.args(ctx, "MaxOffset", argAddr(brokerAddr), argTopic(topic), argQueue(queueID)); err != nil {
 		return 0, err
 	}
 	return a.offset(ctx, protocol.CodeGetMaxOffset, brokerAddr, &protocol.QueueHeader{Topic: topic, QueueID: queueID})
@@ -455,7 +462,7 @@ func (a *Admin) MaxOffset(ctx context.Context, brokerAddr, topic string, queueID
 // QueryConsumerOffset returns the group's committed offset of the queue on the broker;
 // errors.Is(err, ErrQueryNotFound) when the group has none.
 func (a *Admin) QueryConsumerOffset(ctx context.Context, brokerAddr, group, topic string, queueID int32) (int64, error) {
-	if err := a.args("QueryConsumerOffset", argAddr(brokerAddr), argGroup(group), argTopic(topic), argQueue(queueID)); err != nil {
+	if err := a.args(ctx, "QueryConsumerOffset", argAddr(brokerAddr), argGroup(group), argTopic(topic), argQueue(queueID)); err != nil {
 		return 0, err
 	}
 	return a.offset(ctx, protocol.CodeQueryConsumerOffset, brokerAddr, &protocol.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: queueID})
@@ -464,7 +471,7 @@ func (a *Admin) QueryConsumerOffset(ctx context.Context, brokerAddr, group, topi
 // UpdateConsumerOffset commits offset as the group's offset of the queue on the broker (the
 // broker decides whether it may move backwards; the Consumer never asks it to).
 func (a *Admin) UpdateConsumerOffset(ctx context.Context, brokerAddr, group, topic string, queueID int32, offset int64) error {
-	if err := a.args("UpdateConsumerOffset", argAddr(brokerAddr), argGroup(group), argTopic(topic), argQueue(queueID), argOffset(offset)); err != nil {
+	if err := a.args(ctx, "UpdateConsumerOffset", argAddr(brokerAddr), argGroup(group), argTopic(topic), argQueue(queueID), argOffset(offset)); err != nil {
 		return err
 	}
 	h := protocol.ConsumerOffsetHeader{ConsumerGroup: group, Topic: topic, QueueID: queueID, Offset: offset}
@@ -486,7 +493,7 @@ func (a *Admin) offset(ctx context.Context, code protocol.RequestCode, addr stri
 // log bounds, epoch and confirmed offset; a master lists its slaves (acknowledged offset, lag
 // in bytes and time, in-sync, compression), a slave describes its link to the master.
 func (a *Admin) HAStatus(ctx context.Context, addr string) (*protocol.HAStatus, error) {
-	if err := a.args("HAStatus", argAddr(addr)); err != nil {
+	if err := a.args(ctx, "HAStatus", argAddr(addr)); err != nil {
 		return nil, err
 	}
 	var st protocol.HAStatus
@@ -505,7 +512,7 @@ func (a *Admin) LogChecksum(ctx context.Context, addr string, from, to int64) (*
 	if from < -1 || to < -1 || (from >= 0 && to >= 0 && to < from) {
 		rangeErr = fmt.Errorf("%w: log range [%d, %d)", ErrInvalidArgument, from, to)
 	}
-	if err := a.args("LogChecksum", argAddr(addr), rangeErr); err != nil {
+	if err := a.args(ctx, "LogChecksum", argAddr(addr), rangeErr); err != nil {
 		return nil, err
 	}
 	var resp protocol.LogChecksumResponse
@@ -517,7 +524,7 @@ func (a *Admin) LogChecksum(ctx context.Context, addr string, from, to int64) (*
 
 // AllConsumerOffsets returns every consumer offset committed on the broker at addr.
 func (a *Admin) AllConsumerOffsets(ctx context.Context, addr string) (*protocol.ConsumerOffsetTable, error) {
-	if err := a.args("AllConsumerOffsets", argAddr(addr)); err != nil {
+	if err := a.args(ctx, "AllConsumerOffsets", argAddr(addr)); err != nil {
 		return nil, err
 	}
 	var t protocol.ConsumerOffsetTable
@@ -530,8 +537,18 @@ func (a *Admin) AllConsumerOffsets(ctx context.Context, addr string) (*protocol.
 // TopicStatsFrom is TopicStats asking, in each broker group of the topic's route, the first
 // live member of brokerIDs (0: the master), else the group's master, else its lowest live
 // member; so a group whose master is dead still answers through a slave. BrokerTopicStats.Addr
-// names the member that answered.
+// names the member that answered. A negative brokerId is ErrInvalidArgument.
 func (a *Admin) TopicStatsFrom(ctx context.Context, topic string, brokerIDs ...int64) ([]BrokerTopicStats, error) {
+	var idErr error
+	for _, id := range brokerIDs {
+		if id < 0 {
+			idErr = fmt.Errorf("%w: brokerId %d is negative", ErrInvalidArgument, id)
+			break
+		}
+	}
+	if err := a.args(ctx, "TopicStatsFrom", argTopic(topic), idErr); err != nil {
+		return nil, err
+	}
 	data, err := a.TopicRoute(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -592,7 +609,7 @@ func (a *Admin) ElectMaster(ctx context.Context, brokerName string, brokerID int
 	if brokerID < 0 {
 		idErr = fmt.Errorf("%w: brokerId %d is negative", ErrInvalidArgument, brokerID)
 	}
-	if err := a.args("ElectMaster", nameErr, idErr); err != nil {
+	if err := a.args(ctx, "ElectMaster", nameErr, idErr); err != nil {
 		return resp, err
 	}
 	ci, err := a.c.clusterInfo(ctx)

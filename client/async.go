@@ -89,9 +89,13 @@ func (q *asyncQueue) sealLocked() {
 // when the batch was sent but not answered, ErrProducerClosed when Close gave up before sending
 // it, or a definite failure as for SendSync.
 //
-// SendAsync returns an error, and cb is never called, when the message is invalid, the topic
-// has no route, ctx ends while waiting for space, or the producer is closed.
+// SendAsync returns an error, and cb is never called, when ctx is nil (ErrInvalidArgument), the
+// message is invalid, the topic has no route, ctx ends while waiting for space, or the producer
+// is closed.
 func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult, error)) error {
+	if err := argContext(ctx, "Producer.SendAsync"); err != nil {
+		return err
+	}
 	if p.isClosed() {
 		return ErrProducerClosed
 	}
@@ -303,6 +307,9 @@ func (p *Producer) nextBatch(q *asyncQueue, timer *time.Timer) *asyncBatch {
 // until all of them, and any sent concurrently with Flush, have been answered and their
 // callbacks have returned, or ctx ends (then it returns ctx's error). Safe for concurrent use.
 func (p *Producer) Flush(ctx context.Context) error {
+	if err := argContext(ctx, "Producer.Flush"); err != nil {
+		return err
+	}
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
 	p.qMu.Lock()
@@ -320,9 +327,14 @@ func (p *Producer) BufferedBytes() int { return p.budget.inUse() }
 // for buffer space return it), then flushes the buffered ones and waits for their answers until
 // ctx ends. If ctx ends first, batches not yet sent get ErrProducerClosed and batches in flight
 // ErrUnknownOutcome in their callbacks, and Close returns ctx's error. When Close returns, every
-// callback has returned and the producer's goroutines have exited. Later calls return the first
-// call's result.
+// callback has returned, the producer's goroutines have exited and the client refreshes the
+// routes of its topics no more (unless another user holds them). Later calls return the first
+// call's result. A nil ctx is refused (ErrInvalidArgument) before anything is closed, and the
+// call does not count as the first.
 func (p *Producer) Close(ctx context.Context) error {
+	if err := argContext(ctx, "Producer.Close"); err != nil {
+		return err
+	}
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
 		p.closed = true
@@ -331,6 +343,7 @@ func (p *Producer) Close(ctx context.Context) error {
 		p.closeErr = p.Flush(ctx)
 		p.cancel()
 		p.wg.Wait()
+		p.releaseTopics()
 		p.c.removeUser(p)
 	})
 	return p.closeErr
@@ -346,6 +359,7 @@ func (p *Producer) closeFromClient() {
 		p.budget.close()
 		p.cancel()
 		p.wg.Wait()
+		p.releaseTopics()
 	})
 }
 

@@ -31,12 +31,19 @@ const minForcedRefreshGap = 100 * time.Millisecond
 // are safe for concurrent use.
 //
 // Routes are fetched on first use, refreshed every RouteRefreshInterval and, at most every
-// 100 ms per topic, after a send or pull error. A connection that breaks is dialled again on
-// next use, with a backoff after a failed dial, so the client survives a broker restart; a
-// connection on which requests wait and nothing arrives, not even the answer to a liveness
-// probe, is closed and replaced (WithLivenessProbe; with the probes off, one on which a request
-// timed out by its own timeout with nothing received since); a broker that answers SHUTTING_DOWN
-// is sent nothing for a backoff, so it can drain and stop. A connection is shared by every
+// 100 ms per topic, after a send or pull error, while the topic is in use: it is the topic of a
+// running Consumer (from the start of Run to its end), or one an open Producer has found a route
+// of (until the Producer is closed). A topic in use keeps its cached route, and keeps being
+// refreshed, when its route disappears from the NameServers (the brokers may come back). A topic
+// whose route was never found (a name no broker has, a send to a mistyped topic) leaves nothing
+// behind, and one no longer in use is forgotten at the next periodic refresh.
+//
+// A connection that breaks is dialled again on next use, with a backoff after a failed dial, so
+// the client survives a broker restart; a connection on which requests wait and nothing
+// arrives, not even the answer to a liveness probe, is closed and replaced (WithLivenessProbe;
+// with the probes off, one on which a request timed out by its own timeout with nothing
+// received since); a broker that answers SHUTTING_DOWN is sent nothing for a backoff, so it can
+// drain and stop. A connection is shared by every
 // request to its address: a request whose caller's context ends is forgotten (its outcome is
 // unknown to the caller, its late answer dropped) and never closes the connection or puts the
 // broker in a backoff, so one impatient caller cannot fail the requests of the others.
@@ -53,7 +60,7 @@ type Client struct {
 	// choose other members of the group while it lasts (see memberUsable).
 	members *faultTracker
 
-	routesMu sync.RWMutex // guards routes
+	routesMu sync.RWMutex // guards routes and routeSlot.users
 	routes   map[string]*routeSlot
 	// refreshKick (capacity 1) wakes refreshLoop to refresh the routes marked soon.
 	refreshKick chan struct{}
@@ -72,9 +79,13 @@ type clientUser interface {
 	closeFromClient()
 }
 
-// routeSlot caches one topic's route.
+// routeSlot caches one topic's route. It stays in Client.routes while users is not 0, and
+// otherwise only until the next periodic refresh (or, when no route of it was ever found, until
+// the failed fetch returns).
 type routeSlot struct {
 	route atomic.Pointer[topicRoute]
+	// users counts the holds on the topic (holdTopic); guarded by Client.routesMu.
+	users int
 	// soon asks refreshLoop to refresh the route at once; kicked is when it was last set (Unix
 	// ns of Client.now), so that it is set at most every minForcedRefreshGap.
 	soon   atomic.Bool
@@ -86,10 +97,13 @@ type routeSlot struct {
 
 // New returns a Client for the NameServers given by WithNameServers (required unless
 // WithNoNameServer is given). It does no I/O: connections are made on first use, so New
-// succeeds while the cluster is down. ctx is only checked for having ended. Errors: ctx's, or
-// one wrapping ErrInvalidOption for a missing NameServer list or an option given a value
-// outside its range (see ClientOption).
+// succeeds while the cluster is down. ctx is only checked for having ended. Errors: ctx's; one
+// wrapping ErrInvalidArgument for a nil ctx; one wrapping ErrInvalidOption for a missing
+// NameServer list or an option given a value outside its range (see ClientOption).
 func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
+	if err := argContext(ctx, "New"); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -230,7 +244,7 @@ func (c *Client) route(ctx context.Context, topic string) (*topicRoute, error) {
 // refreshRoute fetches the topic's route unless it changed since stale was read (another caller
 // refreshed it), was fetched less than minForcedRefreshGap ago, or is being fetched by another
 // caller (then the cached route is returned at once). On failure the cached route, if any, is
-// returned with the error.
+// returned with the error; when there is none, the topic is not kept unless it is held.
 func (c *Client) refreshRoute(ctx context.Context, topic string, stale *topicRoute) (*topicRoute, error) {
 	c.routesMu.Lock()
 	slot := c.routes[topic]
@@ -239,7 +253,20 @@ func (c *Client) refreshRoute(ctx context.Context, topic string, stale *topicRou
 		c.routes[topic] = slot
 	}
 	c.routesMu.Unlock()
+	r, err := c.fetchRoute(ctx, slot, topic, stale)
+	if r == nil {
+		// Never found: nothing refreshes a topic nobody holds, nor logs its failures.
+		c.routesMu.Lock()
+		if c.routes[topic] == slot && slot.users == 0 && slot.route.Load() == nil {
+			delete(c.routes, topic)
+		}
+		c.routesMu.Unlock()
+	}
+	return r, err
+}
 
+// fetchRoute is refreshRoute on the topic's slot.
+func (c *Client) fetchRoute(ctx context.Context, slot *routeSlot, topic string, stale *topicRoute) (*topicRoute, error) {
 	if !slot.mu.TryLock() {
 		// Another caller is fetching: use the cached route rather than wait on its request.
 		if cur := slot.route.Load(); cur != nil {
@@ -277,6 +304,38 @@ func (c *Client) refreshedRoute(ctx context.Context, topic string, stale *topicR
 		return r
 	}
 	return stale
+}
+
+// holdTopic records a use of topic that keeps its route cached and refreshed until the matching
+// releaseTopic: a running Consumer holds its topic, an open Producer every topic it found a route
+// of. r, when not nil, is the route the caller found: it is cached when the topic has none (the
+// periodic refresh may have forgotten the unheld topic since the caller fetched it).
+func (c *Client) holdTopic(topic string, r *topicRoute) {
+	c.routesMu.Lock()
+	slot := c.routes[topic]
+	if slot == nil {
+		slot = &routeSlot{}
+		c.routes[topic] = slot
+	}
+	slot.users++
+	c.routesMu.Unlock()
+	if r != nil {
+		slot.route.CompareAndSwap(nil, r)
+	}
+}
+
+// releaseTopic ends a hold of holdTopic; the last one forgets the topic's route, which is then
+// refreshed no more.
+func (c *Client) releaseTopic(topic string) {
+	c.routesMu.Lock()
+	defer c.routesMu.Unlock()
+	slot := c.routes[topic]
+	if slot == nil || slot.users == 0 {
+		panic("BUG: client: releaseTopic of a topic not held: " + topic)
+	}
+	if slot.users--; slot.users == 0 {
+		delete(c.routes, topic)
+	}
 }
 
 // storeRoute replaces the cached route of a topic the client already uses with data, fetched by
@@ -317,8 +376,10 @@ func (c *Client) refreshSoon(topic string) {
 	}
 }
 
-// refreshLoop refreshes every cached route each RouteRefreshInterval, and the routes marked by
-// refreshSoon when kicked, until Close.
+// refreshLoop refreshes the route of every topic in use (held) each RouteRefreshInterval, and the
+// routes marked by refreshSoon when kicked, until Close. A cached topic no longer held is
+// forgotten at the periodic round instead; one whose first fetch is under way is left to the
+// caller fetching it (a Consumer's Run retries by itself).
 func (c *Client) refreshLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.routeRefresh)
@@ -332,16 +393,23 @@ func (c *Client) refreshLoop() {
 			all = true
 		case <-c.refreshKick:
 		}
-		c.routesMu.RLock()
+		c.routesMu.Lock()
 		topics := make([]string, 0, len(c.routes))
 		slots := make([]*routeSlot, 0, len(c.routes))
 		for topic, s := range c.routes {
-			if s.soon.Swap(false) || all {
+			soon := s.soon.Swap(false)
+			switch {
+			case s.route.Load() == nil:
+			case s.users == 0:
+				if all {
+					delete(c.routes, topic)
+				}
+			case soon || all:
 				topics = append(topics, topic)
 				slots = append(slots, s)
 			}
 		}
-		c.routesMu.RUnlock()
+		c.routesMu.Unlock()
 		for i, topic := range topics {
 			ctx, cancel := context.WithTimeout(c.ctx, c.cfg.requestTimeout)
 			_, err := c.refreshRoute(ctx, topic, slots[i].route.Load())

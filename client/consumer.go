@@ -251,7 +251,7 @@ func (co *Consumer) assignmentLocked() []MessageQueue {
 //
 // Before it consumes, Run fetches the topic's route, asking every NameServer in turn, as
 // RocketMQ's consumers do at start. It returns at once, having consumed nothing:
-//   - an error wrapping ErrInvalidArgument for a nil h;
+//   - an error wrapping ErrInvalidArgument for a nil h or ctx;
 //   - ErrConsumerClosed when the consumer is closed or Run was already called;
 //   - an error wrapping ErrTopicNotExist when the NameServers know no route of the topic (no
 //     broker has it: create it first, e.g. Admin.CreateTopic and Admin.WaitTopicRoute), or
@@ -262,13 +262,16 @@ func (co *Consumer) assignmentLocked() []MessageQueue {
 // with a backoff up to WithRetryDelay; when ctx ends or Close is called first it returns ctx's
 // error, or ErrConsumerClosed after Close, wrapped with the last failure. A Run that returned
 // one of these errors other than ErrConsumerClosed leaves the Consumer as if Run had not been
-// called: Run may be called again (once the topic exists, say).
+// called: Run may be called again (once the topic exists, say). Whatever its outcome, a Run that
+// returned leaves nothing running in the Client: its topic's route is refreshed only while Run
+// runs (or while something else uses the topic), so a topic it never found is not asked for
+// again.
 func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: Consumer.Run: nil Handler", ErrInvalidArgument)
 	}
-	if ctx == nil {
-		return fmt.Errorf("%w: Consumer.Run: nil context", ErrInvalidArgument)
+	if err := argContext(ctx, "Consumer.Run"); err != nil {
+		return err
 	}
 	co.mu.Lock()
 	if co.ran || co.closed {
@@ -281,8 +284,12 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 	done := co.done
 	co.mu.Unlock()
 	defer cancel()
+	// The topic is in use, its route refreshed, from here to the end of Run, and released before
+	// done: once Close has returned, nothing of this Run is left in the client.
+	co.c.holdTopic(co.topic, nil)
 
 	if _, err := co.waitRoute(ctx); err != nil {
+		co.c.releaseTopic(co.topic)
 		co.mu.Lock()
 		co.ran, co.cancel = false, nil
 		if co.closed {
@@ -294,7 +301,10 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 		close(done)
 		return err
 	}
-	defer close(done)
+	defer func() {
+		co.c.releaseTopic(co.topic)
+		close(done)
+	}()
 	hb := newHeartbeater(co)
 	rb := &rebalancer{co: co, h: h, hb: hb}
 	rebalanceNow := make(chan struct{}, 1)
@@ -382,8 +392,12 @@ func routeRetriable(err error) bool {
 }
 
 // Close stops Run (if running) and waits until it has returned, with its final commit, or ctx
-// ends. A consumer that never ran is just marked closed. Close is idempotent.
+// ends. A consumer that never ran is just marked closed. Close is idempotent. A nil ctx is
+// refused (ErrInvalidArgument) and closes nothing.
 func (co *Consumer) Close(ctx context.Context) error {
+	if err := argContext(ctx, "Consumer.Close"); err != nil {
+		return err
+	}
 	co.mu.Lock()
 	co.closed = true
 	ran, cancel, done := co.ran, co.cancel, co.done
@@ -998,6 +1012,9 @@ func (co *Consumer) Stats() ConsumerStats {
 // position (its consumed offset when this consumer pulls the queue, otherwise the group's
 // committed offset, or the start position ConsumeFrom gives when there is none).
 func (co *Consumer) Lag(ctx context.Context) (int64, error) {
+	if err := argContext(ctx, "Consumer.Lag"); err != nil {
+		return 0, err
+	}
 	route, err := co.c.route(ctx, co.topic)
 	if err != nil {
 		return 0, err

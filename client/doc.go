@@ -51,10 +51,13 @@
 //
 // Client: routes are cached per topic as immutable snapshots (topicRoute: the route plus its
 // write queues and read queues sorted by broker name and queue id) swapped atomically; the
-// refresh goroutine renews them every RouteRefreshInterval, and at once (at most every 100 ms
-// per topic) when a producer avoids a group in fault backoff or a route names a group without
-// a master (refreshSoon; every second for two minutes when a group an earlier route had is
-// missing), and send/pull errors renew one at most every 100 ms. A producer's
+// refresh goroutine renews those of the topics in use (holdTopic: a running Consumer holds its
+// topic, an open Producer every topic it found a route of) every RouteRefreshInterval, forgets
+// the others then, and keeps nothing of a topic whose first fetch failed, so a mistyped topic
+// is not asked for forever; it renews routes at once (at most every 100 ms per topic) when a
+// producer avoids a group in fault backoff or a route names a group without a master
+// (refreshSoon; every second for two minutes when a group an earlier route had is missing),
+// and send/pull errors renew one at most every 100 ms. A producer's
 // fault detector (detect, RocketMQ's LatencyFaultTolerance detector) probes, every 200 ms, the
 // masters of the groups in backoff because they could not be reached, dialling whatever the
 // reconnect backoff, and ends a group's backoff when its master answers again. NameServers are
@@ -146,6 +149,8 @@
 //	                      (SendAsync picks the queue under it: queueForMessage)
 //	Producer.mu (read) -> asyncQueue.mu -> pendingCounter.mu
 //	Producer.mu (read) -> Producer.detectMu (faulted starts the fault detector under both)
+//	Producer.rrMu -> Client.routesMu (a producer's first use of a topic holds it on the client:
+//	                 Producer.topic)
 //	queueSeq.mu -> rpc Conn.mu (the frame is queued on the connection under the queue's
 //	               sequence lock; nothing else is taken under it, and it is never held across
 //	               a dial or a wait for an answer)
@@ -153,8 +158,8 @@
 //	                across the NameServer request, its dial included: the one client lock
 //	                held across a network call; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
-//	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.rrMu,
-//	Producer.detectMu, servedCounts.mu: leaves
+//	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.detectMu,
+//	servedCounts.mu: leaves
 //
 // poolConn.live is owned by the pool's watch goroutine and needs no lock; the watcher takes
 // connPool.mu (read) to list the slots, releases it, then takes rpc Conn.mu (Waiting, the

@@ -36,9 +36,9 @@ var (
 	// member with that brokerId.
 	ErrUnknownBroker = errors.New("client: unknown broker")
 	// ErrInvalidArgument is returned, before anything is sent, by a function given an argument
-	// it cannot use: a nil Client or Handler, an empty or malformed broker address (host:port),
-	// a negative queue id or offset, a target count below one. The error names the argument;
-	// the call can only succeed with another one.
+	// it cannot use: a nil Client, context or Handler, an empty or malformed broker address
+	// (host:port), a negative queue id, offset or brokerId, a target count below one. The error
+	// names the argument; the call can only succeed with another one.
 	ErrInvalidArgument = errors.New("client: invalid argument")
 	// ErrInvalidOption is returned by New, NewProducer and NewConsumer for an option given a
 	// value outside its range (a timeout, interval or size that must be positive, an unknown

@@ -171,8 +171,9 @@ func WithNoNameServer() ClientOption {
 	return func(c *clientConfig) { c.noNameServer = true }
 }
 
-// WithRouteRefreshInterval sets how often cached topic routes are refreshed from the NameServer
-// (default 30 s). Routes are also refreshed at once after send or pull errors.
+// WithRouteRefreshInterval sets how often the cached routes of the topics in use (see Client)
+// are refreshed from the NameServer (default 30 s). Routes are also refreshed at once after send
+// or pull errors.
 func WithRouteRefreshInterval(d time.Duration) ClientOption {
 	return func(c *clientConfig) {
 		if d <= 0 {

@@ -74,8 +74,12 @@ type Producer struct {
 	id    int64
 	fault *faultTracker
 
-	rrMu sync.RWMutex // guards rr
-	rr   map[string]*atomic.Uint32
+	// rr holds the topics the producer found a route of, each with its round-robin counter:
+	// the producer holds each on the client (holdTopic) until Close, unless released (Close
+	// has let them go) was set first.
+	rrMu     sync.RWMutex // guards rr, released
+	rr       map[string]*atomic.Uint32
+	released bool
 
 	seqMu sync.RWMutex // guards seqs
 	seqs  map[MessageQueue]*queueSeq
@@ -182,7 +186,11 @@ func (p *Producer) ID() int64 { return p.id }
 // and no answer came (ctx ended, timeout, connection lost) or the broker stored it without
 // confirming the flush; otherwise a definite failure carrying the last status (errors.Is with
 // ErrSystemBusy...) or network error (ErrBrokerUnavailable). ErrProducerClosed after Close.
+// ErrInvalidArgument for a nil ctx, before anything else.
 func (p *Producer) SendSync(ctx context.Context, m *Message) (SendResult, error) {
+	if err := argContext(ctx, "Producer.SendSync"); err != nil {
+		return SendResult{}, err
+	}
 	if p.isClosed() {
 		return SendResult{}, ErrProducerClosed
 	}
@@ -218,6 +226,9 @@ func (p *Producer) encodeOne(dst []byte, m *Message, mq MessageQueue, now int64)
 // ShardingKey when it has one. The batch must fit in a frame (16 MiB by default). Errors as
 // SendSync.
 func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Message) (SendResult, error) {
+	if err := argContext(ctx, "Producer.SendBatchSync"); err != nil {
+		return SendResult{}, err
+	}
 	if p.isClosed() {
 		return SendResult{}, ErrProducerClosed
 	}
@@ -259,6 +270,9 @@ func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Messa
 // returns once the request is queued on a connection. It retries only failures to connect (on
 // another broker group). Nothing tells whether the message was stored.
 func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
+	if err := argContext(ctx, "Producer.SendOneway"); err != nil {
+		return err
+	}
 	if p.isClosed() {
 		return ErrProducerClosed
 	}
@@ -381,6 +395,7 @@ func (p *Producer) route(ctx context.Context, topic string) (*topicRoute, error)
 	if err != nil {
 		return r, err
 	}
+	p.topic(topic, r)
 	if r.masterless || len(r.missing) > 0 {
 		// A group without a master is failing over: its new master registers within moments;
 		// a group that left the route may be back as soon as its brokers register again.
@@ -418,7 +433,7 @@ func (p *Producer) pickQueue(route *topicRoute, key, avoid string) (mq MessageQu
 // asks the client to refresh the route soon: a new master of the group ends the backoff, and
 // the route says when there is one.
 func (p *Producer) pickUnkeyed(route *topicRoute, avoid string, roomy func(MessageQueue) bool) MessageQueue {
-	start := p.counter(route.topic).Add(1)
+	start := p.topic(route.topic, route).Add(1)
 	var avail func(string) bool
 	if !p.fault.empty() {
 		now := time.Now()
@@ -447,7 +462,9 @@ func (p *Producer) groupAvailable(route *topicRoute, brokerName string) bool {
 	return p.fault.empty() || p.fault.available(brokerName, route.masterAddr(brokerName), time.Now())
 }
 
-func (p *Producer) counter(topic string) *atomic.Uint32 {
+// topic returns the round-robin counter of a topic whose route r the producer found; the first
+// call of a topic holds it on the client (its route is refreshed) until Close.
+func (p *Producer) topic(topic string, r *topicRoute) *atomic.Uint32 {
 	p.rrMu.RLock()
 	c := p.rr[topic]
 	p.rrMu.RUnlock()
@@ -460,8 +477,31 @@ func (p *Producer) counter(topic string) *atomic.Uint32 {
 		c = new(atomic.Uint32)
 		c.Store(rand.Uint32()) // as RocketMQ, start at a random queue
 		p.rr[topic] = c
+		if !p.released {
+			p.c.holdTopic(topic, r)
+		}
 	}
 	return c
+}
+
+// releaseTopics ends the producer's holds on its topics: the client refreshes their routes no
+// more (unless something else uses them). Close calls it once the producer's goroutines have
+// exited.
+func (p *Producer) releaseTopics() {
+	p.rrMu.Lock()
+	if p.released {
+		p.rrMu.Unlock()
+		return
+	}
+	p.released = true
+	topics := make([]string, 0, len(p.rr))
+	for t := range p.rr {
+		topics = append(topics, t)
+	}
+	p.rrMu.Unlock()
+	for _, t := range topics {
+		p.c.releaseTopic(t)
+	}
 }
 
 // queueSeq returns the producer's sequence counter of mq.

@@ -45,7 +45,7 @@ type PullAnswer struct {
 // less is DefaultPullMaxMessages. Before anything is sent: ErrTopicInvalid, or
 // ErrInvalidArgument for a malformed address, a negative queue id or offset.
 func (a *Admin) Pull(ctx context.Context, addr string, mq MessageQueue, offset int64, maxMessages int32) (*PullAnswer, error) {
-	if err := a.args("Pull", argAddr(addr), argTopic(mq.Topic), argQueue(mq.QueueID), argOffset(offset)); err != nil {
+	if err := a.args(ctx, "Pull", argAddr(addr), argTopic(mq.Topic), argQueue(mq.QueueID), argOffset(offset)); err != nil {
 		return nil, err
 	}
 	if maxMessages <= 0 {

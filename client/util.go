@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"time"
 	"unsafe"
 )
@@ -28,4 +29,15 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// argContext checks the context argument of the entry point what ("Producer.SendSync"): a nil
+// ctx is refused with ErrInvalidArgument before anything else happens, since it would panic
+// wherever the call first waits on it, possibly with state half changed (a lock taken, a
+// waiter queued, a goroutine started).
+func argContext(ctx context.Context, what string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: %s: nil context (use context.Background() or context.TODO())", ErrInvalidArgument, what)
+	}
+	return nil
 }

@@ -14,11 +14,14 @@ import (
 
 // TestArgumentValidation: every exported entry point refuses an argument or option it cannot
 // use with an error the caller can test (errors.Is against the sentinel), before sending
-// anything, and without panicking: a nil Client, Handler or option, empty or malformed names
-// and addresses, negative queue ids and offsets, durations and sizes outside their range.
+// anything, and without panicking: a nil Client, context, Handler or option, empty or malformed
+// names and addresses, negative queue ids, offsets and brokerIds, durations and sizes outside
+// their range. A call refused changes nothing: the Producer and Consumer given a nil context
+// are still open, and close as usual afterwards.
 func TestArgumentValidation(t *testing.T) {
-	// Nothing is ever sent: no NameServer or broker listens at these addresses.
-	const ns, addr = "127.0.0.1:1", "127.0.0.1:2"
+	// Nothing is ever sent: the NameServer and the broker accept connections and answer nothing,
+	// so a call that asked anything would show in the client's dials.
+	ns, addr := testutil.SilentListener(t), testutil.SilentListener(t)
 	c := newTestClient(t, ns)
 	ctx := testCtx(t, time.Minute)
 	newClient := func(opts ...ClientOption) error {
@@ -51,6 +54,12 @@ func TestArgumentValidation(t *testing.T) {
 	mq := MessageQueue{Topic: "T", BrokerName: "a"}
 	tc := protocol.TopicConfig{Topic: "T", ReadQueueNums: 1, WriteQueueNums: 1}
 	err0 := func(_ any, err error) error { return err }
+	err1 := func(_, _ any, err error) error { return err }
+	// noCtx is the nil context a careless caller passes (a variable, as vet's nil-context check
+	// would rightly flag the literal).
+	var noCtx context.Context
+	msg := &Message{Topic: "T", Body: []byte("x")}
+	ctxProducer := mustProducer(t, c) // refused a nil context at Close: still open below
 
 	for _, tt := range []struct {
 		name string
@@ -97,6 +106,12 @@ func TestArgumentValidation(t *testing.T) {
 		{"SendBatchSync bad topic", func() error {
 			return err0(mustProducer(t, c).SendBatchSync(ctx, "a b", []Message{{Body: []byte("x")}}))
 		}, ErrTopicInvalid},
+		{"SendSync nil context", func() error { return err0(ctxProducer.SendSync(noCtx, msg)) }, ErrInvalidArgument},
+		{"SendBatchSync nil context", func() error { return err0(ctxProducer.SendBatchSync(noCtx, "T", []Message{*msg})) }, ErrInvalidArgument},
+		{"SendOneway nil context", func() error { return ctxProducer.SendOneway(noCtx, msg) }, ErrInvalidArgument},
+		{"SendAsync nil context", func() error { return ctxProducer.SendAsync(noCtx, msg, nil) }, ErrInvalidArgument},
+		{"Flush nil context", func() error { return ctxProducer.Flush(noCtx) }, ErrInvalidArgument},
+		{"Producer.Close nil context", func() error { return ctxProducer.Close(noCtx) }, ErrInvalidArgument},
 
 		// Consumer.
 		{"NewConsumer nil Client", func() error { return err0(NewConsumer(nil, "G", "T")) }, ErrInvalidArgument},
@@ -114,7 +129,9 @@ func TestArgumentValidation(t *testing.T) {
 		{"WithRebalanceInterval -1", func() error { return newConsumer(WithRebalanceInterval(-1)) }, ErrInvalidOption},
 		{"valid consumer options", func() error { return newConsumer(WithPollTimeout(0), WithReadBrokerID(-5)) }, nil},
 		{"Run nil handler", func() error { return consumer.Run(ctx, nil) }, ErrInvalidArgument},
-		{"Run nil context", func() error { return consumer.Run(nil, func(context.Context, []MessageExt) error { return nil }) }, ErrInvalidArgument}, //nolint:staticcheck // a nil context is what is tested
+		{"Run nil context", func() error { return consumer.Run(noCtx, func(context.Context, []MessageExt) error { return nil }) }, ErrInvalidArgument},
+		{"Lag nil context", func() error { return err0(consumer.Lag(noCtx)) }, ErrInvalidArgument},
+		{"Consumer.Close nil context", func() error { return consumer.Close(noCtx) }, ErrInvalidArgument},
 
 		// Admin.
 		{"Admin without Client", func() error { return err0(none.ClusterInfo(ctx)) }, ErrInvalidArgument},
@@ -151,8 +168,43 @@ func TestArgumentValidation(t *testing.T) {
 		{"Pull no address", func() error { return err0(admin.Pull(ctx, "", mq, 0, 1)) }, ErrInvalidArgument},
 		{"Pull negative offset", func() error { return err0(admin.Pull(ctx, addr, mq, -1, 1)) }, ErrInvalidArgument},
 		{"Pull bad topic", func() error { return err0(admin.Pull(ctx, addr, MessageQueue{}, 0, 1)) }, ErrTopicInvalid},
+		{"TopicStatsFrom negative brokerId", func() error { return err0(admin.TopicStatsFrom(ctx, "T", 0, -1)) }, ErrInvalidArgument},
+		{"TopicStatsFrom bad topic", func() error { return err0(admin.TopicStatsFrom(ctx, "", 0)) }, ErrTopicInvalid},
+
+		// A nil context, for every call that takes one.
+		{"New nil context", func() error { return err0(New(noCtx, WithNameServers(ns))) }, ErrInvalidArgument},
+		{"CreateTopic nil context", func() error { return err0(admin.CreateTopic(noCtx, addr, tc)) }, ErrInvalidArgument},
+		{"CreateTopic on clusters, nil context", func() error { return err0(admin.CreateTopic(noCtx, "", tc)) }, ErrInvalidArgument},
+		{"DeleteTopic nil context", func() error { return err1(admin.DeleteTopic(noCtx, "", "T")) }, ErrInvalidArgument},
+		{"DeleteSubGroup nil context", func() error { return err0(admin.DeleteSubGroup(noCtx, "", "G")) }, ErrInvalidArgument},
+		{"ClusterMasters nil context", func() error { return err0(admin.ClusterMasters(noCtx, "")) }, ErrInvalidArgument},
+		{"TopicRoute nil context", func() error { return err0(admin.TopicRoute(noCtx, "T")) }, ErrInvalidArgument},
+		{"WaitTopicRoute nil context", func() error { return admin.WaitTopicRoute(noCtx, "T", 1) }, ErrInvalidArgument},
+		{"ClusterInfo nil context", func() error { return err0(admin.ClusterInfo(noCtx)) }, ErrInvalidArgument},
+		{"TopicStats nil context", func() error { return err0(admin.TopicStats(noCtx, "T")) }, ErrInvalidArgument},
+		{"TopicStatsFrom nil context", func() error { return err0(admin.TopicStatsFrom(noCtx, "T", 0)) }, ErrInvalidArgument},
+		{"ConsumeStats nil context", func() error { return err0(admin.ConsumeStats(noCtx, "G", "T")) }, ErrInvalidArgument},
+		{"ConsumeStats of every topic, nil context", func() error { return err0(admin.ConsumeStats(noCtx, "G", "")) }, ErrInvalidArgument},
+		{"ConsumerClients nil context", func() error { return err0(admin.ConsumerClients(noCtx, "G", "")) }, ErrInvalidArgument},
+		{"BrokerRuntimeInfo nil context", func() error { return err0(admin.BrokerRuntimeInfo(noCtx, addr)) }, ErrInvalidArgument},
+		{"AllTopicConfig nil context", func() error { return err0(admin.AllTopicConfig(noCtx, addr)) }, ErrInvalidArgument},
+		{"MinOffset nil context", func() error { return err0(admin.MinOffset(noCtx, addr, "T", 0)) }, ErrInvalidArgument},
+		{"MaxOffset nil context", func() error { return err0(admin.MaxOffset(noCtx, addr, "T", 0)) }, ErrInvalidArgument},
+		{"QueryConsumerOffset nil context", func() error { return err0(admin.QueryConsumerOffset(noCtx, addr, "G", "T", 0)) }, ErrInvalidArgument},
+		{"UpdateConsumerOffset nil context", func() error { return admin.UpdateConsumerOffset(noCtx, addr, "G", "T", 0, 0) }, ErrInvalidArgument},
+		{"HAStatus nil context", func() error { return err0(admin.HAStatus(noCtx, addr)) }, ErrInvalidArgument},
+		{"LogChecksum nil context", func() error { return err0(admin.LogChecksum(noCtx, addr, -1, -1)) }, ErrInvalidArgument},
+		{"AllConsumerOffsets nil context", func() error { return err0(admin.AllConsumerOffsets(noCtx, addr)) }, ErrInvalidArgument},
+		{"ElectMaster nil context", func() error { return err0(admin.ElectMaster(noCtx, "a", 1)) }, ErrInvalidArgument},
+		{"Pull nil context", func() error { return err0(admin.Pull(noCtx, addr, mq, 0, 1)) }, ErrInvalidArgument},
+		{"Admin without Client, nil context", func() error { return err0(none.ClusterInfo(noCtx)) }, ErrInvalidArgument},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("panicked: %v", r)
+				}
+			}()
 			err := tt.call()
 			switch {
 			case tt.want == nil && err != nil:
@@ -165,7 +217,21 @@ func TestArgumentValidation(t *testing.T) {
 	if st := c.Stats(); st.Dials != 0 {
 		t.Fatalf("an invalid call dialled: %+v", st)
 	}
-	// Run refused for its nil handler has not run: it can still be closed, and not run again.
+	// The producer refused a nil context at Close is open, and closes.
+	if ctxProducer.isClosed() {
+		t.Fatal("Producer.Close(nil) closed the producer")
+	}
+	if err := ctxProducer.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctxProducer.SendAsync(ctx, msg, nil); !errors.Is(err, ErrProducerClosed) {
+		t.Fatalf("SendAsync after Close: %v", err)
+	}
+	// Run refused for its nil handler or context has not run, and Close refused for its nil
+	// context has not closed: it can still be closed, and not run again.
+	if a := consumer.Assignment(); len(a) != 0 { // takes the consumer's lock: none is left held
+		t.Fatalf("assignment %v", a)
+	}
 	if err := consumer.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -86,6 +86,9 @@ func runtimeInfos(ctx context.Context, a *client.Admin, members []brokerMember) 
 // columns is not printed. A broker that does not answer keeps its row, with dashes, and its
 // error is returned after the table.
 func ClusterList(ctx context.Context, w io.Writer, a *client.Admin, cluster string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	ci, err := a.ClusterInfo(ctx)
 	if err != nil {
 		return err
@@ -129,6 +132,9 @@ func formatTPS(v string) string {
 // of every broker of the cluster, masters and slaves, each line prefixed with the broker's
 // address; brokers that fail are left out and their errors returned after the others.
 func BrokerStatus(ctx context.Context, w io.Writer, a *client.Admin, brokerAddr, cluster string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	members, err := brokerTargets(ctx, a, brokerAddr, cluster)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -64,6 +65,19 @@ func NewAdmin(ctx context.Context, nameServers string, timeout time.Duration, lo
 	return c, client.NewAdmin(c), nil
 }
 
+// args checks what every command is given besides its own arguments: a context and a writer
+// to print to. A nil one is refused with an error wrapping client.ErrInvalidArgument before
+// anything is asked (the command would panic on it, some of it done).
+func args(ctx context.Context, w io.Writer) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", client.ErrInvalidArgument)
+	case w == nil:
+		return fmt.Errorf("%w: nil writer to print to", client.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // ReadyWait bounds how long UntilReady waits for the NameServers to become ready: longer than
 // their default registration period (30 s), which a NameServer waits out after it starts
 // before it answers the cluster table or "no such topic".
@@ -76,8 +90,15 @@ var readyRetry = time.Second
 // asked answered NAMESRV_NOT_READY (they started less than a registration period ago, so
 // their cluster table may lack brokers), for at most ReadyWait or until ctx ends; it says so
 // once on logw (nil: nowhere). Any other outcome is returned at once. cmd must not have acted
-// when the NameServers were not ready: the commands read the NameServers before they act.
+// when the NameServers were not ready: the commands read the NameServers before they act. A
+// nil ctx or cmd is refused (client.ErrInvalidArgument) without running anything.
 func UntilReady(ctx context.Context, logw io.Writer, cmd func() error) error {
+	if err := args(ctx, io.Discard); err != nil {
+		return err
+	}
+	if cmd == nil {
+		return fmt.Errorf("%w: nil command", client.ErrInvalidArgument)
+	}
 	deadline := time.Now().Add(ReadyWait)
 	for said := false; ; said = true {
 		err := cmd()

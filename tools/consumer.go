@@ -31,6 +31,9 @@ var ErrNoConsumeStats = errors.New("no consume stats: the group has committed no
 // brokers keep no per-group rate. Brokers that fail are left out and their errors returned
 // after the table.
 func ConsumerProgress(ctx context.Context, w io.Writer, a *client.Admin, group, topic string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	stats, err := a.ConsumeStats(ctx, group, topic)
 	type row struct {
 		brokerName string

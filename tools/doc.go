@@ -17,6 +17,8 @@
 //	electMaster      make a member of a broker group its master online (no restart)
 //
 // Every command returns an error instead of printing one; a command that asks several brokers
-// prints what the others answered and returns the failures joined. Commands are safe to run
+// prints what the others answered and returns the failures joined. A nil context or writer is
+// refused, like any argument a command cannot use, with an error wrapping
+// client.ErrInvalidArgument before anything is asked. Commands are safe to run
 // concurrently with each other on one Admin.
 package tools

@@ -19,6 +19,9 @@ import (
 // member itself, forced: what only the lost master held may then be lost (see
 // client.Admin.ElectMaster). Nothing is printed when the election fails.
 func ElectMaster(ctx context.Context, w io.Writer, a *client.Admin, brokerName string, brokerID int64) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	if brokerName == "" {
 		return errors.New("give -b BROKERNAME")
 	}

@@ -22,6 +22,9 @@ import (
 // slaves, each block headed by "== ADDR (BROKERNAME, brokerId N) ==" and separated by a blank
 // line; brokers that fail are left out and their errors returned after the others.
 func HAStatus(ctx context.Context, w io.Writer, a *client.Admin, brokerAddr, cluster string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	members, err := brokerTargets(ctx, a, brokerAddr, cluster)
 	if err != nil {
 		return err
@@ -56,8 +59,15 @@ func HAStatus(ctx context.Context, w io.Writer, a *client.Admin, brokerAddr, clu
 	return errs
 }
 
-// WriteHAStatus prints one broker's replication state as HAStatus does.
+// WriteHAStatus prints one broker's replication state as HAStatus does. A nil w or st is refused
+// (client.ErrInvalidArgument).
 func WriteHAStatus(w io.Writer, st *protocol.HAStatus) error {
+	if err := args(context.Background(), w); err != nil {
+		return err
+	}
+	if st == nil {
+		return fmt.Errorf("%w: nil HA status", client.ErrInvalidArgument)
+	}
 	tw := newTable(w)
 	kv := func(k string, v any) { fmt.Fprintf(tw, "#%s\t%v\n", k, v) }
 	kv("Role", st.Role)
@@ -126,6 +136,9 @@ func cellOr(s string) string {
 // offset) to to (-1: the log's end) in hex. Replicas of a broker group hold byte-identical
 // logs: give them the same --to to compare them.
 func LogChecksum(ctx context.Context, w io.Writer, a *client.Admin, brokerAddr string, from, to int64) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	if brokerAddr == "" {
 		return errors.New("give -b BROKERADDR")
 	}

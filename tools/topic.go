@@ -41,6 +41,9 @@ type UpdateTopicOptions struct {
 // the failures. Brokers announce the topic to the NameServers asynchronously, so topicRoute may
 // need a moment to show it.
 func UpdateTopic(ctx context.Context, w io.Writer, a *client.Admin, o UpdateTopicOptions) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	if err := protocol.ValidateTopic([]byte(o.Topic)); err != nil {
 		return err
 	}
@@ -106,6 +109,9 @@ type queueDataJSON struct {
 // TopicRoute prints the topic's route from a NameServer as JSON (mqadmin topicRoute), broker
 // groups sorted by name. errors.Is(err, client.ErrTopicNotExist) when no broker serves it.
 func TopicRoute(ctx context.Context, w io.Writer, a *client.Admin, topic string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	data, err := a.TopicRoute(ctx, topic)
 	if err != nil {
 		return err
@@ -136,6 +142,9 @@ func TopicRoute(ctx context.Context, w io.Writer, a *client.Admin, topic string)
 // empty for a queue that holds nothing. Groups that fail are left out and their errors
 // returned after the table.
 func TopicStatus(ctx context.Context, w io.Writer, a *client.Admin, topic string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	stats, err := a.TopicStats(ctx, topic)
 	if len(stats) == 0 && err != nil {
 		return err
@@ -155,6 +164,9 @@ func TopicStatus(ctx context.Context, w io.Writer, a *client.Admin, topic string
 // cluster), sorted, one per line (mqadmin topicList). Masters that fail are left out and their
 // errors returned after the list.
 func TopicList(ctx context.Context, w io.Writer, a *client.Admin, cluster string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	masters, err := a.ClusterMasters(ctx, cluster)
 	if err != nil {
 		return err
@@ -189,6 +201,9 @@ func TopicList(ctx context.Context, w io.Writer, a *client.Admin, cluster string
 // mqadmin's lines, one per master and one for the NameServers; when a master fails the
 // NameServers are left alone (run the command again) and the error says so.
 func DeleteTopic(ctx context.Context, w io.Writer, a *client.Admin, cluster, topic string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
 		return err
 	}
@@ -212,6 +227,9 @@ func DeleteTopic(ctx context.Context, w io.Writer, a *client.Admin, cluster, top
 // of cluster (mqadmin deleteSubGroup -c CLUSTER -g GROUP); the slaves drop them at their next
 // offset sync. It prints mqadmin's line per master.
 func DeleteSubGroup(ctx context.Context, w io.Writer, a *client.Admin, cluster, group string) error {
+	if err := args(ctx, w); err != nil {
+		return err
+	}
 	if err := protocol.ValidateGroup([]byte(group)); err != nil {
 		return err
 	}

@@ -43,9 +43,10 @@ type Cluster struct {
 	ns     *server
 	nsAddr string
 
-	mu           sync.Mutex // guards groups, unregistered
+	mu           sync.Mutex // guards groups, unregistered, routeAsks
 	groups       []*Group
 	unregistered map[*Broker]bool
+	routeAsks    map[string]int64 // route requests received, per topic
 }
 
 // Option configures a Cluster.
@@ -59,7 +60,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *Cluster) { c.log = l } }
 // with every broker, when the test ends.
 func New(tb testing.TB, opts ...Option) *Cluster {
 	tb.Helper()
-	c := &Cluster{tb: tb, unregistered: map[*Broker]bool{}}
+	c := &Cluster{tb: tb, unregistered: map[*Broker]bool{}, routeAsks: map[string]int64{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -110,6 +111,14 @@ func (c *Cluster) AddGroup(name string, slaves int, topics map[string]int32) *Gr
 	return g
 }
 
+// RouteRequests returns how many times the NameServer was asked for the route of topic, found
+// or not.
+func (c *Cluster) RouteRequests(topic string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.routeAsks[topic]
+}
+
 // SetRegistered puts a broker in the NameServer's routes (registered) or leaves it out, as one
 // that has not registered yet or whose registration expired, whether or not it is up.
 func (c *Cluster) SetRegistered(b *Broker, registered bool) { c.setRegistered(b, registered) }
@@ -153,6 +162,9 @@ func (c *Cluster) handle(req *rpc.Request) rpc.Reply {
 		if err := h.ReadFrom(req.Header); err != nil {
 			return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 		}
+		c.mu.Lock()
+		c.routeAsks[h.Topic]++
+		c.mu.Unlock()
 		rd, ok := c.route(h.Topic)
 		if !ok {
 			return rpc.Errorf(protocol.StatusTopicNotExist, "no route for %s", h.Topic)

@@ -142,3 +142,37 @@ func (r FloodResult) Check(t interface {
 		t.Fatalf("heap grew from %d to %d bytes", r.Before, r.After)
 	}
 }
+
+// SilentListener returns the address of a loopback listener that accepts every connection and
+// never reads or answers on it: a server that a call must not have reached (a client's dial to
+// it succeeds, and counts), or one that hangs. It and its connections close when the test ends.
+func SilentListener(t interface {
+	TB
+	Cleanup(func())
+}) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("silent listener: %v", err)
+	}
+	var conns []net.Conn // the accepting goroutine's until it returns
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, nc)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		for _, nc := range conns {
+			_ = nc.Close()
+		}
+	})
+	return ln.Addr().String()
+}

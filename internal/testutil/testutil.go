@@ -3,7 +3,8 @@
 // loopback ports for servers a test starts later (FreePorts), the goroutine leak check that
 // every package's TestMain runs (VerifyTestMain), and what listener tests need: a flood of
 // connections that never complete a request (Flood), waiting for a server to close one
-// (WaitClosed), the peak of a count while it runs (Peak) and the heap in use (HeapInUse).
+// (WaitClosed), the peak of a count while it runs (Peak), the heap in use (HeapInUse), and a
+// server that accepts connections and never answers (SilentListener).
 //
 // Only tests import it. It imports nothing of Petrel's, so that any package's tests, internal
 // ones included, can use it without an import cycle.
