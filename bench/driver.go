@@ -135,9 +135,10 @@ func (c *petrelCluster) createTopic(ctx context.Context, topic string, queues in
 			break
 		}
 		// A cluster name needs the brokers registered with the NameServer; right after start
-		// they may not be yet, or the NameServers not ready (in their first registration
-		// period).
-		if len(done) > 0 || !(errors.Is(err, client.ErrNoQueue) || errors.Is(err, client.ErrNamesrvNotReady)) || !sleepCtx(ctx, backoff) {
+		// they may not be yet (the cluster is unknown, or a group has no master yet), or the
+		// NameServers not ready (in their first registration period). Creating the topic again
+		// on the masters that have it changes nothing.
+		if !startingUp(err) || !sleepCtx(ctx, backoff) {
 			return fmt.Errorf("cannot create topic %s: %w", topic, err)
 		}
 	}
@@ -150,6 +151,17 @@ func (c *petrelCluster) createTopic(ctx context.Context, topic string, queues in
 		return fmt.Errorf("topic %s created but not routable: %w", topic, err)
 	}
 	return nil
+}
+
+// startingUp reports whether err is what CreateTopic answers while a cluster starts: its
+// brokers not registered yet, or the NameServers in their first registration period.
+func startingUp(err error) bool {
+	for _, want := range []error{client.ErrUnknownCluster, client.ErrNoMaster, client.ErrNoQueue, client.ErrNamesrvNotReady} {
+		if errors.Is(err, want) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitTopicOn waits until the broker at addr (a slave) holds tc, synced from its master.

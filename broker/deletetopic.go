@@ -48,7 +48,8 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	tp := b.topics.get([]byte(name))
 	if tp == nil && !b.storeHasTopic(name) {
 		b.registrar.registerNow()
-		return rpc.Reply{} // nothing to delete: deleting twice succeeds
+		// Nothing to delete: deleting twice succeeds, and the answer says there was none.
+		return rpc.Reply{Header: &protocol.DeleteResponseHeader{Existed: false}}
 	}
 	if rep, ok := b.canAppend(r); !ok {
 		return rep
@@ -90,7 +91,7 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	if st != protocol.StatusSuccess {
 		return rpc.Errorf(st, "topic %s deleted on the master, %s", name, remark)
 	}
-	return rpc.Reply{}
+	return rpc.Reply{Header: &protocol.DeleteResponseHeader{Existed: true}}
 }
 
 // commitTopicDeletion removes the topic's config (after its deletion record): from the local
@@ -280,5 +281,7 @@ func (b *Broker) replyDeleteGroup(req request) rpc.Reply {
 		return rpc.Errorf(protocol.StatusSystemError, "group %s removed, but not persisted: %v", h.ConsumerGroup, err)
 	}
 	b.log.Info("consumer group deleted", "group", h.ConsumerGroup, "queues", n)
-	return rpc.Reply{}
+	// A group is its committed offsets here: with none, there was nothing to delete (the
+	// deletion is kept all the same, for offsets a slave may still sync).
+	return rpc.Reply{Header: &protocol.DeleteResponseHeader{Existed: n > 0}}
 }

@@ -12,10 +12,13 @@ import (
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
 
-// deleteTopicOn sends DELETE_TOPIC_IN_BROKER to the broker at c.
-func deleteTopicOn(t testing.TB, c *rpc.Conn, topic string) error {
+// deleteTopicOn sends DELETE_TOPIC_IN_BROKER to the broker at c and returns whether the broker
+// said it held the topic.
+func deleteTopicOn(t testing.TB, c *rpc.Conn, topic string) (bool, error) {
 	t.Helper()
-	return c.CallDecode(ctx5s(t), protocol.CodeDeleteTopicInBroker, &protocol.TopicHeader{Topic: topic}, nil, nil, nil)
+	var h protocol.DeleteResponseHeader
+	err := c.CallDecode(ctx5s(t), protocol.CodeDeleteTopicInBroker, &protocol.TopicHeader{Topic: topic}, nil, &h, nil)
+	return h.Existed, err
 }
 
 // offsetsOf returns a member's committed offsets of topic, by group and queue.
@@ -68,8 +71,8 @@ func TestDeleteTopicInBroker(t *testing.T) {
 	if err := admin.WaitTopicRoute(ctx5s(t), "Gone", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := deleteTopicOn(t, mc, "Gone"); err != nil {
-		t.Fatalf("delete: %v", err)
+	if existed, err := deleteTopicOn(t, mc, "Gone"); err != nil || !existed {
+		t.Fatalf("delete: %v, existed %t; want it existed", err, existed)
 	}
 	if s.store.LogEndOffset() < m.store.LogEndOffset() {
 		t.Fatalf("answered before the in-sync slave held the record: slave at %d, master at %d", s.store.LogEndOffset(), m.store.LogEndOffset())
@@ -104,13 +107,13 @@ func TestDeleteTopicInBroker(t *testing.T) {
 	if got := pullQueue(t, sc, "Kept", 0, 10); len(got) != 10 {
 		t.Fatalf("slave: %d messages of the other topic", len(got))
 	}
-	// Deleting it again succeeds and changes nothing.
+	// Deleting it again succeeds, changes nothing and says the topic did not exist.
 	end := m.store.LogEndOffset()
-	if err := deleteTopicOn(t, mc, "Gone"); err != nil || m.store.LogEndOffset() != end {
-		t.Fatalf("a second deletion: %v, log end %d -> %d", err, end, m.store.LogEndOffset())
+	if existed, err := deleteTopicOn(t, mc, "Gone"); err != nil || existed || m.store.LogEndOffset() != end {
+		t.Fatalf("a second deletion: %v, existed %t, log end %d -> %d", err, existed, end, m.store.LogEndOffset())
 	}
 	// A slave refuses the deletion.
-	if err := deleteTopicOn(t, sc, "Kept"); statusOf(err) != protocol.StatusNotMaster {
+	if _, err := deleteTopicOn(t, sc, "Kept"); statusOf(err) != protocol.StatusNotMaster {
 		t.Fatalf("deletion on the slave: %v, want NOT_MASTER", err)
 	}
 
@@ -180,7 +183,7 @@ func TestDeleteTopicRace(t *testing.T) {
 	}
 	for range 30 {
 		time.Sleep(2 * time.Millisecond) // let sends land between the deletions
-		if err := deleteTopicOn(t, c, "Churn"); err != nil {
+		if _, err := deleteTopicOn(t, c, "Churn"); err != nil {
 			t.Fatalf("delete: %v", err)
 		}
 		mu.Lock()
@@ -224,14 +227,20 @@ func TestDeleteSubGroup(t *testing.T) {
 	testutil.Eventually(t, "both members hold both groups", func() bool {
 		return len(m.offsets.groupQueues("gone", "")) == 2 && len(s.offsets.groupQueues("gone", "")) == 2
 	})
-	del := func(c *rpc.Conn, group string) error {
-		return c.CallDecode(ctx5s(t), protocol.CodeDeleteSubscriptionGroup, &protocol.GroupHeader{ConsumerGroup: group}, nil, nil, nil)
+	del := func(c *rpc.Conn, group string) (bool, error) {
+		var h protocol.DeleteResponseHeader
+		err := c.CallDecode(ctx5s(t), protocol.CodeDeleteSubscriptionGroup, &protocol.GroupHeader{ConsumerGroup: group}, nil, &h, nil)
+		return h.Existed, err
 	}
-	if err := del(sc, "gone"); statusOf(err) != protocol.StatusNotMaster {
+	if _, err := del(sc, "gone"); statusOf(err) != protocol.StatusNotMaster {
 		t.Fatalf("on the slave: %v, want NOT_MASTER", err)
 	}
-	if err := del(mc, "gone"); err != nil {
-		t.Fatal(err)
+	if existed, err := del(mc, "gone"); err != nil || !existed {
+		t.Fatalf("delete: %v, existed %t; want it existed", err, existed)
+	}
+	// A group with no offset on the master: nothing to delete, and the answer says so.
+	if existed, err := del(mc, "neverSeen"); err != nil || existed {
+		t.Fatalf("delete of a group with no offset: %v, existed %t", err, existed)
 	}
 	testutil.Eventually(t, "the slave drops the group", func() bool { return len(s.offsets.groupQueues("gone", "")) == 0 })
 	// The slave dropped it on the master's refusal of its merge: the master never took it back.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,7 +103,8 @@ func (t BrokerTarget) String() string {
 // address ("host:port": that broker only), a cluster name (every master of the cluster, from
 // the NameServer's cluster table) or "" (every master of every cluster). It returns the
 // masters it created the topic on; with a cluster, errors of single brokers are joined and the
-// others still get the topic. Brokers
+// others still get the topic, and a group without a master is an error (ErrNoMaster), as is a
+// cluster the table does not hold (ErrUnknownCluster). Brokers
 // announce the topic to the NameServers at their next registration (see WaitTopicRoute).
 // Errors before anything is sent: ErrTopicInvalid; ErrInvalidArgument for a malformed
 // address, queue counts that are not positive, or a permission other than 0 (read and
@@ -126,16 +128,20 @@ func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.Top
 		return nil, err
 	}
 	var targets []BrokerTarget
+	var errs []error
 	if strings.Contains(target, ":") {
 		targets = []BrokerTarget{{Addr: target}}
 	} else {
-		var err error
-		if targets, err = a.ClusterMasters(ctx, target); err != nil {
+		masters, masterless, err := a.clusterMasters(ctx, target)
+		if err != nil {
 			return nil, err
 		}
+		if len(masterless) > 0 {
+			errs = append(errs, fmt.Errorf("cannot create topic %q: %w", cfg.Topic, noMaster(target, masterless)))
+		}
+		targets = masters
 	}
 	var done []BrokerTarget
-	var errs []error
 	for _, t := range targets {
 		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeUpdateAndCreateTopic, &cfg, nil, nil, nil); err != nil {
 			errs = append(errs, fmt.Errorf("cannot create topic %q on %s: %w", cfg.Topic, t, err))
@@ -146,35 +152,77 @@ func (a *Admin) CreateTopic(ctx context.Context, target string, cfg protocol.Top
 	return done, errors.Join(errs...)
 }
 
+// BrokerDeletion is a master that served a deletion (DeleteTopic, DeleteSubGroup).
+type BrokerDeletion struct {
+	BrokerTarget
+	// Absent: the master said it held nothing of what was deleted, so nothing changed there.
+	// False when it deleted something, or did not say (a broker without DeleteResponseHeader).
+	Absent bool
+}
+
+// deleteAnswer reads a deletion's success header. A broker that sends none (it predates
+// protocol.DeleteResponseHeader) leaves absent false: it did not say.
+type deleteAnswer struct{ absent bool }
+
+// ReadFrom decodes the header, or nothing.
+func (d *deleteAnswer) ReadFrom(src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	var h protocol.DeleteResponseHeader
+	if err := h.ReadFrom(src); err != nil {
+		return err
+	}
+	d.absent = !h.Existed
+	return nil
+}
+
+// deleteOnMasters sends a deletion (code with header h; what names it in errors, as `topic
+// "T"`) to the masters of cluster ("" for every cluster) that clusterMasters found, and returns
+// those that served it and the failures joined, a group without a master among them
+// (ErrNoMaster).
+func (a *Admin) deleteOnMasters(ctx context.Context, cluster string, masters []BrokerTarget, masterless []*protocol.BrokerData, code protocol.RequestCode, h protocol.Header, what string) ([]BrokerDeletion, error) {
+	var errs []error
+	if len(masterless) > 0 {
+		errs = append(errs, fmt.Errorf("cannot delete %s: %w", what, noMaster(cluster, masterless)))
+	}
+	var done []BrokerDeletion
+	for _, t := range masters {
+		var ans deleteAnswer
+		if err := a.c.callAddr(ctx, t.Addr, code, h, nil, &ans, nil); err != nil {
+			errs = append(errs, fmt.Errorf("cannot delete %s on %s: %w", what, t, err))
+			continue
+		}
+		done = append(done, BrokerDeletion{BrokerTarget: t, Absent: ans.absent})
+	}
+	return done, errors.Join(errs...)
+}
+
 // DeleteTopic deletes topic from every master of cluster ("" for every cluster; DELETE_TOPIC_IN_BROKER:
 // each master writes a deletion record into its commit log, which removes the topic's queues
 // at that position on every member of its group, then its config and every group's committed
 // offsets of it, and answers once the record is as durable and replicated as a send would be),
 // then from every NameServer of the client (DELETE_TOPIC_IN_NAMESRV). It returns the masters
-// and the NameServers it deleted the topic on; errors of single servers are joined. When a
-// master fails the NameServers are not asked: a master still holding the topic would bring it
-// back at its next registration (run it again). Deleting a topic that does not exist succeeds.
-func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers []BrokerTarget, nameServers []string, err error) {
+// (each saying whether it held the topic) and the NameServers it deleted the topic on; errors
+// of single servers are joined. When a master fails, or a group of the cluster has no master
+// (ErrNoMaster), the NameServers are not asked: a member still holding the topic would bring
+// it back at its next registration (run it again). Deleting a topic that does not exist
+// succeeds, with every BrokerDeletion Absent. A cluster the NameServers do not know is
+// ErrUnknownCluster.
+func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers []BrokerDeletion, nameServers []string, err error) {
 	if err := a.args(ctx, "DeleteTopic", argTopic(topic)); err != nil {
 		return nil, nil, err
 	}
-	masters, err := a.ClusterMasters(ctx, cluster)
+	masters, masterless, err := a.clusterMasters(ctx, cluster)
 	if err != nil {
 		return nil, nil, err
 	}
 	h := protocol.TopicHeader{Topic: topic}
+	brokers, err = a.deleteOnMasters(ctx, cluster, masters, masterless, protocol.CodeDeleteTopicInBroker, &h, fmt.Sprintf("topic %q", topic))
+	if err != nil {
+		return brokers, nil, errors.Join(err, fmt.Errorf("topic %q not deleted from the NameServers: a member that still holds it would register it again", topic))
+	}
 	var errs []error
-	for _, t := range masters {
-		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeDeleteTopicInBroker, &h, nil, nil, nil); err != nil {
-			errs = append(errs, fmt.Errorf("cannot delete topic %q on %s: %w", topic, t, err))
-			continue
-		}
-		brokers = append(brokers, t)
-	}
-	if len(errs) > 0 {
-		errs = append(errs, fmt.Errorf("topic %q not deleted from the NameServers: a master that still holds it would register it again", topic))
-		return brokers, nil, errors.Join(errs...)
-	}
 	for _, ns := range a.c.cfg.nameServers {
 		if err := a.c.callAddr(ctx, ns, protocol.CodeDeleteTopicInNamesrv, &h, nil, nil, nil); err != nil {
 			errs = append(errs, fmt.Errorf("cannot delete topic %q on NameServer %s: %w", topic, ns, err))
@@ -187,56 +235,118 @@ func (a *Admin) DeleteTopic(ctx context.Context, cluster, topic string) (brokers
 
 // DeleteSubGroup removes consumer group's committed offsets of every topic from every master of
 // cluster ("" for every cluster; DELETE_SUBSCRIPTIONGROUP); their slaves drop them at their
-// next offset sync. It returns the masters it deleted the group on; errors of single masters
-// are joined.
-func (a *Admin) DeleteSubGroup(ctx context.Context, cluster, group string) ([]BrokerTarget, error) {
+// next offset sync. It returns the masters it deleted the group on, each saying whether it held
+// offsets of the group; errors of single masters are joined, a group of the cluster without a
+// master among them (ErrNoMaster). A cluster the NameServers do not know is ErrUnknownCluster.
+func (a *Admin) DeleteSubGroup(ctx context.Context, cluster, group string) ([]BrokerDeletion, error) {
 	if err := a.args(ctx, "DeleteSubGroup", argGroup(group)); err != nil {
 		return nil, err
 	}
-	masters, err := a.ClusterMasters(ctx, cluster)
+	masters, masterless, err := a.clusterMasters(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
-	var done []BrokerTarget
-	var errs []error
-	for _, t := range masters {
-		if err := a.c.callAddr(ctx, t.Addr, protocol.CodeDeleteSubscriptionGroup, &protocol.GroupHeader{ConsumerGroup: group}, nil, nil, nil); err != nil {
-			errs = append(errs, fmt.Errorf("cannot delete group %q on %s: %w", group, t, err))
-			continue
-		}
-		done = append(done, t)
-	}
-	return done, errors.Join(errs...)
+	return a.deleteOnMasters(ctx, cluster, masters, masterless, protocol.CodeDeleteSubscriptionGroup, &protocol.GroupHeader{ConsumerGroup: group}, fmt.Sprintf("group %q", group))
 }
 
 // ClusterMasters returns the master of every broker group of cluster ("" for every cluster),
-// sorted by broker name. Groups without a live master are left out; none at all is an error.
+// sorted by broker name. Groups without a live master are left out; none at all is an error
+// that names them (ErrNoMaster). A cluster the NameServers' cluster table does not hold is
+// ErrUnknownCluster.
 func (a *Admin) ClusterMasters(ctx context.Context, cluster string) ([]BrokerTarget, error) {
 	if err := a.args(ctx, "ClusterMasters"); err != nil {
 		return nil, err
 	}
-	ci, err := a.c.clusterInfo(ctx)
+	masters, masterless, err := a.clusterMasters(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
-	var out []BrokerTarget
+	if len(masters) == 0 {
+		return nil, noMaster(cluster, masterless)
+	}
+	return masters, nil
+}
+
+// clusterMasters reads the cluster table and returns the master of every broker group of
+// cluster ("" for every cluster) and the groups that have none, both sorted by broker name. A
+// cluster the table does not hold is ErrUnknownCluster; no group at all is ErrNoMaster.
+func (a *Admin) clusterMasters(ctx context.Context, cluster string) (masters []BrokerTarget, masterless []*protocol.BrokerData, err error) {
+	ci, err := a.c.clusterInfo(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := CheckCluster(ci, cluster); err != nil {
+		return nil, nil, err
+	}
 	for i := range ci.Brokers {
 		bd := &ci.Brokers[i]
 		if cluster != "" && bd.Cluster != cluster {
 			continue
 		}
 		if m := bd.MasterAddr(); m != "" {
-			out = append(out, BrokerTarget{Cluster: bd.Cluster, BrokerName: bd.BrokerName, Addr: m})
+			masters = append(masters, BrokerTarget{Cluster: bd.Cluster, BrokerName: bd.BrokerName, Addr: m})
+		} else {
+			masterless = append(masterless, bd)
 		}
 	}
-	if len(out) == 0 {
+	if len(masters) == 0 && len(masterless) == 0 {
 		if cluster == "" {
-			return nil, fmt.Errorf("%w: no broker group has a live master", ErrNoQueue)
+			return nil, nil, fmt.Errorf("%w: no broker group is registered with the NameServers", ErrNoMaster)
 		}
-		return nil, fmt.Errorf("%w: cluster %q has no broker group with a live master", ErrNoQueue, cluster)
+		return nil, nil, fmt.Errorf("%w: cluster %q has no live broker group", ErrNoMaster, cluster)
 	}
-	slices.SortFunc(out, func(x, y BrokerTarget) int { return strings.Compare(x.BrokerName, y.BrokerName) })
-	return out, nil
+	slices.SortFunc(masters, func(x, y BrokerTarget) int { return strings.Compare(x.BrokerName, y.BrokerName) })
+	slices.SortFunc(masterless, func(x, y *protocol.BrokerData) int { return strings.Compare(x.BrokerName, y.BrokerName) })
+	return masters, masterless, nil
+}
+
+// noMaster says that the broker groups of cluster ("" for every cluster) have no master,
+// naming each with its live members; it wraps ErrNoMaster.
+func noMaster(cluster string, groups []*protocol.BrokerData) error {
+	parts := make([]string, 0, len(groups))
+	for _, bd := range groups {
+		ids := make([]string, 0, len(bd.Addrs))
+		for _, ba := range bd.Addrs {
+			ids = append(ids, strconv.FormatInt(ba.BrokerID, 10))
+		}
+		name := "broker group " + bd.BrokerName
+		if cluster == "" {
+			name += " of cluster " + bd.Cluster
+		}
+		parts = append(parts, fmt.Sprintf("%s: no member is master, live brokerIds %s", name, strings.Join(ids, ", ")))
+	}
+	where := "any cluster"
+	if cluster != "" {
+		where = "cluster " + strconv.Quote(cluster)
+	}
+	return fmt.Errorf("%w right now in %s (%s; a Raft group without a quorum elects none, a static group has none while its master is down)",
+		ErrNoMaster, where, strings.Join(parts, "; "))
+}
+
+// CheckCluster returns nil when cluster is "" (every cluster) or a cluster of the cluster
+// table ci, else an error wrapping ErrUnknownCluster that lists the clusters ci holds.
+func CheckCluster(ci *protocol.ClusterInfo, cluster string) error {
+	if cluster == "" {
+		return nil
+	}
+	var known []string
+	for _, ce := range ci.Clusters {
+		known = append(known, ce.Name)
+	}
+	for i := range ci.Brokers {
+		known = append(known, ci.Brokers[i].Cluster)
+	}
+	slices.Sort(known)
+	known = slices.Compact(known)
+	if slices.Contains(known, cluster) {
+		return nil
+	}
+	known = slices.DeleteFunc(known, func(n string) bool { return n == "" })
+	list := "none"
+	if len(known) > 0 {
+		list = strings.Join(known, ", ")
+	}
+	return fmt.Errorf("%w: cluster %q is not known to the NameServers (known: %s)", ErrUnknownCluster, cluster, list)
 }
 
 // TopicRoute asks a NameServer for the topic's route now (bypassing the client's cache, which it

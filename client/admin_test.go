@@ -29,7 +29,7 @@ func TestAdmin(t *testing.T) {
 	if err != nil || len(masters) != 2 || masters[0].Addr != a[0].Addr() || masters[1].Addr != b[0].Addr() {
 		t.Fatalf("%+v %v", masters, err)
 	}
-	if _, err := admin.ClusterMasters(ctx, "Nope"); !errors.Is(err, ErrNoQueue) {
+	if _, err := admin.ClusterMasters(ctx, "Nope"); !errors.Is(err, ErrUnknownCluster) || !strings.Contains(err.Error(), `cluster "Nope" is not known to the NameServers (known: DefaultCluster)`) {
 		t.Fatal(err)
 	}
 
@@ -192,5 +192,28 @@ func TestNoNameServer(t *testing.T) {
 	p := newTestProducer(t, c)
 	if _, err := p.SendSync(ctx, &Message{Topic: "T", Body: []byte("x")}); !errors.Is(err, ErrNameServerUnavailable) {
 		t.Fatalf("send: %v", err)
+	}
+}
+
+// TestDeleteAnswer: a deletion's answer says whether the master held what was deleted; a
+// broker that predates DeleteResponseHeader sends an empty header, read as "deleted" (not
+// told), as before.
+func TestDeleteAnswer(t *testing.T) {
+	for _, c := range []struct {
+		hdr    []byte
+		absent bool
+	}{
+		{nil, false},
+		{(&protocol.DeleteResponseHeader{Existed: true}).AppendTo(nil), false},
+		{(&protocol.DeleteResponseHeader{Existed: false}).AppendTo(nil), true},
+	} {
+		var d deleteAnswer
+		if err := d.ReadFrom(c.hdr); err != nil || d.absent != c.absent {
+			t.Errorf("header %x: absent %t, %v; want absent %t", c.hdr, d.absent, err, c.absent)
+		}
+	}
+	var d deleteAnswer
+	if err := d.ReadFrom([]byte{7}); !errors.Is(err, protocol.ErrBadValue) {
+		t.Errorf("header 07: %v, want ErrBadValue", err)
 	}
 }

@@ -35,6 +35,14 @@ var (
 	// (Admin.ElectMaster) when the NameServer's cluster table has no such group, or no live
 	// member with that brokerId.
 	ErrUnknownBroker = errors.New("client: unknown broker")
+	// ErrUnknownCluster is returned by Admin calls given a cluster name that the NameServers'
+	// cluster table does not hold; the error lists the clusters it does hold (CheckCluster).
+	ErrUnknownCluster = errors.New("client: unknown cluster")
+	// ErrNoMaster is returned by Admin calls that act on the masters of a cluster for a broker
+	// group the cluster table lists with no master (brokerId 0): a Raft-elected group without
+	// a quorum elects none, a static group has none while its master is down. The error names
+	// the group and its live members.
+	ErrNoMaster = errors.New("client: no master")
 	// ErrInvalidArgument is returned, before anything is sent, by a function given an argument
 	// it cannot use: a nil Client, context or Handler, an empty or malformed broker address
 	// (host:port), a negative queue id, offset or brokerId, a target count below one. The error

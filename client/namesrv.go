@@ -140,8 +140,13 @@ func (c *Client) callNameServer(ctx context.Context, code protocol.RequestCode, 
 		if o == nsOK {
 			return nil
 		}
-		if empty {
+		switch {
+		case empty:
 			err = &protocol.Error{Status: protocol.StatusTopicNotExist, Remark: "NameServer " + ns[idx] + " answered an empty route"}
+		case o == nsNotReady:
+			// Its remark says why (its uptime, or no broker registered); the address says
+			// which, for an operator to check the address list.
+			err = fmt.Errorf("NameServer %s is not ready: %w", ns[idx], err)
 		}
 		outcomes = append(outcomes, o)
 		errs = append(errs, err)

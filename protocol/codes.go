@@ -53,8 +53,8 @@ const (
 	// CodeDeleteSubscriptionGroup removes a consumer group's committed offsets of every topic
 	// from a broker group (RocketMQ's DELETE_SUBSCRIPTIONGROUP, mqadmin deleteSubGroup).
 	// Header: GroupHeader (its Topic empty). Served by the master, which keeps the group's
-	// deletion so that its slaves' offset syncs do not bring the offsets back; empty success
-	// header.
+	// deletion so that its slaves' offset syncs do not bring the offsets back. Success header:
+	// DeleteResponseHeader (whether the master held offsets of the group).
 	CodeDeleteSubscriptionGroup RequestCode = 207
 	// CodeGetConsumeStats returns a consumer group's progress on a broker. Response body:
 	// ConsumeStats.
@@ -63,10 +63,10 @@ const (
 	// DELETE_TOPIC_IN_BROKER, mqadmin deleteTopic): the master writes a deletion record
 	// (ControlDeleteTopic) into its commit log, which removes the topic's consume queues at
 	// that position on every member, then its config and every group's committed offsets of
-	// it. Header: TopicHeader. Answered, with an empty success header, once the record is as
-	// durable and replicated as a send would be (a SYNC_MASTER's in-sync slaves hold it); the
-	// topic's bytes in the log go with retention. Deleting a topic the broker does not have
-	// succeeds.
+	// it. Header: TopicHeader. Answered, with success header DeleteResponseHeader, once the
+	// record is as durable and replicated as a send would be (a SYNC_MASTER's in-sync slaves
+	// hold it); the topic's bytes in the log go with retention. Deleting a topic the broker
+	// does not have succeeds, and the header says it held none.
 	CodeDeleteTopicInBroker RequestCode = 215
 	// CodeDeleteTopicInNamesrv removes a topic from a NameServer's route table (RocketMQ's
 	// DELETE_TOPIC_IN_NAMESRV). Header: TopicHeader; empty success header. A broker that still

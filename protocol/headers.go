@@ -585,6 +585,26 @@ func (h *ElectMasterResponse) ReadFrom(src []byte) error {
 	return r.Done()
 }
 
+// DeleteResponseHeader answers CodeDeleteTopicInBroker and CodeDeleteSubscriptionGroup:
+// whether the master held what it was asked to delete, so that an operator learns a mistyped
+// name. Brokers that predate it answer with an empty header, which clients that read none
+// ignore; a client reads an empty header as "not told".
+type DeleteResponseHeader struct {
+	// Existed: the master held it (a topic's config or a consume queue of it; committed
+	// offsets of the group) and deleted it. False: it held nothing of it, nothing changed.
+	Existed bool
+}
+
+// AppendTo implements Header.
+func (h *DeleteResponseHeader) AppendTo(dst []byte) []byte { return append(dst, boolByte(h.Existed)) }
+
+// ReadFrom implements Header.
+func (h *DeleteResponseHeader) ReadFrom(src []byte) error {
+	r := NewReader(src)
+	h.Existed = r.Bool()
+	return r.Done()
+}
+
 // RaftReadIndexRequest asks the Raft leader of broker group BrokerName for a read index
 // (CodeRaftReadIndex).
 type RaftReadIndexRequest struct {

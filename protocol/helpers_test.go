@@ -52,6 +52,7 @@ func sampleHeaders() []codec {
 		&RaftReadIndexRequest{BrokerName: "broker-a"},
 		&RaftReadIndexResponse{Index: 1<<40 + 3, Term: 17},
 		&HALeaveRequest{BrokerName: "broker-a", SlaveID: 2, MemberID: "b2", Epoch: 9, TruncateTo: 1 << 33},
+		&DeleteResponseHeader{Existed: true},
 	}
 }
 
@@ -100,6 +101,8 @@ func newHeader(i int) codec {
 		return new(RaftReadIndexResponse)
 	case 20:
 		return new(HALeaveRequest)
+	case 21:
+		return new(DeleteResponseHeader)
 	}
 	panic(fmt.Sprintf("BUG: no header %d", i))
 }

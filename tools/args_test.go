@@ -44,7 +44,8 @@ func TestCommandsRefuseNilArguments(t *testing.T) {
 		}},
 		{"TopicRoute", func(ctx context.Context, w io.Writer) error { return TopicRoute(ctx, w, a, "T") }},
 		{"TopicStatus", func(ctx context.Context, w io.Writer) error { return TopicStatus(ctx, w, a, "T") }},
-		{"TopicList", func(ctx context.Context, w io.Writer) error { return TopicList(ctx, w, a, "") }},
+		{"TopicList", func(ctx context.Context, w io.Writer) error { return TopicList(ctx, w, a, "", "") }},
+		{"TopicList -b", func(ctx context.Context, w io.Writer) error { return TopicList(ctx, w, a, addr, "") }},
 		{"DeleteTopic", func(ctx context.Context, w io.Writer) error { return DeleteTopic(ctx, w, a, "C", "T") }},
 		{"DeleteSubGroup", func(ctx context.Context, w io.Writer) error { return DeleteSubGroup(ctx, w, a, "C", "G") }},
 	}

@@ -24,19 +24,20 @@ type brokerMember struct {
 
 // clusterMembers returns every broker of cluster ("" for all clusters) in the cluster table,
 // sorted by cluster, broker name and brokerId. A cluster that is named but not in the table is
-// an error.
+// an error that lists those it holds (client.ErrUnknownCluster).
 func clusterMembers(ci *protocol.ClusterInfo, cluster string) ([]brokerMember, error) {
+	if err := client.CheckCluster(ci, cluster); err != nil {
+		return nil, err
+	}
 	groups := make(map[string]*protocol.BrokerData, len(ci.Brokers))
 	for i := range ci.Brokers {
 		groups[ci.Brokers[i].BrokerName] = &ci.Brokers[i]
 	}
 	var out []brokerMember
-	found := false
 	for _, ce := range ci.Clusters {
 		if cluster != "" && ce.Name != cluster {
 			continue
 		}
-		found = true
 		for _, name := range ce.BrokerNames {
 			bd := groups[name]
 			if bd == nil {
@@ -46,9 +47,6 @@ func clusterMembers(ci *protocol.ClusterInfo, cluster string) ([]brokerMember, e
 				out = append(out, brokerMember{cluster: ce.Name, brokerName: name, id: ba.BrokerID, addr: ba.Addr})
 			}
 		}
-	}
-	if cluster != "" && !found {
-		return nil, fmt.Errorf("cluster %q is not in the NameServer's cluster table", cluster)
 	}
 	slices.SortFunc(out, func(x, y brokerMember) int {
 		return cmp.Or(strings.Compare(x.cluster, y.cluster), strings.Compare(x.brokerName, y.brokerName), cmp.Compare(x.id, y.id))

@@ -12,8 +12,8 @@ import (
 	"github.com/petrel-mq/petrel/client"
 )
 
-// DefaultTimeout bounds each request of a command (dial included) unless --timeout says
-// otherwise.
+// DefaultTimeout bounds each request of a command (dial included) when the command has no
+// --timeout; with one, every request, and the command as a whole, is bounded by it.
 const DefaultTimeout = 5 * time.Second
 
 // EnvNameServer is the environment variable mqadmin reads the NameServer addresses from when
@@ -78,20 +78,24 @@ func args(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// ReadyWait bounds how long UntilReady waits for the NameServers to become ready: longer than
-// their default registration period (30 s), which a NameServer waits out after it starts
-// before it answers the cluster table or "no such topic".
-const ReadyWait = 2 * time.Minute
+// ReadyWait bounds how long UntilReady waits for the NameServers to become ready when the
+// command has no deadline of its own (no --timeout): longer than their default registration
+// period (30 s), which a NameServer waits out after it starts before it answers the cluster
+// table or "no such topic", with room for the brokers' first registrations.
+const ReadyWait = 45 * time.Second
 
 // readyRetry is how often UntilReady tries again (a variable for tests).
 var readyRetry = time.Second
 
-// UntilReady runs cmd, and runs it again every second while it fails because every NameServer
-// asked answered NAMESRV_NOT_READY (they started less than a registration period ago, so
-// their cluster table may lack brokers), for at most ReadyWait or until ctx ends; it says so
-// once on logw (nil: nowhere). Any other outcome is returned at once. cmd must not have acted
-// when the NameServers were not ready: the commands read the NameServers before they act. A
-// nil ctx or cmd is refused (client.ErrInvalidArgument) without running anything.
+// UntilReady runs cmd, and runs it again every second (more often near the end) while it fails
+// because every NameServer asked answered NAMESRV_NOT_READY (they started less than a registration period ago, or no
+// broker has registered with them, so their cluster table may lack brokers): until ctx's
+// deadline (--timeout), or for ReadyWait when ctx has none, or until ctx ends. It says once on
+// logw (nil: nowhere) that it waits, for how long at most and why. When the time is up it
+// returns the last answer, saying how long it waited: the answer names each NameServer that
+// was not ready and its reason. Any other outcome is returned at once. cmd must not have acted
+// when the NameServers were not ready: the commands read the NameServers before they act.
+// A nil ctx or cmd is refused (client.ErrInvalidArgument) without running anything.
 func UntilReady(ctx context.Context, logw io.Writer, cmd func() error) error {
 	if err := args(ctx, io.Discard); err != nil {
 		return err
@@ -99,21 +103,40 @@ func UntilReady(ctx context.Context, logw io.Writer, cmd func() error) error {
 	if cmd == nil {
 		return fmt.Errorf("%w: nil command", client.ErrInvalidArgument)
 	}
-	deadline := time.Now().Add(ReadyWait)
+	start := time.Now()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = start.Add(ReadyWait)
+	}
 	for said := false; ; said = true {
 		err := cmd()
-		if !notReady(err) || time.Now().After(deadline) {
+		if !notReady(err) {
 			return err
 		}
+		// Near the deadline the pauses shorten, so that the last tries still have time to
+		// end: one cut short by the deadline would hide why the NameServers were not ready.
+		left := time.Until(deadline)
+		pause := min(readyRetry, left/2)
+		if pause < readyRetry/10 {
+			return fmt.Errorf("the NameServers were not ready after %v (--timeout waits longer; is -n right?): %w", roundWait(time.Since(start)), err)
+		}
 		if !said && logw != nil {
-			_, _ = io.WriteString(logw, "waiting for the NameServers to be ready: "+err.Error()+"\n")
+			fmt.Fprintf(logw, "waiting up to %v for the NameServers to be ready (--timeout sets how long): %v\n", roundWait(left), err)
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(readyRetry):
+		case <-time.After(pause):
 		}
 	}
+}
+
+// roundWait rounds a wait for people: to the second, or to the millisecond below one.
+func roundWait(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }
 
 // notReady reports whether err says that no NameServer could answer and at least one was not

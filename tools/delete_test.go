@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/petrel-mq/petrel/client"
 	"github.com/petrel-mq/petrel/internal/testcluster"
@@ -30,19 +29,15 @@ func TestDeleteTopic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var out bytes.Buffer
-	if err := DeleteTopic(ctx5s(t), &out, tc.admin, "DefaultCluster", "Doomed"); err != nil {
-		t.Fatal(err)
+	deleteTopic := func(topic string) func(w *bytes.Buffer) error {
+		return func(w *bytes.Buffer) error { return DeleteTopic(ctx5s(t), w, tc.admin, "DefaultCluster", topic) }
 	}
-	want := []string{
+	checkPrinted(t, "deleteTopic", []string{
 		"delete topic [Doomed] from broker [" + tc.addr("broker-a") + " (broker-a)] success.",
 		"delete topic [Doomed] from broker [" + tc.addr("broker-b") + " (broker-b)] success.",
 		"delete topic [Doomed] from cluster [DefaultCluster] success.",
 		"delete topic [Doomed] from NameServer success.",
-	}
-	if got := lines(out.String()); !slices.Equal(got, want) {
-		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))
-	}
+	}, deleteTopic("Doomed"))
 	if _, err := tc.admin.TopicRoute(ctx5s(t), "Doomed"); !errors.Is(err, client.ErrTopicNotExist) {
 		t.Fatalf("route after deleteTopic: %v, want ErrTopicNotExist", err)
 	}
@@ -68,11 +63,23 @@ func TestDeleteTopic(t *testing.T) {
 			t.Fatalf("the re-created topic's message at offset %d", r.QueueOffset)
 		}
 	}
-	// Deleting a topic that does not exist succeeds.
-	out.Reset()
-	if err := DeleteTopic(ctx5s(t), &out, tc.admin, "DefaultCluster", "NeverWas"); err != nil {
-		t.Fatalf("deleting an unknown topic: %v", err)
+	// Deleting a topic that does not exist succeeds, and every master says it had none.
+	checkPrinted(t, "deleting an unknown topic", []string{
+		"topic [NeverWas] did not exist on broker [" + tc.addr("broker-a") + " (broker-a)] (nothing to delete).",
+		"topic [NeverWas] did not exist on broker [" + tc.addr("broker-b") + " (broker-b)] (nothing to delete).",
+		"topic [NeverWas] did not exist in cluster [DefaultCluster] (nothing to delete).",
+		"delete topic [NeverWas] from NameServer success.",
+	}, deleteTopic("NeverWas"))
+	// A topic only one master holds: the other says it had none, the cluster line is mqadmin's.
+	if _, err := tc.admin.CreateTopic(ctx5s(t), tc.addr("broker-b"), protocol.TopicConfig{Topic: "OnB", ReadQueueNums: 1, WriteQueueNums: 1}); err != nil {
+		t.Fatal(err)
 	}
+	checkPrinted(t, "deleting a topic of one master", []string{
+		"topic [OnB] did not exist on broker [" + tc.addr("broker-a") + " (broker-a)] (nothing to delete).",
+		"delete topic [OnB] from broker [" + tc.addr("broker-b") + " (broker-b)] success.",
+		"delete topic [OnB] from cluster [DefaultCluster] success.",
+		"delete topic [OnB] from NameServer success.",
+	}, deleteTopic("OnB"))
 }
 
 // TestDeleteTopicRejects checks deleteTopic's arguments and reports a master that fails: the
@@ -86,13 +93,7 @@ func TestDeleteTopicRejects(t *testing.T) {
 		{"bad topic", "DefaultCluster", "bad topic", "topic"},
 		{"unknown cluster", "NoSuchCluster", "T", "NoSuchCluster"},
 	} {
-		var out bytes.Buffer
-		if err := DeleteTopic(ctx5s(t), &out, tc.admin, c.cluster, c.topic); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v; want an error containing %q", c.name, err, c.want)
-		}
-		if out.Len() != 0 {
-			t.Errorf("%s: printed %q", c.name, out.String())
-		}
+		checkRejected(t, c.name, c.want, func(w *bytes.Buffer) error { return DeleteTopic(ctx5s(t), w, tc.admin, c.cluster, c.topic) })
 	}
 }
 
@@ -110,17 +111,13 @@ func TestDeleteSubGroup(t *testing.T) {
 			}
 		}
 	}
-	var out bytes.Buffer
-	if err := DeleteSubGroup(ctx5s(t), &out, tc.admin, "DefaultCluster", "Gone"); err != nil {
-		t.Fatal(err)
+	deleteGroup := func(group string) func(w *bytes.Buffer) error {
+		return func(w *bytes.Buffer) error { return DeleteSubGroup(ctx5s(t), w, tc.admin, "DefaultCluster", group) }
 	}
-	want := []string{
+	checkPrinted(t, "deleteSubGroup", []string{
 		"delete subscription group [Gone] from broker [" + tc.addr("broker-a") + " (broker-a)] in cluster [DefaultCluster] success.",
 		"delete subscription group [Gone] from broker [" + tc.addr("broker-b") + " (broker-b)] in cluster [DefaultCluster] success.",
-	}
-	if got := lines(out.String()); !slices.Equal(got, want) {
-		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))
-	}
+	}, deleteGroup("Gone"))
 	for _, name := range []string{"broker-a", "broker-b"} {
 		if _, err := tc.admin.QueryConsumerOffset(ctx5s(t), tc.addr(name), "Gone", "SubTopic", 0); !errors.Is(err, client.ErrQueryNotFound) {
 			t.Fatalf("%s: the deleted group's offset: %v, want ErrQueryNotFound", name, err)
@@ -129,8 +126,56 @@ func TestDeleteSubGroup(t *testing.T) {
 			t.Fatalf("%s: the other group's offset: %v", name, err)
 		}
 	}
-	if err := DeleteSubGroup(ctx5s(t), &out, tc.admin, "DefaultCluster", "bad group"); err == nil {
-		t.Fatal("a bad group name was accepted")
+	checkRejected(t, "a bad group name", "group", deleteGroup("bad group"))
+	// Deleting it again, or a group never seen, succeeds; every master says it had no offset.
+	for _, g := range []string{"Gone", "NeverWas"} {
+		checkPrinted(t, "deleting group "+g+" again", []string{
+			"subscription group [" + g + "] did not exist on broker [" + tc.addr("broker-a") + " (broker-a)] in cluster [DefaultCluster]: no offset committed there (nothing to delete).",
+			"subscription group [" + g + "] did not exist on broker [" + tc.addr("broker-b") + " (broker-b)] in cluster [DefaultCluster]: no offset committed there (nothing to delete).",
+		}, deleteGroup(g))
+	}
+}
+
+// TestDeleteWithoutMaster: a broker group of the cluster with members but no master (a Raft
+// group without a quorum elects none) is named, with its members, by every command that acts
+// on the cluster's masters; deleteTopic then leaves the NameServers alone, since the group
+// still holds the topic.
+func TestDeleteWithoutMaster(t *testing.T) {
+	t.Parallel()
+	tc := startCluster(t, "broker-a")
+	tc.createTopic("Doomed", 1)
+	tc.c.RegisterDead("broker-x", 2)
+	const want = `client: no master right now in cluster "DefaultCluster" (broker group broker-x: no member is master, live brokerIds 2; a Raft group without a quorum elects none`
+	var out bytes.Buffer
+	err := DeleteTopic(ctx5s(t), &out, tc.admin, "DefaultCluster", "Doomed")
+	if !errors.Is(err, client.ErrNoMaster) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "not deleted from the NameServers") {
+		t.Fatalf("deleteTopic: %v; want one containing %q", err, want)
+	}
+	if got := lines(out.String()); !slices.Equal(got, []string{"delete topic [Doomed] from broker [" + tc.addr("broker-a") + " (broker-a)] success."}) {
+		t.Fatalf("deleteTopic printed:\n%s", out.String())
+	}
+	out.Reset()
+	if err := DeleteSubGroup(ctx5s(t), &out, tc.admin, "DefaultCluster", "G"); !errors.Is(err, client.ErrNoMaster) || !strings.Contains(err.Error(), want) || !strings.Contains(out.String(), tc.addr("broker-a")) {
+		t.Fatalf("deleteSubGroup: %v, printed %q; want an error containing %q", err, out.String(), want)
+	}
+	out.Reset()
+	err = UpdateTopic(ctx5s(t), &out, tc.admin, UpdateTopicOptions{Topic: "New", Cluster: "DefaultCluster", ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6})
+	if !errors.Is(err, client.ErrNoMaster) || !strings.Contains(err.Error(), want) || !strings.Contains(out.String(), "create topic to "+tc.addr("broker-a")+" success.") {
+		t.Fatalf("updateTopic: %v, printed %q; want an error containing %q", err, out.String(), want)
+	}
+}
+
+// TestClusterWithoutMaster: a cluster whose only group has no master fails every command that
+// acts on its masters with that reason, not with an empty route's.
+func TestClusterWithoutMaster(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, testcluster.Options{})
+	c.RegisterDead("broker-r", 1)
+	_, a := newAdmin(t, c.NamesrvAddr())
+	const want = `client: no master right now in cluster "DefaultCluster" (broker group broker-r: no member is master, live brokerIds 1; a Raft group without a quorum elects none`
+	cmds := clusterCommands(a, "DefaultCluster")
+	for _, name := range []string{"updateTopic", "deleteTopic", "deleteSubGroup", "topicList"} {
+		checkRejected(t, name, want, cmds[name])
 	}
 }
 
@@ -143,11 +188,7 @@ func TestTopicChangesInRaftGroup(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-r", RaftMembers: 3})
 	g := c.Group("broker-r")
 	g.WaitInSync()
-	cl, a, err := NewAdmin(ctx5s(t), c.NamesrvAddr(), 5*time.Second, testWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Close() })
+	_, a := newAdmin(t, c.NamesrvAddr())
 	tables := func() map[string]string {
 		out := map[string]string{}
 		for _, m := range g.Members() {

@@ -7,7 +7,7 @@
 //	deleteTopic      delete a topic from every master of a cluster, then from the NameServers
 //	deleteSubGroup   remove a consumer group's committed offsets from every master of a cluster
 //	topicRoute       a topic's route from the NameServer, as JSON
-//	topicList        the topics stored on the masters
+//	topicList        the topics stored on the masters, or one broker's own topic table (-b, a slave's too)
 //	topicStatus      min/max offset and last store time of every queue of a topic
 //	clusterList      every broker of the cluster table with its version and rates
 //	brokerStatus     a broker's runtime statistics, one key per line

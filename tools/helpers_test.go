@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,13 +45,46 @@ func startCluster(t *testing.T, brokerNames ...string) *testCluster {
 		groups = append(groups, testcluster.GroupSpec{Name: name})
 	}
 	tc := &testCluster{t: t, c: testcluster.New(t, testcluster.Options{}, groups...)}
-	c, a, err := NewAdmin(context.Background(), tc.c.NamesrvAddr(), 2*time.Second, testWriter{t})
+	tc.client, tc.admin = newAdmin(t, tc.c.NamesrvAddr())
+	return tc
+}
+
+// newAdmin returns a Client on the ';'-separated NameServers ("": none) and an Admin on it,
+// closed when the test ends; the client logs into the test's log.
+func newAdmin(t *testing.T, nameServers string) (*client.Client, *client.Admin) {
+	t.Helper()
+	c, a, err := NewAdmin(context.Background(), nameServers, 5*time.Second, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	tc.client, tc.admin = c, a
-	return tc
+	return c, a
+}
+
+// checkPrinted checks that a command run by run succeeded and printed the lines want; what
+// says which command it was.
+func checkPrinted(t *testing.T, what string, want []string, run func(w *bytes.Buffer) error) {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(&out); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got := lines(out.String()); !slices.Equal(got, want) {
+		t.Fatalf("%s printed:\n%s\nwant:\n%s", what, out.String(), strings.Join(want, "\n"))
+	}
+}
+
+// checkRejected checks that a command run by run failed with an error containing want and
+// printed nothing; name says which case it was.
+func checkRejected(t *testing.T, name, want string, run func(w *bytes.Buffer) error) {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(&out); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: err = %v; want one containing %q", name, err, want)
+	}
+	if out.Len() != 0 {
+		t.Errorf("%s: printed %q", name, out.String())
+	}
 }
 
 func (tc *testCluster) addr(name string) string { return tc.c.Group(name).Member(0).Addr() }

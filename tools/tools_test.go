@@ -15,6 +15,7 @@ import (
 
 	"github.com/petrel-mq/petrel/broker"
 	"github.com/petrel-mq/petrel/client"
+	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 )
@@ -105,14 +106,7 @@ func TestUpdateTopicRejects(t *testing.T) {
 		{"dead broker", with(func(o *UpdateTopicOptions) { o.BrokerAddr = testutil.FreeAddrs(t, 1)[0] }), "cannot create topic"},
 	}
 	for _, c := range cases {
-		var out bytes.Buffer
-		err := UpdateTopic(ctx5s(t), &out, tc.admin, c.o)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: err = %v; want one containing %q", c.name, err, c.want)
-		}
-		if out.Len() != 0 {
-			t.Errorf("%s: printed %q", c.name, out.String())
-		}
+		checkRejected(t, c.name, c.want, func(w *bytes.Buffer) error { return UpdateTopic(ctx5s(t), w, tc.admin, c.o) })
 	}
 }
 
@@ -367,11 +361,7 @@ func TestBrokerStatus(t *testing.T) {
 	}
 
 	// Without a NameServer: -b still works, -c needs the cluster table.
-	c, direct, err := NewAdmin(context.Background(), "", 2*time.Second, testWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, direct := newAdmin(t, "")
 	var direct1 bytes.Buffer
 	if err := BrokerStatus(ctx5s(t), &direct1, direct, addrA, ""); err != nil || !strings.Contains(direct1.String(), "brokerName") {
 		t.Fatalf("brokerStatus -b without a NameServer: %v\n%s", err, direct1.String())
@@ -427,7 +417,7 @@ func TestTopicList(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := TopicList(ctx5s(t), &out, tc.admin, ""); err != nil {
+	if err := TopicList(ctx5s(t), &out, tc.admin, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	got := lines(out.String())
@@ -437,8 +427,70 @@ func TestTopicList(t *testing.T) {
 	if !slices.Contains(got, "ListTopic0") || !slices.Contains(got, "ListTopic1") {
 		t.Fatalf("missing topics:\n%s", out.String())
 	}
-	if err := TopicList(ctx5s(t), &out, tc.admin, "NoSuchCluster"); err == nil {
-		t.Fatal("unknown cluster: no error")
+	checkRejected(t, "both -b and -c", "not both", func(w *bytes.Buffer) error {
+		return TopicList(ctx5s(t), w, tc.admin, tc.addr("broker-a"), "DefaultCluster")
+	})
+	checkRejected(t, "-b without a port", "127.0.0.1", func(w *bytes.Buffer) error { return TopicList(ctx5s(t), w, tc.admin, "127.0.0.1", "") })
+}
+
+// TestTopicListOfBroker: topicList -b prints a broker's own topic table, a slave's too (which
+// topicList without -b, reading the masters, never shows), with no NameServer needed.
+func TestTopicListOfBroker(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a", Slaves: 1})
+	c.CreateTopic("SlaveTopic", 3, "broker-a")
+	slave := c.Group("broker-a").Member(1).Addr()
+	_, direct := newAdmin(t, "")
+	want := []string{"SlaveTopic", "3", "3", "RW-"}
+	var out bytes.Buffer
+	testutil.Eventually(t, "the slave's topic table to list SlaveTopic", func() bool {
+		out.Reset()
+		if err := TopicList(ctx5s(t), &out, direct, slave, ""); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(lines(out.String()), func(r string) bool { return slices.Equal(cells(r), want) })
+	})
+	rows := lines(out.String())
+	if got := cells(rows[0]); !slices.Equal(got, []string{"#Topic", "#ReadQueueNums", "#WriteQueueNums", "#Perm"}) {
+		t.Fatalf("header %q:\n%s", got, out.String())
+	}
+	var topics []string
+	for _, r := range rows[1:] {
+		topics = append(topics, cells(r)[0])
+	}
+	if !slices.IsSorted(topics) {
+		t.Fatalf("not sorted by topic:\n%s", out.String())
+	}
+}
+
+// TestUnknownCluster: every command taking -c says that the NameServers do not know the
+// cluster, and which clusters they know, before it acts.
+func TestUnknownCluster(t *testing.T) {
+	t.Parallel()
+	tc := startCluster(t, "broker-a")
+	const want = `cluster "NoSuchCluster" is not known to the NameServers (known: DefaultCluster)`
+	for name, run := range clusterCommands(tc.admin, "NoSuchCluster") {
+		checkRejected(t, name, want, run)
+	}
+	if l, err := tc.admin.AllTopicConfig(ctx5s(t), tc.addr("broker-a")); err != nil || slices.ContainsFunc(l.Topics, func(c protocol.TopicConfig) bool { return c.Topic == "T" }) {
+		t.Fatalf("updateTopic on an unknown cluster created the topic: %v %+v", err, l)
+	}
+}
+
+// clusterCommands returns every command that takes -c, run on cluster: updateTopic (of topic
+// T), deleteTopic, deleteSubGroup, topicList, clusterList, brokerStatus, haStatus.
+func clusterCommands(a *client.Admin, cluster string) map[string]func(*bytes.Buffer) error {
+	ctx := context.Background()
+	return map[string]func(*bytes.Buffer) error{
+		"updateTopic": func(w *bytes.Buffer) error {
+			return UpdateTopic(ctx, w, a, UpdateTopicOptions{Topic: "T", Cluster: cluster, ReadQueueNums: 1, WriteQueueNums: 1, Perm: 6})
+		},
+		"deleteTopic":    func(w *bytes.Buffer) error { return DeleteTopic(ctx, w, a, cluster, "T") },
+		"deleteSubGroup": func(w *bytes.Buffer) error { return DeleteSubGroup(ctx, w, a, cluster, "G") },
+		"topicList":      func(w *bytes.Buffer) error { return TopicList(ctx, w, a, "", cluster) },
+		"clusterList":    func(w *bytes.Buffer) error { return ClusterList(ctx, w, a, cluster) },
+		"brokerStatus":   func(w *bytes.Buffer) error { return BrokerStatus(ctx, w, a, "", cluster) },
+		"haStatus":       func(w *bytes.Buffer) error { return HAStatus(ctx, w, a, "", cluster) },
 	}
 }
 
@@ -446,11 +498,7 @@ func TestTopicList(t *testing.T) {
 // fails with ErrNameServerUnavailable and prints nothing.
 func TestNameServerUnreachable(t *testing.T) {
 	t.Parallel()
-	c, a, err := NewAdmin(context.Background(), testutil.FreeAddrs(t, 1)[0], time.Second, testWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, a := newAdmin(t, testutil.FreeAddrs(t, 1)[0])
 	ctx := ctx5s(t)
 	cmds := map[string]func(*bytes.Buffer) error{
 		"updateTopic": func(w *bytes.Buffer) error {
@@ -458,7 +506,7 @@ func TestNameServerUnreachable(t *testing.T) {
 		},
 		"topicRoute":       func(w *bytes.Buffer) error { return TopicRoute(ctx, w, a, "T") },
 		"topicStatus":      func(w *bytes.Buffer) error { return TopicStatus(ctx, w, a, "T") },
-		"topicList":        func(w *bytes.Buffer) error { return TopicList(ctx, w, a, "") },
+		"topicList":        func(w *bytes.Buffer) error { return TopicList(ctx, w, a, "", "") },
 		"clusterList":      func(w *bytes.Buffer) error { return ClusterList(ctx, w, a, "") },
 		"brokerStatus":     func(w *bytes.Buffer) error { return BrokerStatus(ctx, w, a, "", "DefaultCluster") },
 		"consumerProgress": func(w *bytes.Buffer) error { return ConsumerProgress(ctx, w, a, "G", "") },

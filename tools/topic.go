@@ -162,12 +162,22 @@ func TopicStatus(ctx context.Context, w io.Writer, a *client.Admin, topic string
 
 // TopicList prints the names of the topics stored on the masters of cluster ("" for every
 // cluster), sorted, one per line (mqadmin topicList). Masters that fail are left out and their
-// errors returned after the list.
-func TopicList(ctx context.Context, w io.Writer, a *client.Admin, cluster string) error {
+// errors returned after the list. With brokerAddr instead, it prints the topic table of that
+// broker itself, a slave's too: a row per topic with its queue counts and permission.
+func TopicList(ctx context.Context, w io.Writer, a *client.Admin, brokerAddr, cluster string) error {
 	if err := args(ctx, w); err != nil {
 		return err
 	}
+	if brokerAddr != "" && cluster != "" {
+		return errors.New("give -b BROKERADDR or -c CLUSTER, not both")
+	}
+	if brokerAddr != "" {
+		return brokerTopics(ctx, w, a, brokerAddr)
+	}
 	masters, err := a.ClusterMasters(ctx, cluster)
+	if errors.Is(err, client.ErrNoMaster) {
+		return fmt.Errorf("%w; topicList -b BROKERADDR lists the topics of a slave", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -195,11 +205,30 @@ func TopicList(ctx context.Context, w io.Writer, a *client.Admin, cluster string
 	return errs
 }
 
+// brokerTopics prints the topic table of the broker at addr, sorted by topic: #Topic
+// #ReadQueueNums #WriteQueueNums #Perm.
+func brokerTopics(ctx context.Context, w io.Writer, a *client.Admin, addr string) error {
+	l, err := a.AllTopicConfig(ctx, addr)
+	if err != nil {
+		return err
+	}
+	topics := slices.Clone(l.Topics)
+	slices.SortFunc(topics, func(x, y protocol.TopicConfig) int { return strings.Compare(x.Topic, y.Topic) })
+	tw := newTable(w)
+	fmt.Fprintln(tw, "#Topic\t#ReadQueueNums\t#WriteQueueNums\t#Perm")
+	for _, tc := range topics {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", tc.Topic, tc.ReadQueueNums, tc.WriteQueueNums, permString(tc.Perm))
+	}
+	return tw.Flush()
+}
+
 // DeleteTopic deletes a topic from every master of cluster, then from every NameServer (mqadmin
 // deleteTopic -c CLUSTER -t TOPIC): its consume queues and every group's committed offsets of
 // it go on every member of each group, and its commit-log bytes with retention. It prints
-// mqadmin's lines, one per master and one for the NameServers; when a master fails the
-// NameServers are left alone (run the command again) and the error says so.
+// mqadmin's lines, one per master and one for the NameServers; a master that held no such
+// topic says so instead ("did not exist ... (nothing to delete)"), which is still a success.
+// When a master fails, or a group of the cluster has no master, the NameServers are left alone
+// (run the command again) and the error says so.
 func DeleteTopic(ctx context.Context, w io.Writer, a *client.Admin, cluster, topic string) error {
 	if err := args(ctx, w); err != nil {
 		return err
@@ -207,14 +236,24 @@ func DeleteTopic(ctx context.Context, w io.Writer, a *client.Admin, cluster, top
 	if err := protocol.ValidateTopic([]byte(topic)); err != nil {
 		return err
 	}
-	if cluster == "" || strings.Contains(cluster, ":") {
-		return fmt.Errorf("-c %q: give the cluster name (clusterList lists them)", cluster)
+	if err := clusterArg(cluster); err != nil {
+		return err
 	}
 	brokers, nss, err := a.DeleteTopic(ctx, cluster, topic)
+	absent := 0
 	for _, b := range brokers {
-		fmt.Fprintf(w, "delete topic [%s] from broker [%s] success.\n", topic, b)
+		if b.Absent {
+			absent++
+			fmt.Fprintf(w, "topic [%s] did not exist on broker [%s] (nothing to delete).\n", topic, b)
+		} else {
+			fmt.Fprintf(w, "delete topic [%s] from broker [%s] success.\n", topic, b)
+		}
 	}
-	if len(brokers) > 0 && err == nil {
+	switch {
+	case len(brokers) == 0 || err != nil:
+	case absent == len(brokers):
+		fmt.Fprintf(w, "topic [%s] did not exist in cluster [%s] (nothing to delete).\n", topic, cluster)
+	default:
 		fmt.Fprintf(w, "delete topic [%s] from cluster [%s] success.\n", topic, cluster)
 	}
 	if len(nss) > 0 {
@@ -225,7 +264,8 @@ func DeleteTopic(ctx context.Context, w io.Writer, a *client.Admin, cluster, top
 
 // DeleteSubGroup removes a consumer group's committed offsets of every topic from every master
 // of cluster (mqadmin deleteSubGroup -c CLUSTER -g GROUP); the slaves drop them at their next
-// offset sync. It prints mqadmin's line per master.
+// offset sync. It prints mqadmin's line per master; a master that held no offset of the group
+// says so instead ("did not exist ... (nothing to delete)"), which is still a success.
 func DeleteSubGroup(ctx context.Context, w io.Writer, a *client.Admin, cluster, group string) error {
 	if err := args(ctx, w); err != nil {
 		return err
@@ -233,12 +273,24 @@ func DeleteSubGroup(ctx context.Context, w io.Writer, a *client.Admin, cluster, 
 	if err := protocol.ValidateGroup([]byte(group)); err != nil {
 		return err
 	}
-	if cluster == "" || strings.Contains(cluster, ":") {
-		return fmt.Errorf("-c %q: give the cluster name (clusterList lists them)", cluster)
+	if err := clusterArg(cluster); err != nil {
+		return err
 	}
 	done, err := a.DeleteSubGroup(ctx, cluster, group)
 	for _, b := range done {
-		fmt.Fprintf(w, "delete subscription group [%s] from broker [%s] in cluster [%s] success.\n", group, b, cluster)
+		if b.Absent {
+			fmt.Fprintf(w, "subscription group [%s] did not exist on broker [%s] in cluster [%s]: no offset committed there (nothing to delete).\n", group, b, cluster)
+		} else {
+			fmt.Fprintf(w, "delete subscription group [%s] from broker [%s] in cluster [%s] success.\n", group, b, cluster)
+		}
 	}
 	return err
+}
+
+// clusterArg checks the -c of a command that needs a cluster name.
+func clusterArg(cluster string) error {
+	if cluster == "" || strings.Contains(cluster, ":") {
+		return fmt.Errorf("-c %q: give the cluster name (clusterList lists them)", cluster)
+	}
+	return nil
 }

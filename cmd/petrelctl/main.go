@@ -5,7 +5,7 @@
 //	petrelctl deleteTopic -n NAMESRV -c CLUSTER -t TOPIC
 //	petrelctl deleteSubGroup -n NAMESRV -c CLUSTER -g GROUP
 //	petrelctl topicRoute -n NAMESRV -t TOPIC
-//	petrelctl topicList -n NAMESRV [-c CLUSTER]
+//	petrelctl topicList (-n NAMESRV [-c CLUSTER] | -b BROKERADDR)
 //	petrelctl topicStatus -n NAMESRV -t TOPIC
 //	petrelctl clusterList -n NAMESRV [-c CLUSTER]
 //	petrelctl brokerStatus (-b BROKERADDR | -n NAMESRV -c CLUSTER)
@@ -15,10 +15,12 @@
 //	petrelctl electMaster -n NAMESRV -b BROKERNAME -i BROKERID
 //
 // -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; a verb given a
-// broker address (-b) talks to that broker directly and needs none. --timeout bounds each
-// request (default 5s). A verb whose NameServers are all not ready (in their first
-// registration period) waits for them, saying so on stderr, for up to two minutes. Errors go to stderr as "petrelctl: VERB: reason" and exit with 1. The
-// commands live in package tools.
+// broker address (-b) talks to that broker directly and needs none. A verb whose NameServers
+// are all not ready (in their first registration period, or no broker has registered with
+// them) waits for them, saying once on stderr for how long at most. --timeout D bounds the
+// whole command, that wait and every request included: petrelctl gives up after D. Without
+// it, each request gives up after 5s and the wait for the NameServers after 45s. Errors go to
+// stderr as "petrelctl: VERB: reason" and exit with 1. The commands live in package tools.
 package main
 
 import (
@@ -33,6 +35,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/petrel-mq/petrel/client"
 	"github.com/petrel-mq/petrel/tools"
@@ -72,12 +75,22 @@ type globals struct {
 	stderr      io.Writer
 }
 
+// timeoutHelp says what --timeout bounds, for --help.
+var timeoutHelp = fmt.Sprintf("give up after this long in all: every request, and the wait for NameServers that are not ready "+
+	"(default: each request after %v, the wait after %v)", tools.DefaultTimeout, tools.ReadyWait)
+
 // withAdmin returns a RunE that connects to the NameServers and runs fn with the command's
-// context and stdout. needNameServer (nil: always) says, once the flags are parsed, whether the
-// command needs a NameServer; one that does not (it was given a broker address) runs without
-// -n and $NAMESRV_ADDR, and uses them when they are set.
+// context and stdout, bounded by --timeout when it is set. needNameServer (nil: always) says,
+// once the flags are parsed, whether the command needs a NameServer; one that does not (it was
+// given a broker address) runs without -n and $NAMESRV_ADDR, and uses them when they are set.
 func (g *globals) withAdmin(needNameServer func() bool, fn func(ctx context.Context, w io.Writer, a *client.Admin) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
+		if g.timeout < 0 {
+			return fmt.Errorf("--timeout %v: want a positive duration", g.timeout)
+		}
+		if err := emptyFlag(cmd); err != nil {
+			return err
+		}
 		addrs, err := tools.NameServers(g.nameServers, g.getenv)
 		if err != nil {
 			if !errors.Is(err, tools.ErrNoNameServer) || needNameServer == nil || needNameServer() {
@@ -85,20 +98,52 @@ func (g *globals) withAdmin(needNameServer func() bool, fn func(ctx context.Cont
 			}
 			addrs = "" // a broker address is all the command needs
 		}
-		c, a, err := tools.NewAdmin(cmd.Context(), addrs, g.timeout, g.stderr)
+		ctx := cmd.Context()
+		if g.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, g.timeout)
+			defer cancel()
+		}
+		c, a, err := tools.NewAdmin(ctx, addrs, g.timeout, g.stderr)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		return tools.UntilReady(cmd.Context(), g.stderr, func() error { return fn(cmd.Context(), cmd.OutOrStdout(), a) })
+		return tools.UntilReady(ctx, g.stderr, func() error { return fn(ctx, cmd.OutOrStdout(), a) })
 	}
+}
+
+// emptyFlag returns an error naming the first string flag given an empty value (-b "", as an
+// unset shell variable gives): the command would otherwise run as if it were not given, on
+// every master instead of one broker, say.
+func emptyFlag(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if err != nil || f.Value.Type() != "string" || strings.TrimSpace(f.Value.String()) != "" {
+			return
+		}
+		name := "--" + f.Name
+		if f.Shorthand != "" {
+			name = "-" + f.Shorthand + " (" + name + ")"
+		}
+		err = fmt.Errorf("%s is empty: give a value, or leave the flag out", name)
+	})
+	return err
 }
 
 func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 	g := &globals{getenv: getenv, stderr: stderr}
 	root := &cobra.Command{
-		Use:           "petrelctl",
-		Short:         "Petrel admin CLI (RocketMQ mqadmin verbs)",
+		Use:   "petrelctl",
+		Short: "Petrel admin CLI (RocketMQ mqadmin verbs)",
+		Long: fmt.Sprintf(`Petrel admin CLI (RocketMQ mqadmin verbs).
+
+-n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; a verb given a
+broker address (-b) talks to that broker directly and needs none. A verb whose NameServers
+are all not ready (in their first registration period, or no broker has registered with
+them: is -n right?) waits for them, up to %v, saying so once on stderr. --timeout D bounds
+the whole command, that wait and every request included: petrelctl gives up after D.
+Without it, each request gives up after %v.`, tools.ReadyWait, tools.DefaultTimeout),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// No Args: cobra's default for the root reports an unknown verb as an error.
@@ -106,7 +151,7 @@ func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.nameServers, "namesrvAddr", "n", "", "NameServer addresses, ';'-separated host:port (default $"+tools.EnvNameServer+")")
-	pf.DurationVar(&g.timeout, "timeout", tools.DefaultTimeout, "timeout of each request")
+	pf.DurationVar(&g.timeout, "timeout", 0, timeoutHelp)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
@@ -150,44 +195,55 @@ func updateTopicCommand(g *globals) *cobra.Command {
 }
 
 func deleteTopicCommand(g *globals) *cobra.Command {
-	var topic, cluster string
-	cmd := &cobra.Command{
-		Use:   "deleteTopic",
-		Short: "Delete a topic from every master of a cluster, then from the NameServers",
-		Long: "Delete a topic from every master of a cluster, then from the NameServers (mqadmin deleteTopic).\n" +
+	return clusterDeleteCommand(g, clusterDelete{
+		use:   "deleteTopic",
+		short: "Delete a topic from every master of a cluster, then from the NameServers",
+		long: "Delete a topic from every master of a cluster, then from the NameServers (mqadmin deleteTopic).\n" +
 			"Each master writes a deletion record into its commit log, which removes the topic's consume queues at that\n" +
 			"position on every member of its group, then its config and every consumer group's offsets of it; the\n" +
-			"topic's bytes in the log go with retention. A topic of the same name created later starts empty.",
-		Args: cobra.NoArgs,
-	}
-	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
-		return tools.DeleteTopic(ctx, w, a, cluster, topic)
+			"topic's bytes in the log go with retention. A topic of the same name created later starts empty.\n" +
+			"A master that has no such topic says so (\"did not exist ... (nothing to delete)\"); that is still a success.",
+		flag: "topic", shorthand: "t", flagUsage: "topic name",
+		clusterUsage: "delete the topic from every master of this cluster",
+		run:          tools.DeleteTopic,
 	})
-	f := cmd.Flags()
-	f.StringVarP(&topic, "topic", "t", "", "topic name")
-	f.StringVarP(&cluster, "clusterName", "c", "", "delete the topic from every master of this cluster")
-	_ = cmd.MarkFlagRequired("topic")
-	_ = cmd.MarkFlagRequired("clusterName")
-	return cmd
 }
 
 func deleteSubGroupCommand(g *globals) *cobra.Command {
-	var group, cluster string
-	cmd := &cobra.Command{
-		Use:   "deleteSubGroup",
-		Short: "Remove a consumer group's committed offsets from every master of a cluster",
-		Long: "Remove a consumer group's committed offsets of every topic from every master of a cluster (mqadmin\n" +
+	return clusterDeleteCommand(g, clusterDelete{
+		use:   "deleteSubGroup",
+		short: "Remove a consumer group's committed offsets from every master of a cluster",
+		long: "Remove a consumer group's committed offsets of every topic from every master of a cluster (mqadmin\n" +
 			"deleteSubGroup); the slaves drop them at their next offset sync. A member of the group still running commits\n" +
-			"again and brings the group back.",
-		Args: cobra.NoArgs,
-	}
+			"again and brings the group back. A master that holds no offset of the group says so (\"did not exist ...\n" +
+			"(nothing to delete)\"); that is still a success.",
+		flag: "groupName", shorthand: "g", flagUsage: "consumer group",
+		clusterUsage: "delete the group from every master of this cluster",
+		run:          tools.DeleteSubGroup,
+	})
+}
+
+// clusterDelete describes a verb that deletes one named thing from every master of a cluster:
+// its help, the flag naming it and the tools function that runs it.
+type clusterDelete struct {
+	use, short, long string
+	// flag (with its shorthand and usage) names what is deleted.
+	flag, shorthand, flagUsage string
+	clusterUsage               string
+	run                        func(ctx context.Context, w io.Writer, a *client.Admin, cluster, name string) error
+}
+
+// clusterDeleteCommand builds a clusterDelete verb: both flags required.
+func clusterDeleteCommand(g *globals, d clusterDelete) *cobra.Command {
+	var name, cluster string
+	cmd := &cobra.Command{Use: d.use, Short: d.short, Long: d.long, Args: cobra.NoArgs}
 	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
-		return tools.DeleteSubGroup(ctx, w, a, cluster, group)
+		return d.run(ctx, w, a, cluster, name)
 	})
 	f := cmd.Flags()
-	f.StringVarP(&group, "groupName", "g", "", "consumer group")
-	f.StringVarP(&cluster, "clusterName", "c", "", "delete the group from every master of this cluster")
-	_ = cmd.MarkFlagRequired("groupName")
+	f.StringVarP(&name, d.flag, d.shorthand, "", d.flagUsage)
+	f.StringVarP(&cluster, "clusterName", "c", "", d.clusterUsage)
+	_ = cmd.MarkFlagRequired(d.flag)
 	_ = cmd.MarkFlagRequired("clusterName")
 	return cmd
 }
@@ -208,16 +264,27 @@ func topicRouteCommand(g *globals) *cobra.Command {
 }
 
 func topicListCommand(g *globals) *cobra.Command {
-	var cluster string
+	var brokerAddr, cluster string
 	cmd := &cobra.Command{
 		Use:   "topicList",
-		Short: "List the topics stored on the masters",
-		Args:  cobra.NoArgs,
+		Short: "List the topics stored on the masters, or a broker's own topic table (-b, a slave's too)",
+		Long: `topicList prints the names of the topics stored on the masters (of one cluster with -c), one
+per line. With -b BROKERADDR it prints that broker's own topic table instead, a slave's as
+well as a master's, with each topic's queue counts and permission:
+
+  #Topic     #ReadQueueNums  #WriteQueueNums  #Perm
+  TopicA     8               8                RW-
+
+-b needs no NameServer.`,
+		Args: cobra.NoArgs,
 	}
-	cmd.RunE = g.withAdmin(nil, func(ctx context.Context, w io.Writer, a *client.Admin) error {
-		return tools.TopicList(ctx, w, a, cluster)
+	cmd.RunE = g.withAdmin(func() bool { return brokerAddr == "" }, func(ctx context.Context, w io.Writer, a *client.Admin) error {
+		return tools.TopicList(ctx, w, a, brokerAddr, cluster)
 	})
-	cmd.Flags().StringVarP(&cluster, "clusterName", "c", "", "only the masters of this cluster")
+	f := cmd.Flags()
+	f.StringVarP(&cluster, "clusterName", "c", "", "only the masters of this cluster")
+	f.StringVarP(&brokerAddr, "brokerAddr", "b", "", "the topic table of this broker, master or slave (host:port; no NameServer needed)")
+	cmd.MarkFlagsMutuallyExclusive("brokerAddr", "clusterName")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/petrel-mq/petrel/internal/testcluster"
 	"github.com/petrel-mq/petrel/internal/testutil"
@@ -83,6 +84,20 @@ func TestErrors(t *testing.T) {
 			"petrelctl: deleteTopic: required flag(s) \"clusterName\" not set\n"},
 		{"deleteSubGroup without a group", dead, []string{"deleteSubGroup", "-c", "C"},
 			"petrelctl: deleteSubGroup: required flag(s) \"groupName\" not set\n"},
+		{"topicList with both targets", dead, []string{"topicList", "-b", dead, "-c", "C"},
+			"petrelctl: topicList: if any flags in the group [brokerAddr clusterName] are set none of the others can be; [brokerAddr clusterName] were all set\n"},
+		{"topicList of an unreachable broker", "", []string{"topicList", "-b", dead, "--timeout", "1s"},
+			"petrelctl: topicList: cannot get the topic configs of " + dead + ": client: broker unavailable: "},
+		{"negative timeout", dead, []string{"clusterList", "--timeout", "-1s"},
+			"petrelctl: clusterList: --timeout -1s: want a positive duration\n"},
+		{"empty broker address", "", []string{"topicList", "-b", ""},
+			"petrelctl: topicList: -b (--brokerAddr) is empty: give a value, or leave the flag out\n"},
+		{"empty cluster", dead, []string{"clusterList", "-c", " "},
+			"petrelctl: clusterList: -c (--clusterName) is empty: give a value, or leave the flag out\n"},
+		{"empty NameServer", "", []string{"topicRoute", "-n", "", "-t", "T"},
+			"petrelctl: topicRoute: -n (--namesrvAddr) is empty: give a value, or leave the flag out\n"},
+		{"empty topic", dead, []string{"deleteTopic", "-c", "C", "-t", ""},
+			"petrelctl: deleteTopic: -t (--topic) is empty: give a value, or leave the flag out\n"},
 	}
 	for _, c := range cases {
 		code, stdout, stderr := petrelctl(c.env, c.args...)
@@ -92,6 +107,30 @@ func TestErrors(t *testing.T) {
 		if strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%s: stderr is not one line: %q", c.name, stderr)
 		}
+	}
+}
+
+// TestNameServerNeverReady: a NameServer no broker registers with (a mistyped -n) is never
+// ready: petrelctl says once that it waits and for how long at most, gives up at --timeout,
+// and names the NameServer with what it answered.
+func TestNameServerNeverReady(t *testing.T) {
+	t.Parallel()
+	nsAddr := testcluster.New(t, testcluster.Options{}).NamesrvAddr()
+	// Only a guard: the command gives up after --timeout, long before.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"clusterList", "-n", nsAddr, "--timeout", "3s"}, &out, &errOut, func(string) string { return "" })
+	lines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
+	if code != 1 || out.Len() != 0 || len(lines) != 2 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and two lines on stderr", code, out.String(), errOut.String())
+	}
+	said := "NameServer " + nsAddr + " is not ready: NAMESRV_NOT_READY: the cluster table may lack brokers: no broker has registered with this NameServer"
+	if !strings.HasPrefix(lines[0], "waiting up to 3s for the NameServers to be ready (--timeout sets how long): ") || !strings.Contains(lines[0], said) {
+		t.Errorf("first line %q; want the wait, its bound and %q", lines[0], said)
+	}
+	if !strings.HasPrefix(lines[1], "petrelctl: clusterList: the NameServers were not ready after ") || !strings.Contains(lines[1], "is -n right?") || !strings.Contains(lines[1], said) {
+		t.Errorf("last line %q; want the give-up and %q", lines[1], said)
 	}
 }
 
@@ -105,6 +144,14 @@ func TestHelp(t *testing.T) {
 		if !strings.Contains(stdout, verb) {
 			t.Errorf("help lists no %s:\n%s", verb, stdout)
 		}
+	}
+	// What --timeout bounds, and how long petrelctl waits without it.
+	if !strings.Contains(stdout, timeoutHelp) || !strings.Contains(stdout, "waits for them, up to 45s") {
+		t.Errorf("help does not say what --timeout bounds:\n%s", stdout)
+	}
+	_, stdout, _ = petrelctl("", "topicList", "-h")
+	if !strings.Contains(stdout, "-b, --brokerAddr") || !strings.Contains(stdout, "a slave's") {
+		t.Errorf("topicList's help has no -b for a broker's own topic table:\n%s", stdout)
 	}
 }
 
@@ -174,8 +221,28 @@ func TestCommands(t *testing.T) {
 	if code, _, stderr := petrelctl(nsAddr, "topicRoute", "-t", "CliTopic2"); code != 1 || !strings.Contains(stderr, "TOPIC_NOT_EXIST") {
 		t.Errorf("topicRoute of a deleted topic: exit %d, stderr %q", code, stderr)
 	}
-	if out, want := mustRun("deleteSubGroup", "-c", "DefaultCluster", "-g", "NoSuchGroup"), "delete subscription group [NoSuchGroup] from broker ["+addr+" (broker-a)] in cluster [DefaultCluster] success.\n"; out != want {
+	// Deleting what does not exist succeeds, saying there was nothing to delete.
+	if out, want := mustRun("deleteSubGroup", "-c", "DefaultCluster", "-g", "NoSuchGroup"), "subscription group [NoSuchGroup] did not exist on broker ["+addr+" (broker-a)] in cluster [DefaultCluster]: no offset committed there (nothing to delete).\n"; out != want {
 		t.Errorf("deleteSubGroup printed %q, want %q", out, want)
+	}
+	if out, want := mustRun("deleteTopic", "-c", "DefaultCluster", "-t", "CliTopic2"), "topic [CliTopic2] did not exist on broker ["+addr+" (broker-a)] (nothing to delete).\n"+
+		"topic [CliTopic2] did not exist in cluster [DefaultCluster] (nothing to delete).\ndelete topic [CliTopic2] from NameServer success.\n"; out != want {
+		t.Errorf("deleteTopic of a deleted topic printed %q, want %q", out, want)
+	}
+	// A cluster the NameServer does not know, for every verb taking -c.
+	for _, args := range [][]string{
+		{"deleteTopic", "-t", "CliTopic"}, {"deleteSubGroup", "-g", "G"}, {"updateTopic", "-t", "CliTopic"},
+		{"topicList"}, {"clusterList"}, {"brokerStatus"}, {"haStatus"},
+	} {
+		code, stdout, stderr := petrelctl(nsAddr, append(args, "-c", "NoSuchCluster")...)
+		wantErr := "petrelctl: " + args[0] + ": client: unknown cluster: cluster \"NoSuchCluster\" is not known to the NameServers (known: DefaultCluster)\n"
+		if code != 1 || stdout != "" || stderr != wantErr {
+			t.Errorf("%s -c NoSuchCluster: exit %d, stdout %q, stderr %q; want %q", args[0], code, stdout, stderr, wantErr)
+		}
+	}
+	// A broker's own topic table, with no NameServer.
+	if code, stdout, stderr := petrelctl("", "topicList", "-b", addr); code != 0 || !strings.HasPrefix(stdout, "#Topic") || !strings.Contains(stdout, "\nCliTopic ") {
+		t.Errorf("topicList -b: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
 	// A master without slaves.
