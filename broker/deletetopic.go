@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/petrel-mq/petrel/commitlog"
@@ -42,8 +41,7 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	defer b.topicOps.Unlock()
 	r := b.role.Load()
 	if r.master == nil || r.State == ha.MemberHandingOver {
-		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) +
-			" is not the master: delete topics on the master", MasterAddr: r.Master.Addr}
+		return b.notMaster(r, "delete topics on the master")
 	}
 	tp := b.topics.get([]byte(name))
 	if tp == nil && !b.storeHasTopic(name) {
@@ -71,11 +69,11 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	removed, err := b.commitTopicDeletion(name)
 	if err != nil {
 		b.warn.Error(b.log, "a topic's queues are deleted, its config is not", "topic", name, "err", err)
-		st := protocol.StatusSystemError
+		remark := fmt.Sprintf("topic %s: its queues are deleted, its config is not (delete it again): %v", name, err)
 		if errors.Is(err, ha.ErrNotLeader) {
-			st = protocol.StatusNotMaster
+			return notMasterReply(b.role.Load().Role, remark)
 		}
-		return rpc.Reply{Status: st, Remark: fmt.Sprintf("topic %s: its queues are deleted, its config is not (delete it again): %v", name, err), MasterAddr: b.role.Load().Master.Addr}
+		return rpc.Reply{Status: protocol.StatusSystemError, Remark: remark}
 	}
 	queues := b.offsets.removeTopic(name, time.Now())
 	if err := b.offsets.persist(); err != nil {
