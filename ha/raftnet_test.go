@@ -85,7 +85,7 @@ func TestRaftPortGuard(t *testing.T) {
 		{"TLS", []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc}, "looks like a TLS ClientHello; this port speaks hashicorp/raft's binary protocol"},
 		{"HTTP", []byte("GET / HTTP/1.1\r\n\r\n"), "looks like an HTTP/1.x request; this port speaks hashicorp/raft's binary protocol"},
 		// Petrel's protocol on the wrong port: 12 bytes of a frame prefix.
-		{"Petrel frame prefix", []byte{0, 0, 0, 52, 0, 105, 0, 1, 0, 0, 0, 7}, ""},
+		{"Petrel frame prefix", []byte{0, 0, 0, 52, 0, 105, 0, 1, 0, 0, 0, 7}, "closing Raft connection: its first bytes are not hashicorp/raft's binary protocol"},
 	} {
 		nc, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -103,6 +103,65 @@ func TestRaftPortGuard(t *testing.T) {
 		nc.Close()
 	}
 	waitCommit(t, nodes)
+}
+
+// TestRaftPortBadInputIsWarn: a peer's bad input on the Raft port is logged at WARN, as on
+// every other port, never at ERROR: junk that opens no RPC is closed by the guard, which says
+// what the bytes were, and an RPC that opens well but does not decode is hashicorp/raft's own
+// line, at WARN. The group goes on committing.
+func TestRaftPortBadInputIsWarn(t *testing.T) {
+	var logs testutil.SyncBuffer
+	nodes := startGuardedGroup(t, 2*time.Second, 16, &logs)
+	addr := nodes[0].cfg.Peers[0].Addr
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+		line  string
+	}{
+		{"junk", []byte("\x07junk that opens no RPC"), "closing Raft connection: its first bytes are not hashicorp/raft's binary protocol"},
+		// A RequestVote type byte and a one-entry msgpack map whose key is 0xc1, a byte
+		// msgpack never uses.
+		{"undecodable RPC", []byte{0x01, 0x81, 0xc1, 0xc1, 0xc1, 0xc1}, "raft: failed to decode incoming command"},
+	} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Write(tc.bytes); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitClosed(t, nc, tc.name)
+		logs.WaitForLine(t, "level=WARN", tc.line)
+		nc.Close()
+	}
+	waitCommit(t, nodes)
+	for _, bad := range []string{"closing Raft connection", "failed to decode"} {
+		if logs.HasLine("level=ERROR", bad) {
+			t.Fatalf("bad input logged at ERROR:\n%s", logs.String())
+		}
+	}
+}
+
+// TestRaftOpening: the first bytes of every RPC hashicorp/raft sends pass the guard's check;
+// other protocols' openings do not.
+func TestRaftOpening(t *testing.T) {
+	for _, tc := range []struct {
+		first []byte
+		want  bool
+	}{
+		{[]byte{0x00, 0x88}, true}, // AppendEntries, fixmap
+		{[]byte{0x04, 0x8f}, true}, // RequestPreVote
+		{[]byte{0x02, 0xde}, true}, // InstallSnapshot, map16
+		{[]byte{0x03, 0xdf}, true}, // TimeoutNow, map32
+		{[]byte{0x05, 0x88}, false},
+		{[]byte{0x00, 0x00}, false}, // a Petrel frame's length
+		{[]byte{0x00, 0x90}, false}, // a msgpack array
+		{[]byte("GE"), false},
+	} {
+		if got := raftOpening(tc.first); got != tc.want {
+			t.Errorf("raftOpening(% x) = %v, want %v", tc.first, got, tc.want)
+		}
+	}
 }
 
 // TestRaftPortFlood: a flood of silent and junk connections on a member's Raft port never
