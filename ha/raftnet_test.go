@@ -97,9 +97,11 @@ func TestRaftPortGuard(t *testing.T) {
 			}
 		}
 		testutil.WaitClosed(t, nc, tc.name)
-		if tc.line != "" {
-			logs.WaitForLine(t, tc.line, "remote="+nc.LocalAddr().String())
+		parts := []string{tc.line, "remote=" + nc.LocalAddr().String()}
+		if tc.name == "incomplete RPC" {
+			parts = append(parts, "got=3", "waited=") // the facts every port's slow-sender line has
 		}
+		logs.WaitForLine(t, parts...)
 		nc.Close()
 	}
 	waitCommit(t, nodes)

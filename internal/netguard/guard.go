@@ -141,6 +141,7 @@ type guardedConn struct {
 	// first request); zero between an answer and the next request's first byte.
 	started time.Time
 	reads   int // reads that returned bytes
+	got     int // bytes of the request being read (since the last answer)
 	// head collects the connection's first OpeningLen bytes for GuardConfig.Opens; screened
 	// is set once they were checked.
 	head     [maxOpeningLen]byte
@@ -163,6 +164,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 			c.started = time.Now()
 		}
 		c.reads++
+		c.got += n
 		if c.reads == 1 {
 			if probe := Sniff(p[:n]); probe != NoProbe {
 				c.g.warn.Warn(c.g.cfg.Logger, probe.Reason(c.g.cfg.Speaks), "remote", c.remote)
@@ -184,7 +186,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		if c.reads == 0 {
 			c.g.warn.Warn(c.g.cfg.Logger, c.g.silentMsg, "remote", c.remote, "frameReadTimeout", c.g.cfg.FrameTimeout)
 		} else {
-			c.g.warn.Warn(c.g.cfg.Logger, c.g.stalledMsg, "remote", c.remote, "frameReadTimeout", c.g.cfg.FrameTimeout)
+			c.g.warn.Warn(c.g.cfg.Logger, c.g.stalledMsg, StalledAttrs(c.remote, int64(c.got), 0, time.Since(c.started), c.g.cfg.FrameTimeout)...)
 		}
 		return n, io.EOF
 	}
@@ -209,7 +211,7 @@ func (c *guardedConn) screen(b []byte) bool {
 func (c *guardedConn) Write(p []byte) (int, error) {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.g.cfg.FrameTimeout))
 	n, err := c.Conn.Write(p)
-	c.started = time.Time{}
+	c.started, c.got = time.Time{}, 0
 	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EPIPE)) {
 		c.g.warn.Info(c.g.cfg.Logger, c.g.writeMsg, "remote", c.remote, "reason", err)
 	}
