@@ -330,3 +330,17 @@ func TestAdmitConnNeverShowsMoreThanTheCap(t *testing.T) {
 		t.Fatalf("admitted %d, count left at %d", admitted.Load(), conns.Load())
 	}
 }
+
+// TestSuppressedCountLogged: three bad frames on the client port in a moment give one line of
+// that reason, and the broker's housekeeping logs the count of the two suppressed on its own
+// once the rate limit's interval ends, with no later bad frame.
+func TestSuppressedCountLogged(t *testing.T) {
+	b, logs := startLogged(t, testConfig(t.TempDir()))
+	junk := make([]byte, protocol.FramePrefixSize)
+	binary.BigEndian.PutUint32(junk, 0xffffff00) // far above the largest frame
+	for range 3 {
+		nc := rawConn(t, b.Addr(), junk)
+		testutil.WaitClosed(t, nc, "a bad frame's connection")
+	}
+	logs.WaitForLine(t, "level=WARN", "lines suppressed by the rate limit", `reason="closing connection: bad frame"`, "similar_not_logged=2")
+}
