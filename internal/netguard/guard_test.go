@@ -50,17 +50,21 @@ func startEcho(t *testing.T, cfg GuardConfig) (*Guarded, *testutil.SyncBuffer) {
 	return g, logs
 }
 
+// dialGuarded connects to g, closing the connection when the test ends.
+func dialGuarded(t *testing.T, g *Guarded) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc
+}
+
 func TestGuarded(t *testing.T) {
 	g, logs := startEcho(t, GuardConfig{FrameTimeout: 300 * time.Millisecond, MaxConns: 4, MaxConnsKey: "echoMaxConnections",
 		Port: "echo", Speaks: "lines"})
-	dial := func() net.Conn {
-		nc, err := net.Dial("tcp", g.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		return nc
-	}
+	dial := func() net.Conn { return dialGuarded(t, g) }
 
 	// A client that asks, idles longer than the timeout between requests, and asks again is
 	// served throughout.
@@ -120,14 +124,7 @@ func TestGuarded(t *testing.T) {
 func TestGuardedOpens(t *testing.T) {
 	g, logs := startEcho(t, GuardConfig{FrameTimeout: 5 * time.Second, Port: "echo", Speaks: "lines of letters",
 		Opens: func(first []byte) bool { return first[0] >= 'a' && first[1] >= 'a' }, OpeningLen: 2})
-	dial := func() net.Conn {
-		nc, err := net.Dial("tcp", g.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		return nc
-	}
+	dial := func() net.Conn { return dialGuarded(t, g) }
 	good := dial()
 	if _, err := good.Write([]byte("ok\n")); err != nil {
 		t.Fatal(err)
