@@ -54,7 +54,7 @@ func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 	}
 	changed, err := b.putTopic(h)
 	if errors.Is(err, ha.ErrNotLeader) {
-		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "no longer the master: " + err.Error(), MasterAddr: b.role.Load().Master.Addr}
+		return notMasterReply(b.role.Load().Role, "no longer the master: "+err.Error())
 	}
 	if err != nil {
 		return rpc.Errorf(protocol.StatusSystemError, "%v", err)

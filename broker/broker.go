@@ -31,6 +31,9 @@ const Version = "0.1.0"
 type Broker struct {
 	cfg Config
 	log *slog.Logger
+	// rateLog holds the rate limiters of the broker's lines (log's, every component's) that
+	// suppressed lines; housekeeping logs their counts once their intervals pass.
+	rateLog *ratelog.Pending
 
 	store     *commitlog.Store
 	topics    *topicTable
@@ -106,7 +109,10 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger = logger.With("broker", cfg.BrokerName, "brokerId", cfg.BrokerID)
+	// Every component logs through the broker's logger, so the housekeeping goroutine logs the
+	// counts of the lines their rate limiters suppressed once each limiter's interval passes.
+	rateLog := &ratelog.Pending{}
+	logger = rateLog.Logger(logger.With("broker", cfg.BrokerName, "brokerId", cfg.BrokerID))
 	root := cfg.StorePathRootDir
 	cfgDir := filepath.Join(root, "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
@@ -151,6 +157,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	b := &Broker{
 		cfg:       cfg,
 		log:       logger,
+		rateLog:   rateLog,
 		store:     store,
 		topics:    topics,
 		offsets:   offsets,
@@ -385,6 +392,7 @@ func (b *Broker) shutdown() error {
 	if err := b.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("cannot close store: %w", err))
 	}
+	b.rateLog.Flush(time.Now(), true)
 	b.log.Info("broker stopped")
 	return errors.Join(errs...)
 }
@@ -427,6 +435,7 @@ func (b *Broker) housekeeping() {
 				b.loaded.Store(b.stats.lastPutRate() > float64(limit))
 			}
 			b.closeStalled(now)
+			b.rateLog.Flush(now, false)
 			for _, id := range b.consumers.remove(nil, now.Add(-b.cfg.ChannelExpiredTimeout)) {
 				b.log.Info("consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)
 			}

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/petrel-mq/petrel/commitlog"
 	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
@@ -42,8 +41,7 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	defer b.topicOps.Unlock()
 	r := b.role.Load()
 	if r.master == nil || r.State == ha.MemberHandingOver {
-		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) +
-			" is not the master: delete topics on the master", MasterAddr: r.Master.Addr}
+		return b.notMaster(r, "delete topics on the master")
 	}
 	tp := b.topics.get([]byte(name))
 	if tp == nil && !b.storeHasTopic(name) {
@@ -57,26 +55,19 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	record := protocol.AppendControlBatch(nil, name, protocol.ControlDeleteTopic, time.Now().UnixMilli())
 	res, err := b.store.DeleteTopic([]byte(name), record, r.Epoch, stampBatch)
 	if err != nil {
-		st := protocol.StatusSystemError
-		switch {
-		case errors.Is(err, commitlog.ErrDiskFull):
-			st = protocol.StatusDiskFull
-		case errors.Is(err, commitlog.ErrClosed):
-			st = protocol.StatusShuttingDown
-		}
 		b.warn.Error(b.log, "cannot delete a topic", "topic", name, "err", err)
-		return rpc.Errorf(st, "cannot delete topic %s: %v", name, err)
+		return rpc.Errorf(appendStatus(err), "cannot delete topic %s: %v", name, err)
 	}
 	r.master.NotifyAppend(res.EndOffset)
 	st, remark := b.waitDurable(r, res.EndOffset)
 	removed, err := b.commitTopicDeletion(name)
 	if err != nil {
 		b.warn.Error(b.log, "a topic's queues are deleted, its config is not", "topic", name, "err", err)
-		st := protocol.StatusSystemError
+		remark := fmt.Sprintf("topic %s: its queues are deleted, its config is not (delete it again): %v", name, err)
 		if errors.Is(err, ha.ErrNotLeader) {
-			st = protocol.StatusNotMaster
+			return notMasterReply(b.role.Load().Role, remark)
 		}
-		return rpc.Reply{Status: st, Remark: fmt.Sprintf("topic %s: its queues are deleted, its config is not (delete it again): %v", name, err), MasterAddr: b.role.Load().Master.Addr}
+		return rpc.Reply{Status: protocol.StatusSystemError, Remark: remark}
 	}
 	queues := b.offsets.removeTopic(name, time.Now())
 	if err := b.offsets.persist(); err != nil {
@@ -121,55 +112,60 @@ func (b *Broker) storeHasTopic(name string) bool {
 // canAppend refuses, before anything is stored, a write a SYNC_MASTER could not replicate to
 // enough in-sync slaves, as a send's refusal does.
 func (b *Broker) canAppend(r *role) (rpc.Reply, bool) {
-	if r.Mode != RoleSyncMaster || b.cfg.MinInSyncReplicas <= 1 {
-		return rpc.Reply{}, true
-	}
-	if r.master.ConnectedSlaves() == 0 {
-		return rpc.Errorf(protocol.StatusSlaveNotAvailable, "no slave is connected and minInSyncReplicas is %d: nothing deleted", b.cfg.MinInSyncReplicas), false
-	}
-	if n := r.master.InSyncCount() + 1; n < b.cfg.MinInSyncReplicas {
-		return rpc.Errorf(protocol.StatusInSyncReplicasNotEnough, "%d in-sync replicas, minInSyncReplicas is %d: nothing deleted", n, b.cfg.MinInSyncReplicas), false
+	if st, why := b.replicasShort(r); st != protocol.StatusSuccess {
+		return rpc.Reply{Status: st, Remark: why + ": nothing deleted"}, false
 	}
 	return rpc.Reply{}, true
 }
 
+// replicasShort says why a SYNC_MASTER could not replicate a write to enough in-sync slaves
+// now, checked before anything is stored: SLAVE_NOT_AVAILABLE (none connected) or
+// IN_SYNC_REPLICAS_NOT_ENOUGH, with the reason; SUCCESS when it could, or need not.
+func (b *Broker) replicasShort(r *role) (protocol.Status, string) {
+	if r.Mode != RoleSyncMaster || b.cfg.MinInSyncReplicas <= 1 {
+		return protocol.StatusSuccess, ""
+	}
+	if r.master.ConnectedSlaves() == 0 {
+		return protocol.StatusSlaveNotAvailable, "no slave is connected and minInSyncReplicas is " + strconv.Itoa(b.cfg.MinInSyncReplicas)
+	}
+	if n := r.master.InSyncCount() + 1; n < b.cfg.MinInSyncReplicas {
+		return protocol.StatusInSyncReplicasNotEnough, strconv.Itoa(n) + " in-sync replicas, minInSyncReplicas is " + strconv.Itoa(b.cfg.MinInSyncReplicas)
+	}
+	return protocol.StatusSuccess, ""
+}
+
 // waitDurable waits until the log up to end is as durable and replicated as a send's
-// acknowledgement needs (the flush under SYNC_FLUSH, the in-sync slaves of a SYNC_MASTER) and
-// returns the status a send would get, with a remark for a failure. Off the event loops.
+// acknowledgement needs (awaitDurable) and returns the status a send would get, with a remark
+// for a failure. Off the event loops.
 func (b *Broker) waitDurable(r *role, end int64) (protocol.Status, string) {
-	type outcome struct {
-		st     protocol.Status
-		remark string
-	}
-	n := 0
-	done := make(chan outcome, 2)
-	if b.cfg.FlushDiskType == SyncFlush {
-		n++
-		b.store.WaitFlushed(end, func(err error) {
-			if err != nil {
-				done <- outcome{protocol.StatusFlushDiskTimeout, "the flush failed: " + err.Error()}
-				return
-			}
-			done <- outcome{}
-		})
-	}
-	if r.Mode == RoleSyncMaster {
-		n++
-		r.master.WaitReplicated(end, b.cfg.MinInSyncReplicas-1, b.cfg.SyncReplicationTimeout, func(err error) {
-			if err != nil {
-				done <- outcome{protocol.StatusFlushSlaveTimeout, "replication not confirmed: " + err.Error()}
-				return
-			}
-			done <- outcome{}
-		})
-	}
-	var first outcome
-	for range n {
-		if o := <-done; o.st != protocol.StatusSuccess && first.st == protocol.StatusSuccess {
+	w := durableWait(make(chan rpc.Reply, 2))
+	b.awaitDurable(r, end, w)
+	var first rpc.Reply
+	for range b.durableWaits(r) {
+		if o := <-w; o.Status != protocol.StatusSuccess && first.Status == protocol.StatusSuccess {
 			first = o
 		}
 	}
-	return first.st, first.remark
+	return first.Status, first.Remark
+}
+
+// durableWait collects the outcomes of awaitDurable's waits for a caller that blocks on them.
+type durableWait chan rpc.Reply
+
+func (w durableWait) flushed(err error) {
+	if err != nil {
+		w <- rpc.Reply{Status: protocol.StatusFlushDiskTimeout, Remark: "the flush failed: " + err.Error()}
+		return
+	}
+	w <- rpc.Reply{}
+}
+
+func (w durableWait) replicated(err error) {
+	if err != nil {
+		w <- rpc.Reply{Status: protocol.StatusFlushSlaveTimeout, Remark: "replication not confirmed: " + err.Error()}
+		return
+	}
+	w <- rpc.Reply{}
 }
 
 // wakeGone answers the pulls held on a topic that is gone (nil: none) with TOPIC_NOT_EXIST.

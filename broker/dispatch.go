@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"strconv"
-
 	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
@@ -215,8 +213,8 @@ func (b *Broker) serve(cs *connState, f *protocol.Frame, rt *route, v verdict, r
 	case refuseNotSupported:
 		b.replyError(cs, f, protocol.StatusRequestCodeNotSupported, "request code "+code.String()+" is not supported by the broker", "")
 	case refuseNotMaster:
-		b.replyError(cs, f, protocol.StatusNotMaster, "broker "+b.cfg.BrokerName+"/"+strconv.FormatInt(b.cfg.BrokerID, 10)+
-			" is not the master: "+rt.toMaster, r.Master.Addr)
+		rep := b.notMaster(r, rt.toMaster)
+		b.reply(cs, f, &rep)
 	case serveOnWorker:
 		req := request{code: code, cs: cs, header: append([]byte(nil), f.Header...), body: append([]byte(nil), f.Body...)}
 		id, oneway := f.RequestID, f.Flags.IsOneway()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -51,9 +52,10 @@ func rawConn(t *testing.T, addr string, b []byte) net.Conn {
 	return nc
 }
 
-// TestSlowSenderClosed: 12 bytes of a 16-byte frame header, then silence, on the client and
-// the replication ports: each closes the connection once frameReadTimeout has passed since the
-// first byte, and says why, while the slave replicates on.
+// TestSlowSenderClosed: 30 bytes of a frame, then silence, on the client and the replication
+// ports: each closes the connection once frameReadTimeout has passed since the first byte,
+// and says why with the same facts (the bytes of the frame received, of how many, how long),
+// while the slave replicates on.
 func TestSlowSenderClosed(t *testing.T) {
 	hc := newHACluster(t, RoleSyncMaster, 1, func(c *Config) {
 		c.MinInSyncReplicas = 2
@@ -61,13 +63,14 @@ func TestSlowSenderClosed(t *testing.T) {
 	})
 	m := hc.b(0)
 	hc.waitInSync(1)
+	frame := protocol.AppendFrame(nil, uint16(protocol.CodeHAPull), 0, 1, nil, make([]byte, 100))
 	for _, port := range []struct{ name, addr, line string }{
 		{"replication", hc.masterHAAddr(), "closing connection: request frame incomplete for the frame read timeout"},
 		{"client", m.Addr(), "closing connection: no whole request within frameReadTimeout of connecting"},
 	} {
-		nc := rawConn(t, port.addr, prefix12())
+		nc := rawConn(t, port.addr, frame[:30])
 		testutil.WaitClosed(t, nc, port.name+" port")
-		hc.logs.WaitForLine(t, port.line, "remote="+nc.LocalAddr().String())
+		hc.logs.WaitForLine(t, port.line, "remote="+nc.LocalAddr().String(), "got=30", fmt.Sprintf("want=%d", len(frame)), "waited=", "frameReadTimeout=300ms")
 	}
 	c := dial(t, m.Addr())
 	createTopic(t, c, "Slow", 1)
@@ -119,7 +122,7 @@ func TestClientPortGuard(t *testing.T) {
 	req := protocol.AppendFrame(nil, uint16(protocol.CodeGetAllTopicConfig), 0, 1, nil, nil)
 	nc := rawConn(t, b.Addr(), append(req, prefix12()...))
 	testutil.WaitClosed(t, nc, "stalled second frame")
-	logs.WaitForLine(t, "closing connection: request frame incomplete for too long", "remote="+nc.LocalAddr().String())
+	logs.WaitForLine(t, "closing connection: request frame incomplete for the frame read timeout", "remote="+nc.LocalAddr().String(), "got=12", "waited=")
 
 	c := dial(t, b.Addr())
 	createTopic(t, c, "G", 1)
@@ -249,7 +252,11 @@ func TestMetricsPortGuard(t *testing.T) {
 	} {
 		nc := rawConn(t, addr, tc.bytes)
 		testutil.WaitClosed(t, nc, tc.name)
-		logs.WaitForLine(t, tc.line, "remote="+nc.LocalAddr().String())
+		parts := []string{tc.line, "remote=" + nc.LocalAddr().String()}
+		if tc.name == "header cut short" {
+			parts = append(parts, fmt.Sprintf("got=%d", len(tc.bytes)), "waited=")
+		}
+		logs.WaitForLine(t, parts...)
 	}
 	var held []net.Conn
 	for i := 0; i < 4; i++ {
@@ -322,4 +329,18 @@ func TestAdmitConnNeverShowsMoreThanTheCap(t *testing.T) {
 	if admitted.Load() == 0 || conns.Load() != max-1 {
 		t.Fatalf("admitted %d, count left at %d", admitted.Load(), conns.Load())
 	}
+}
+
+// TestSuppressedCountLogged: three bad frames on the client port in a moment give one line of
+// that reason, and the broker's housekeeping logs the count of the two suppressed on its own
+// once the rate limit's interval ends, with no later bad frame.
+func TestSuppressedCountLogged(t *testing.T) {
+	b, logs := startLogged(t, testConfig(t.TempDir()))
+	junk := make([]byte, protocol.FramePrefixSize)
+	binary.BigEndian.PutUint32(junk, 0xffffff00) // far above the largest frame
+	for range 3 {
+		nc := rawConn(t, b.Addr(), junk)
+		testutil.WaitClosed(t, nc, "a bad frame's connection")
+	}
+	logs.WaitForLine(t, "level=WARN", "lines suppressed by the rate limit", `reason="closing connection: bad frame"`, "similar_not_logged=2")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -374,28 +375,52 @@ func (d *roleDriver) electMaster(h protocol.ElectMasterRequest) electResult {
 	d.reply = nil
 	switch {
 	case r != nil:
-		return electResult{reply: replyOf(*r, b.cfg.BrokerName)}
+		return electResult{reply: replyOf(*r, d.member.Role(), b.cfg.BrokerName)}
 	case b.raft != nil:
 		return electResult{waitFor: ev.TargetID}
 	}
 	return electResult{reply: rpc.Errorf(protocol.StatusSystemError, "electMaster left no answer")}
 }
 
-// replyOf converts the member's answer into the wire's.
-func replyOf(r ha.Reply, group string) rpc.Reply {
+// notMaster is the NOT_MASTER answer of a member in role r that refuses a request only a
+// master serves; advice ends the remark (what to do on the master). It names the master the
+// member knows to be its group's current one (ha.Role.KnownMaster), or none, and then the
+// remark says that the group has no master the member knows of and why (DESIGN.md,
+// "Election": a member without a Raft leader names none).
+func (b *Broker) notMaster(r *role, advice string) rpc.Reply {
+	remark := "broker " + b.cfg.BrokerName + "/" + strconv.FormatInt(b.cfg.BrokerID, 10) + " is not the master: " + advice
+	return notMasterReply(r.Role, remark)
+}
+
+// notMasterReply is a NOT_MASTER answer with remark, naming the master role r knows to be
+// current, or saying that it knows none.
+func notMasterReply(r ha.Role, remark string) rpc.Reply {
+	m, ok := r.KnownMaster()
 	switch {
-	case r.NotMaster:
-		msg := "not the master"
-		if r.Err != nil {
-			msg = r.Err.Error()
-		}
-		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: msg, MasterAddr: r.Master.Addr}
-	case r.Unavailable:
-		return rpc.Errorf(protocol.StatusServiceNotAvailable, "%s: %v", group, r.Err)
-	case r.Err != nil:
-		return rpc.Errorf(protocol.StatusSystemError, "%s: %v", group, r.Err)
+	case ok:
+	case r.NoMaster != "":
+		remark += "; the group has no master now: " + r.NoMaster
+	default:
+		remark += "; the master is not known yet"
 	}
-	return rpc.Reply{Header: &protocol.ElectMasterResponse{BrokerID: r.BrokerID, MasterAddr: r.Master.Addr, Epoch: r.Epoch, MasterHAAddr: r.Master.HAAddr}}
+	return rpc.Reply{Status: protocol.StatusNotMaster, Remark: remark, MasterAddr: m.Addr}
+}
+
+// replyOf converts the member's answer into the wire's; r is the role it was decided in.
+func replyOf(a ha.Reply, r ha.Role, group string) rpc.Reply {
+	switch {
+	case a.NotMaster:
+		msg := "not the master"
+		if a.Err != nil {
+			msg = a.Err.Error()
+		}
+		return notMasterReply(r, msg)
+	case a.Unavailable:
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "%s: %v", group, a.Err)
+	case a.Err != nil:
+		return rpc.Errorf(protocol.StatusSystemError, "%s: %v", group, a.Err)
+	}
+	return rpc.Reply{Header: &protocol.ElectMasterResponse{BrokerID: a.BrokerID, MasterAddr: a.Master.Addr, Epoch: a.Epoch, MasterHAAddr: a.Master.HAAddr}}
 }
 
 // call hands an electMaster request to the loop and waits for its answer.

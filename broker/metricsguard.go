@@ -76,7 +76,9 @@ func (l *metricsListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &metricsConn{Conn: c, g: l.g, remote: c.RemoteAddr().String()}, nil
+	mc := &metricsConn{Conn: c, g: l.g, remote: c.RemoteAddr().String()}
+	mc.began.Store(time.Now().UnixNano())
+	return mc, nil
 }
 
 func (l *metricsListener) Close() error   { return l.ln.Close() }
@@ -93,6 +95,9 @@ type metricsConn struct {
 	reads  atomic.Int64 // reads that returned bytes
 	unans  atomic.Int64 // bytes read since the last write (a request not yet answered)
 	writes atomic.Int64
+	// began is when the request not yet answered began (unix ns): its first byte, or the
+	// accept for the first request.
+	began atomic.Int64
 	// deadline is the read deadline net/http set last (unix ns): one in the distant past is how
 	// it ends its background read, not a timeout of the peer's.
 	deadline atomic.Int64
@@ -120,7 +125,9 @@ func (c *metricsConn) Read(p []byte) (int, error) {
 			_ = c.Conn.Close()
 			return 0, io.EOF
 		}
-		c.unans.Add(int64(n))
+		if c.unans.Add(int64(n)) == int64(n) && c.writes.Load() > 0 {
+			c.began.Store(time.Now().UnixNano()) // a later request's first byte
+		}
 	}
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		if dl := c.deadline.Load(); dl != 0 && dl < abortDeadline {
@@ -128,8 +135,9 @@ func (c *metricsConn) Read(p []byte) (int, error) {
 		}
 		switch {
 		case c.unans.Load() > 0:
-			c.g.warn.Warn(c.g.log, "closing metrics connection: request incomplete within its read timeout", "remote", c.remote,
-				"got", c.unans.Load(), "readHeaderTimeout", c.g.headerTimeout, "readTimeout", c.g.readTimeout)
+			waited := time.Since(time.Unix(0, c.began.Load()))
+			c.g.warn.Warn(c.g.log, "closing metrics connection: request incomplete within its read timeout",
+				append(netguard.StalledAttrs(c.remote, c.unans.Load(), 0, waited, c.g.readTimeout), "readHeaderTimeout", c.g.headerTimeout)...)
 		case c.writes.Load() == 0:
 			c.g.warn.Warn(c.g.log, "closing metrics connection: no request within the read header timeout of connecting", "remote", c.remote,
 				"readHeaderTimeout", c.g.headerTimeout)

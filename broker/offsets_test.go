@@ -210,7 +210,7 @@ func TestClampLogged(t *testing.T) {
 		t.Fatalf("committed offset %d, %v; want 3 (the max offset)", o.Offset, err)
 	}
 	commitOffset(t, c, "g", "T", 0, 3) // exactly the max: valid, not logged
-	if n := strings.Count(logs.String(), "beyond its queue's max offset"); n != 1 {
+	if n := strings.Count(logs.String(), `msg="a consumer offset committed beyond its queue's max offset`); n != 1 {
 		t.Fatalf("%d log lines about the lowered commits; want 1:\n%s", n, logs.String())
 	}
 	// A pull beyond the master's max answers OFFSET_MOVED with the queue's range.

@@ -407,7 +407,7 @@ func (m *raftMember) checkElect(h protocol.ElectMasterRequest, ev *ha.ElectMaste
 		if m.node.LeaderID() == "" {
 			return rpc.Errorf(protocol.StatusServiceNotAvailable, "%s has no Raft leader: fewer than a majority of its %d members are up; a master is elected once a majority runs", b.cfg.BrokerName, len(m.peers)), true
 		}
-		return rpc.Reply{Status: protocol.StatusNotMaster, Remark: "ask the master; in a Raft-elected group a master that is down is replaced automatically", MasterAddr: r.Master.Addr}, true
+		return notMasterReply(r.Role, "ask the master; in a Raft-elected group a master that is down is replaced automatically"), true
 	}
 	if !slices.Contains(st.SyncStateSet, mem.ID) {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "brokerId %d (%s) is not in the in-sync set %v", h.BrokerID, mem.ID, st.SyncStateSet), true

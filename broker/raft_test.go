@@ -13,6 +13,7 @@ import (
 
 	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/internal/testutil"
+	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -323,4 +324,66 @@ func TestRaftTopicTableUpgrade(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestRaftNoQuorumNamesNoMaster: a member of a Raft-elected group left without a quorum (the
+// master alone, or a slave alone) refuses a send NOT_MASTER naming no master (not itself, not
+// a master that is gone), with a remark that says the group has no master now, and registers
+// with the NameServer under its own brokerId, never as master brokerId 0.
+func TestRaftNoQuorumNamesNoMaster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep func(bs []*Broker, m *Broker) *Broker // the member that stays up
+	}{
+		{"master alone", func(bs []*Broker, m *Broker) *Broker { return m }},
+		{"slave alone", func(bs []*Broker, m *Broker) *Broker {
+			return bs[slices.IndexFunc(bs, func(b *Broker) bool { return b != m })]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := namesrv.New(namesrv.Config{ListenAddr: "127.0.0.1:0", RegistrationPeriod: time.Nanosecond, Logger: testLogger(t)})
+			if err := ns.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer ns.Close()
+			bs := raftMembers(t, func(c *Config) { c.NamesrvAddr = ns.Addr() })
+			defer func() {
+				for _, b := range bs {
+					_ = b.Close()
+				}
+			}()
+			m := raftMaster(t, bs)
+			s := tc.keep(bs, m)
+			for _, b := range bs {
+				if b != s {
+					_ = b.Close()
+				}
+			}
+			testutil.EventuallyWithin(t, 15*time.Second, "the survivor to know it has no master", func() bool {
+				r := s.role.Load()
+				return r.master == nil && r.NoMaster == ha.NoMasterNoLeader
+			})
+			c := dial(t, s.Addr())
+			_, err := c.Call(ctx5s(t), protocol.CodeSendMessage, nil, buildBatch("raft", 0, "x"))
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Status != protocol.StatusNotMaster {
+				t.Fatalf("send to the survivor: %v, want NOT_MASTER", err)
+			}
+			if pe.MasterAddr != "" || !strings.Contains(pe.Remark, "no master now") || !strings.Contains(pe.Remark, "no quorum") {
+				t.Fatalf("NOT_MASTER names master %q (survivor %s, old master %s), remark %q; want none and a remark saying there is no quorum",
+					pe.MasterAddr, s.Addr(), m.Addr(), pe.Remark)
+			}
+			rep := s.electMaster(protocol.ElectMasterRequest{BrokerName: s.cfg.BrokerName, BrokerID: s.cfg.BrokerID})
+			if rep.MasterAddr != "" {
+				t.Fatalf("electMaster on the survivor names master %q: %v %s", rep.MasterAddr, rep.Status, rep.Remark)
+			}
+			testutil.EventuallyWithin(t, 10*time.Second, "the survivor registered under its own brokerId", func() bool {
+				lbs := ns.LiveBrokers()
+				return len(lbs) == 1 && lbs[0].Addr == s.Addr() && lbs[0].BrokerID == s.cfg.BrokerID
+			})
+			if id := s.registeredID(); id != s.cfg.BrokerID {
+				t.Fatalf("the survivor registers as brokerId %d", id)
+			}
+		})
+	}
 }

@@ -493,7 +493,7 @@ func (b *Broker) readSuggestion(r *role, topic []byte, queueID int32, nextQueueO
 		return ha.SuggestReadBroker(ha.SuggestInput{
 			SelfID:          b.registeredID(),
 			SlaveReadEnable: b.cfg.SlaveReadEnable,
-			MasterAlive:     r.slave.Connected(),
+			MasterAlive:     r.slave.Connected() && r.NoMaster == "", // only a master it knows to be current
 			LogEnd:          end,
 			MasterEnd:       r.slave.MasterEnd(),
 			MasterLoaded:    r.slave.MasterLoaded(),

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"errors"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,18 +57,11 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 		return
 	}
 	syncRepl := r.Mode == RoleSyncMaster
-	if syncRepl && b.cfg.MinInSyncReplicas > 1 {
-		// Checked before the append: these refusals mean "not stored".
-		if r.master.ConnectedSlaves() == 0 {
-			b.stats.putErrors.Add(1)
-			b.replyError(cs, f, protocol.StatusSlaveNotAvailable, "no slave is connected and minInSyncReplicas is "+strconv.Itoa(b.cfg.MinInSyncReplicas)+": not stored", "")
-			return
-		}
-		if n := r.master.InSyncCount() + 1; n < b.cfg.MinInSyncReplicas {
-			b.stats.putErrors.Add(1)
-			b.replyError(cs, f, protocol.StatusInSyncReplicasNotEnough, strconv.Itoa(n)+" in-sync replicas, minInSyncReplicas is "+strconv.Itoa(b.cfg.MinInSyncReplicas)+": not stored", "")
-			return
-		}
+	// Checked before the append: these refusals mean "not stored".
+	if st, why := b.replicasShort(r); st != protocol.StatusSuccess {
+		b.stats.putErrors.Add(1)
+		b.replyError(cs, f, st, why+": not stored", "")
+		return
 	}
 	var appendStart time.Time
 	if b.metrics != nil {
@@ -81,19 +73,13 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 	}
 	if err != nil {
 		b.stats.putErrors.Add(1)
-		st := protocol.StatusSystemError
-		switch {
-		case errors.Is(err, commitlog.ErrDiskFull):
-			st = protocol.StatusDiskFull
-		case errors.Is(err, commitlog.ErrClosed):
-			st = protocol.StatusShuttingDown
-		case errors.Is(err, commitlog.ErrTopicDeleted):
+		if errors.Is(err, commitlog.ErrTopicDeleted) {
 			// Admitted as the topic was being deleted: the deletion record is in the log.
 			b.replyError(cs, f, protocol.StatusTopicNotExist, "topic "+tp.cfg.Topic+" was deleted on broker "+b.cfg.BrokerName, "")
 			return
 		}
 		b.appendLog.Warn(b.log, "append failed", "topic", tp.cfg.Topic, "queue", h.QueueID, "err", err)
-		b.replyError(cs, f, st, err.Error(), "")
+		b.replyError(cs, f, appendStatus(err), err.Error(), "")
 		return
 	}
 	b.stats.putMessages.Add(int64(h.Count))
@@ -117,39 +103,54 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 		PhysicalOffset: res.PhysicalOffset,
 		StoreTimestamp: res.StoreTimestamp,
 	}
-	syncFlush := b.cfg.FlushDiskType == SyncFlush
-	if !syncFlush && !syncRepl {
+	waits := b.durableWaits(r)
+	if waits == 0 {
 		cs.out = appendSendResponse(cs.out[:0], f.RequestID, &resp)
 		cs.write(cs.out)
 		return
 	}
 	// Answered later, by whichever of the flusher and the replication waiter finishes last.
-	a := &pendingAck{b: b, cs: cs, id: f.RequestID, resp: resp}
-	a.pending.Store(boolInt(syncFlush) + boolInt(syncRepl))
+	a := &pendingAck{b: b, cs: cs, id: f.RequestID, resp: resp, tp: tp, qid: h.QueueID}
+	a.pending.Store(waits)
 	cs.inflight.Add(1)
-	if syncFlush {
-		b.store.WaitFlushed(res.EndOffset, func(err error) {
-			if err != nil {
-				b.warn.Error(b.log, "sync flush failed", "err", err)
-				a.fail(protocol.StatusFlushDiskTimeout, "stored, but the flush failed: "+err.Error())
-			}
-			a.done()
-		})
+	b.awaitDurable(r, res.EndOffset, a)
+}
+
+// durability hears the waits an append makes before it is acknowledged (awaitDurable): its
+// flush and its replication, each with its error.
+type durability interface {
+	flushed(err error)
+	replicated(err error)
+}
+
+// durableWaits returns how many waits an append makes under role r before it is
+// acknowledged: the flush under SYNC_FLUSH, the replication to the in-sync set on a
+// SYNC_MASTER.
+func (b *Broker) durableWaits(r *role) int32 {
+	return boolInt(b.cfg.FlushDiskType == SyncFlush) + boolInt(r.Mode == RoleSyncMaster)
+}
+
+// awaitDurable starts the waits (durableWaits) for the append that ends at end under role r;
+// w hears each as it completes, off the caller's goroutine. Sends and topic deletions are
+// acknowledged alike.
+func (b *Broker) awaitDurable(r *role, end int64, w durability) {
+	if b.cfg.FlushDiskType == SyncFlush {
+		b.store.WaitFlushed(end, w.flushed)
 	}
-	if syncRepl {
-		qid := h.QueueID
-		r.master.WaitReplicated(res.EndOffset, b.cfg.MinInSyncReplicas-1, b.cfg.SyncReplicationTimeout, func(err error) {
-			if err != nil {
-				a.fail(protocol.StatusFlushSlaveTimeout, "stored on the master, replication not confirmed: "+err.Error())
-			}
-			a.done()
-			if b.hwm {
-				if ws := tp.waiters.take(qid); ws != nil {
-					b.wakeWaiters(ws)
-				}
-			}
-		})
+	if r.Mode == RoleSyncMaster {
+		r.master.WaitReplicated(end, b.cfg.MinInSyncReplicas-1, b.cfg.SyncReplicationTimeout, w.replicated)
 	}
+}
+
+// appendStatus is the status of the answer to an append the store refused with err.
+func appendStatus(err error) protocol.Status {
+	switch {
+	case errors.Is(err, commitlog.ErrDiskFull):
+		return protocol.StatusDiskFull
+	case errors.Is(err, commitlog.ErrClosed):
+		return protocol.StatusShuttingDown
+	}
+	return protocol.StatusSystemError
 }
 
 // pendingAck is a send answered once its flush and/or replication complete; the first failure
@@ -159,10 +160,32 @@ type pendingAck struct {
 	cs      *connState
 	id      uint32
 	resp    protocol.SendResponseHeader
+	tp      *topic // the send's topic and queue, whose held pulls its replication wakes
+	qid     int32
 	pending atomic.Int32
 	mu      sync.Mutex // guards failSt, failMsg
 	failSt  protocol.Status
 	failMsg string
+}
+
+func (a *pendingAck) flushed(err error) {
+	if err != nil {
+		a.b.warn.Error(a.b.log, "sync flush failed", "err", err)
+		a.fail(protocol.StatusFlushDiskTimeout, "stored, but the flush failed: "+err.Error())
+	}
+	a.done()
+}
+
+func (a *pendingAck) replicated(err error) {
+	if err != nil {
+		a.fail(protocol.StatusFlushSlaveTimeout, "stored on the master, replication not confirmed: "+err.Error())
+	}
+	a.done()
+	if a.b.hwm {
+		if ws := a.tp.waiters.take(a.qid); ws != nil {
+			a.b.wakeWaiters(ws)
+		}
+	}
 }
 
 func (a *pendingAck) fail(st protocol.Status, msg string) {

@@ -36,6 +36,11 @@ type connState struct {
 	// connection's open for its first frame. The housekeeping goroutine closes connections
 	// whose frame is not whole FrameReadTimeout after it.
 	partialSince atomic.Int64
+	// partialGot and partialWant are the bytes of the awaited frame buffered and the frame's
+	// size once its prefix is in (0 before), for the line that closes a slow sender; stored by
+	// the loop only when they change.
+	partialGot, partialWant atomic.Int64
+	want                    int // loop: partialWant's value
 	// framed is set once the connection's first frame was whole; until then probe holds what
 	// the bytes buffered look like (netguard.Sniff), for the line that closes it.
 	framed atomic.Bool
@@ -205,7 +210,7 @@ func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 		}
 		n := c.InboundBuffered()
 		if n < protocol.FramePrefixSize {
-			return b.incomplete(cs, n)
+			return b.incomplete(cs, n, 0)
 		}
 		p, _ := c.Peek(protocol.FramePrefixSize)
 		fh, err := protocol.ParseFrameHeader(p, b.cfg.MaxFrameSize)
@@ -224,7 +229,7 @@ func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 		}
 		total := fh.TotalSize()
 		if n < total {
-			return b.incomplete(cs, n)
+			return b.incomplete(cs, n, total)
 		}
 		frame, err := c.Next(total)
 		if err != nil {
@@ -238,11 +243,16 @@ func (h *handler) traffic(c gnet.Conn, cs *connState) gnet.Action {
 	}
 }
 
-// incomplete accounts for the n bytes of an incomplete frame left buffered on cs and closes
-// the connection when incomplete frames over all connections exceed MaxInboundBufferedBytes:
-// a client announcing big frames and sending them slowly must not exhaust memory.
-func (b *Broker) incomplete(cs *connState, n int) gnet.Action {
+// incomplete accounts for the n bytes of an incomplete frame of want bytes (0: its prefix is
+// not in yet) left buffered on cs and closes the connection when incomplete frames over all
+// connections exceed MaxInboundBufferedBytes: a client announcing big frames and sending them
+// slowly must not exhaust memory.
+func (b *Broker) incomplete(cs *connState, n, want int) gnet.Action {
 	total := b.setPartial(cs, n)
+	if want != cs.want {
+		cs.want = want
+		cs.partialWant.Store(int64(want))
+	}
 	if n > 0 && !cs.framed.Load() && cs.probe.Load() == uint32(netguard.NoProbe) {
 		p, _ := cs.c.Peek(min(n, protocol.FramePrefixSize))
 		cs.probe.Store(uint32(netguard.Sniff(p)))
@@ -260,7 +270,10 @@ func (b *Broker) incomplete(cs *connState, n int) gnet.Action {
 // first frame's, from the open). Loop only.
 func (b *Broker) setPartial(cs *connState, n int) int64 {
 	total := b.inboundPartial.Add(int64(n - cs.partial))
-	cs.partial = n
+	if n != cs.partial {
+		cs.partial = n
+		cs.partialGot.Store(int64(n))
+	}
 	if n > 0 && !cs.pending {
 		cs.pending = true
 		cs.partialSince.Store(time.Now().UnixNano())
@@ -271,6 +284,10 @@ func (b *Broker) setPartial(cs *connState, n int) int64 {
 // frameDone records that a whole frame was taken from cs: no frame is awaited until the next
 // byte. Loop only.
 func (cs *connState) frameDone() {
+	if cs.want != 0 {
+		cs.want = 0
+		cs.partialWant.Store(0)
+	}
 	if cs.pending {
 		cs.pending = false
 		cs.partialSince.Store(0)
@@ -292,16 +309,15 @@ func (b *Broker) closeStalled(now time.Time) {
 		if since == 0 || since >= limit {
 			continue
 		}
-		at := time.Unix(0, since).Format(time.RFC3339Nano)
+		waited := now.Sub(time.Unix(0, since))
+		stalled := netguard.StalledAttrs(cs.remote, cs.partialGot.Load(), cs.partialWant.Load(), waited, b.cfg.FrameReadTimeout)
 		switch probe := netguard.Probe(cs.probe.Load()); {
 		case cs.framed.Load():
-			b.warn.Warn(b.log, "closing connection: request frame incomplete for too long", "remote", cs.remote,
-				"since", at, "frameReadTimeout", b.cfg.FrameReadTimeout)
+			b.warn.Warn(b.log, "closing connection: request frame incomplete for the frame read timeout", stalled...)
 		case probe != netguard.NoProbe:
-			b.warn.Warn(b.log, probe.Reason(clientPortSpeaks), "remote", cs.remote, "since", at)
+			b.warn.Warn(b.log, probe.Reason(clientPortSpeaks), "remote", cs.remote, "waited", waited.Round(time.Millisecond))
 		default:
-			b.warn.Warn(b.log, "closing connection: no whole request within frameReadTimeout of connecting", "remote", cs.remote,
-				"since", at, "frameReadTimeout", b.cfg.FrameReadTimeout)
+			b.warn.Warn(b.log, "closing connection: no whole request within frameReadTimeout of connecting", stalled...)
 		}
 		_ = cs.c.Close()
 	}

@@ -12,28 +12,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-// replicateTB is replicate for a rapid.T: it copies master to slave in chunks of at most
-// chunk bytes until the slave's end reaches the master's.
-func replicateTB(t tb, master, slave *Store, chunk int) {
-	t.Helper()
-	for i := 0; slave.LogEndOffset() < master.LogEndOffset(); i++ {
-		if i > 1<<20 {
-			t.Fatalf("replication does not progress")
-		}
-		from := slave.LogEndOffset()
-		err := master.ReadReplication(from, chunk, func(start int64, data []byte) error {
-			_, err := slave.AppendReplicated(start, data)
-			if len(data) == 0 && start > from {
-				return nil
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatalf("replicate from %d: %v", from, err)
-		}
-	}
-}
-
 // sameQueues checks that two stores serve the same queues: the same ones, the same offsets, the
 // same batches at every offset (read back batch by batch from the model's records).
 func sameQueues(t tb, a, b *Store, m *model) {
@@ -81,10 +59,10 @@ func TestDeleteTopicProperty(t *testing.T) {
 				deleteRec(rt, master, m, rapid.SampledFrom(topics).Draw(rt, "topic"), 0)
 			},
 			"replicate": func(rt *rapid.T) {
-				replicateTB(rt, master, slave, rapid.IntRange(1, 3000).Draw(rt, "chunk"))
+				replicate(rt, master, slave, rapid.IntRange(1, 3000).Draw(rt, "chunk"))
 			},
 			"restart": func(rt *rapid.T) {
-				replicateTB(rt, master, slave, 4096)
+				replicate(rt, master, slave, 4096)
 				if rapid.IntRange(0, 3).Draw(rt, "rarely") != 0 { // restarts cost fsyncs: fewer of them
 					return
 				}
@@ -104,7 +82,7 @@ func TestDeleteTopicProperty(t *testing.T) {
 			"cut": func(rt *rapid.T) {
 				// Both logs cut at one of the last batches (as a truncation through a restart
 				// does): deletions at or after the cut are undone.
-				replicateTB(rt, master, slave, 4096)
+				replicate(rt, master, slave, 4096)
 				if len(m.all) == 0 {
 					rt.Skip("empty")
 				}
@@ -129,19 +107,9 @@ func TestDeleteTopicProperty(t *testing.T) {
 				verifyAll(rt, master, m)
 			},
 		})
-		replicateTB(rt, master, slave, 4096)
+		replicate(rt, master, slave, 4096)
 		sameQueues(rt, master, slave, m)
-		_, _, mc, err := master.Checksum(-1, -1)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		_, _, sc, err := slave.Checksum(-1, -1)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		if mc != sc {
-			rt.Fatalf("logs differ: master %s, slave %s", mc, sc)
-		}
+		sameLog(rt, master, slave)
 	})
 }
 

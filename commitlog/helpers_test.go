@@ -449,6 +449,21 @@ func readAt(t tb, path string, off int64, n int) []byte {
 	return b
 }
 
+// rescanned closes s, removes its checkpoint and reopens it, closed when the test ends: a
+// recovery that scans the whole log must find what the model holds (verifyAll). It returns the
+// reopened store.
+func rescanned(t *testing.T, s *Store, cfg Config, m *model) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(cfg.Dir, checkpointName))
+	s = mustOpen(t, cfg)
+	t.Cleanup(func() { s.Close() })
+	verifyAll(t, s, m)
+	return s
+}
+
 // tb is the part of testing.TB the helpers need; *rapid.T has it too.
 type tb interface {
 	Helper()

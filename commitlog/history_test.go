@@ -298,13 +298,7 @@ func TestDeleteTopicSurvivesCrash(t *testing.T) {
 			if variant != "deleted" {
 				appendRec(t, s, m, "gone", 0, 1, make([]byte, 10))
 			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			os.Remove(filepath.Join(dir, checkpointName)) // a full scan sees the same
-			s = mustOpen(t, cfg)
-			defer s.Close()
-			verifyAll(t, s, m)
+			rescanned(t, s, cfg, m)
 		})
 	}
 }

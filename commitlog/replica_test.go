@@ -12,7 +12,7 @@ import (
 
 // replicate copies master to slave with ReadReplication/AppendReplicated until the slave's
 // end reaches the master's, in chunks of at most chunk bytes.
-func replicate(t *testing.T, master, slave *Store, chunk int) {
+func replicate(t tb, master, slave *Store, chunk int) {
 	t.Helper()
 	for i := 0; slave.LogEndOffset() < master.LogEndOffset(); i++ {
 		if i > 1<<20 {
@@ -36,6 +36,24 @@ func replicate(t *testing.T, master, slave *Store, chunk int) {
 	}
 }
 
+// sameLog checks that master and slave hold byte-identical logs (Store.Checksum) and returns
+// the checksum.
+func sameLog(t tb, master, slave *Store) string {
+	t.Helper()
+	_, _, mc, err := master.Checksum(-1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, sc, err := slave.Checksum(-1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc != sc {
+		t.Fatalf("logs differ: master %s, slave %s", mc, sc)
+	}
+	return mc
+}
+
 func TestReplicationByteIdentical(t *testing.T) {
 	master := mustOpen(t, testConfig(t.TempDir()))
 	defer master.Close()
@@ -53,17 +71,7 @@ func TestReplicationByteIdentical(t *testing.T) {
 	if slave.LogEndOffset() != master.LogEndOffset() {
 		t.Fatalf("slave ends at %d, master at %d", slave.LogEndOffset(), master.LogEndOffset())
 	}
-	_, _, mc, err := master.Checksum(-1, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, sc, err := slave.Checksum(-1, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mc != sc {
-		t.Fatalf("checksums differ: master %s slave %s", mc, sc)
-	}
+	mc := sameLog(t, master, slave)
 	// The slave's consume queues serve the same batches at the same queue offsets.
 	for k, recs := range m.queues {
 		if got := slave.MaxOffset([]byte(k.topic), k.qid); got != m.maxOffset(k) {

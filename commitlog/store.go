@@ -233,7 +233,7 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 		stamp(dst, pos, base, ts, epoch)
 	}
 	q.writeEntryLocked(pos, size, base, count, tagHash, ts)
-	end := s.wroteLocked(seg, pos+int64(size), ts, epoch, lastEpoch)
+	end := s.advanceLocked(seg, pos, size, ts, epoch, lastEpoch)
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
 	}
@@ -241,6 +241,20 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 		kick(s.allocKick)
 	}
 	return AppendResult{PhysicalOffset: pos, BaseQueueOffset: base, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
+}
+
+// advanceLocked moves the log end past a batch of size bytes written at pos of segment seg, of
+// store time ts and epoch (lastEpoch: the log's newest before it), and returns the new end.
+// Append and DeleteTopic call it once the batch is in place. s.mu must be held.
+func (s *Store) advanceLocked(seg *mappedFile, pos int64, size int, ts int64, epoch, lastEpoch uint32) int64 {
+	seg.newestTS.Store(ts)
+	if epoch != lastEpoch {
+		s.lastEpoch.Store(epoch)
+	}
+	end := pos + int64(size)
+	s.writePos = end
+	s.end.Store(end)
+	return end
 }
 
 // LogMinOffset returns the physical offset of the oldest byte still in the log. Any goroutine.
@@ -385,24 +399,11 @@ func (s *Store) DeleteTopic(topic []byte, record []byte, epoch uint32, stamp Sta
 		s.deleteQueuesLocked(t)
 	}
 	s.fenced[name] = struct{}{}
-	end := s.wroteLocked(seg, pos+int64(size), ts, epoch, lastEpoch)
+	end := s.advanceLocked(seg, pos, size, ts, epoch, lastEpoch)
 	kick(s.flushKick)
 	kick(s.qflushKick)
 	s.logger.Info("commitlog: topic deleted", "topic", name, "queues", queues, "recordAt", pos)
 	return AppendResult{PhysicalOffset: pos, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
-}
-
-// wroteLocked publishes a batch written by this store at the log end: seg's newest timestamp,
-// the last epoch when epoch moved it, and end as the new log end, which it returns. Caller
-// holds mu.
-func (s *Store) wroteLocked(seg *mappedFile, end, ts int64, epoch, lastEpoch uint32) int64 {
-	seg.newestTS.Store(ts)
-	if epoch != lastEpoch {
-		s.lastEpoch.Store(epoch)
-	}
-	s.writePos = end
-	s.end.Store(end)
-	return end
 }
 
 // AllowTopic lets Append take batches of topic again after DeleteTopic: they go to queues

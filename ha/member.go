@@ -60,9 +60,15 @@ type Role struct {
 	// BrokerID is the brokerId the member registers with the NameServers: 0 while master (in a
 	// static group, after an electMaster too), else its own.
 	BrokerID int64
-	// Master is the group's master as this member knows it (itself while master); ID is empty
-	// in a static group and the addresses empty while unknown.
+	// Master is the group's master as this member knows it (itself while master): the one a
+	// slave pulls from. ID is empty in a static group and the addresses empty while unknown; a
+	// Raft-elected member that gives the master role up forgets itself here.
 	Master MemberInfo
+	// NoMaster, in a Raft-elected group, says why this member does not know its group's
+	// current master ("" when it does, or is the master): it hears from no Raft leader, or the
+	// Raft leader is not the master the control state names (a master is being elected).
+	// Master may still name the master it followed then; KnownMaster does not.
+	NoMaster string
 	// Cutting: a master answered that this log diverged from its own and the member has not
 	// decided or finished what to cut: it may not become master meanwhile.
 	Cutting bool
@@ -72,6 +78,55 @@ type Role struct {
 
 // IsMaster reports whether the role accepts sends.
 func (r Role) IsMaster() bool { return r.State == MemberMaster }
+
+// KnownMaster returns the master this member knows to be its group's current one, the one an
+// answer that sends a client to the master (NOT_MASTER) names: itself while master or handing
+// over, else Master while NoMaster is empty and its client address is known. ok is false when
+// the member knows none: a refusal then names no master, never one that may be gone or
+// deposed (a client would ask it in a loop).
+func (r Role) KnownMaster() (MemberInfo, bool) {
+	switch {
+	case r.State == MemberMaster || r.State == MemberHandingOver:
+		return r.Master, true
+	case r.NoMaster != "" || r.Master.Addr == "":
+		return MemberInfo{}, false
+	}
+	return r.Master, true
+}
+
+// knownMaster is KnownMaster's master, empty when none is known.
+func (r Role) knownMaster() MemberInfo {
+	mi, _ := r.KnownMaster()
+	return mi
+}
+
+// Why a Raft-elected member knows no current master (Role.NoMaster).
+const (
+	// NoMasterNoLeader: the member hears from no Raft leader.
+	NoMasterNoLeader = "no Raft leader: fewer than a majority of the group's members are reachable (no quorum), or an election is under way"
+	// NoMasterElecting: there is a Raft leader, but it is not the master the control state
+	// names (yet): the old master is gone or deposed, and the leader is taking the role or
+	// handing it to the member with the longest log.
+	NoMasterElecting = "a new master is being elected"
+)
+
+// noMasterReason returns Role.NoMaster for a Raft-elected member after tick e, given whether
+// it acts as master of the control state's current epoch: a member knows the master the
+// state names only while that master leads Raft (a master that is not leader gives its role
+// up at once).
+func noMasterReason(e Tick, actingMaster bool) string {
+	switch {
+	case e.Leader && actingMaster:
+		return ""
+	case e.Leader:
+		return NoMasterElecting
+	case e.LeaderID == "":
+		return NoMasterNoLeader
+	case e.LeaderID != e.State.MasterID:
+		return NoMasterElecting
+	}
+	return ""
+}
 
 // Electable reports whether a member in this role may become master, given its log end and
 // the highest offset it knows the group confirmed (-1: none), both in bytes of the commit log:
@@ -406,7 +461,7 @@ type RecordElected struct {
 
 // Reply answers the electMaster request being handled: Err nil with the master's brokerId,
 // epoch and addresses, or why not: NotMaster (ask the master, whose client address is in
-// Master.Addr), Unavailable (the request cannot be served now: retry later or elsewhere), else a
+// Master.Addr when the member knows it: Role.KnownMaster), Unavailable (the request cannot be served now: retry later or elsewhere), else a
 // failure of the hand-over itself.
 type Reply struct {
 	BrokerID    int64
@@ -462,12 +517,17 @@ func (m *Member) set(a *actions, r Role) {
 	a.add(Publish{Role: r})
 }
 
-// between returns the current role with no role left: same epoch and master.
+// between returns the current role with no role left: same epoch and master, but a
+// Raft-elected member that was master forgets itself as master (the group has none it knows
+// of until the control state names the next).
 func (m *Member) between() Role {
 	r := m.role
 	r.State, r.Mode = MemberBetween, ""
 	if m.cfg.Raft {
 		r.BrokerID = m.cfg.BrokerID
+		if r.Master.ID == m.cfg.SelfID {
+			r.Master = MemberInfo{}
+		}
 	}
 	return r
 }
@@ -564,15 +624,17 @@ func (m *Member) tick(a *actions, e Tick) {
 		a.add(Relax{})
 	}
 	st := e.State
+	acting := (m.role.State == MemberMaster || m.role.State == MemberHandingOver) && st.MasterID == m.cfg.SelfID && st.Epoch == m.role.Epoch
+	r := m.role
+	r.NoMaster = noMasterReason(e, acting)
 	if st.MasterID != "" && st.MasterID != m.cfg.SelfID {
-		if mem, ok := st.Member(st.MasterID); ok && mem != m.role.Master {
-			r := m.role
+		if mem, ok := st.Member(st.MasterID); ok {
 			r.Master = mem
-			m.set(a, r)
 		}
 	}
+	m.set(a, r)
 	if e.Leader {
-		if (m.role.State == MemberMaster || m.role.State == MemberHandingOver) && st.MasterID == m.cfg.SelfID && st.Epoch == m.role.Epoch {
+		if acting {
 			return // acting as master of the current epoch
 		}
 		// A new leader may not have applied everything committed before its term yet (the
@@ -669,7 +731,7 @@ func (m *Member) masterStarted(a *actions, e MasterStarted) {
 	}
 	promoted := !m.cfg.Raft && m.prior.State == MemberSlave
 	r := m.role
-	r.State, r.Epoch, r.Cutting, r.Master = MemberMaster, e.Epoch, false, e.Self
+	r.State, r.Epoch, r.Cutting, r.Master, r.NoMaster = MemberMaster, e.Epoch, false, e.Self, ""
 	switch {
 	case m.cfg.Raft:
 		r.Mode, r.BrokerID = m.cfg.Mode, 0
@@ -823,7 +885,7 @@ func (m *Member) electMaster(a *actions, e ElectMaster) {
 		// The driver has checked that this member is the Raft leader and e.TargetID a member of
 		// the in-sync set; the election makes the target master once it has the leadership.
 		if r.State != MemberMaster {
-			a.add(Reply{NotMaster: true, Master: r.Master, Err: fmt.Errorf("ask the master; in a Raft-elected group a master that is down is replaced automatically")})
+			a.add(Reply{NotMaster: true, Master: r.knownMaster(), Err: fmt.Errorf("ask the master; in a Raft-elected group a master that is down is replaced automatically")})
 			return
 		}
 		m.prior, m.handOver = r, &e
@@ -838,7 +900,7 @@ func (m *Member) electMaster(a *actions, e ElectMaster) {
 		case r.State == MemberMaster:
 			a.add(Reply{BrokerID: r.BrokerID, Epoch: r.Epoch, Master: r.Master})
 		case !e.Force:
-			a.add(Reply{NotMaster: true, Master: r.Master, Err: fmt.Errorf("ask the master to hand its role over (or force the promotion when it is down)")})
+			a.add(Reply{NotMaster: true, Master: r.knownMaster(), Err: fmt.Errorf("ask the master to hand its role over (or force the promotion when it is down)")})
 		case r.State != MemberSlave:
 			a.add(Reply{Unavailable: true, Err: fmt.Errorf("this broker is between roles")})
 		default:
@@ -853,7 +915,7 @@ func (m *Member) electMaster(a *actions, e ElectMaster) {
 		return
 	}
 	if r.State != MemberMaster {
-		a.add(Reply{NotMaster: true, Master: r.Master, Err: fmt.Errorf("broker %d is not the master", r.BrokerID)})
+		a.add(Reply{NotMaster: true, Master: r.knownMaster(), Err: fmt.Errorf("broker %d is not the master", r.BrokerID)})
 		return
 	}
 	if !e.InSyncTarget {

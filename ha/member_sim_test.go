@@ -366,6 +366,12 @@ func (s *sim) exec(sm *simMember, a Action) Event {
 		if r.Master.Addr != "" {
 			s.printf(" master=%s", strings.TrimSuffix(r.Master.Addr, ":10911"))
 		}
+		switch r.NoMaster {
+		case NoMasterNoLeader:
+			s.printf(" nomaster=no-leader")
+		case NoMasterElecting:
+			s.printf(" nomaster=electing")
+		}
 		if r.Cutting {
 			s.printf(" cutting")
 		}

@@ -51,6 +51,8 @@ func listenRaft(addr string, advertise net.Addr, frameTimeout time.Duration, max
 		MaxConnsKey:  "raftMaxConnections",
 		Port:         "Raft",
 		Speaks:       "hashicorp/raft's binary protocol",
+		Opens:        raftOpening,
+		OpeningLen:   2,
 		KeepAlive:    raftKeepAlive,
 		Logger:       log,
 	})
@@ -58,6 +60,22 @@ func listenRaft(addr string, advertise net.Addr, frameTimeout time.Duration, max
 		return nil, err
 	}
 	return &raftStream{Guarded: g, advertise: advertise}, nil
+}
+
+// raftMaxRPCType is the highest RPC type byte hashicorp/raft's NetworkTransport sends (v1.8:
+// AppendEntries 0, RequestVote 1, InstallSnapshot 2, TimeoutNow 3, RequestPreVote 4). An
+// upgrade that adds a type must raise it, or the guard closes the connections that send it.
+const raftMaxRPCType = 4
+
+// raftOpening reports whether first, a connection's first two bytes, open a request of
+// hashicorp/raft's NetworkTransport: it sends nothing before its first RPC, and an RPC is its
+// type byte and the request struct as a msgpack map (fixmap, map16 or map32). Anything else
+// (a Petrel frame's length, a stray line of text) is a peer that does not speak it: the guard
+// says so at WARN and closes the connection, where the transport would log a failed decode at
+// ERROR.
+func raftOpening(first []byte) bool {
+	m := first[1]
+	return first[0] <= raftMaxRPCType && (m&0xf0 == 0x80 || m == 0xde || m == 0xdf)
 }
 
 // Addr returns the advertised address (the member's Raft address in raftPeers).
@@ -71,7 +89,7 @@ func (s *raftStream) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 // raftLogger returns hashicorp/raft's logger for a member: warnings and errors only, written
 // as JSON that raftLogWriter passes to log, rate-limited per message (a peer that is down
 // makes the leader warn every heartbeat; a stranger on the port makes the transport fail to
-// decode what it sent).
+// decode what it sent, which is a peer's bad input: WARN, as on every other port).
 func raftLogger(log *slog.Logger) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "raft",
@@ -80,6 +98,12 @@ func raftLogger(log *slog.Logger) hclog.Logger {
 		JSONFormat: true,
 	})
 }
+
+// raftPeerInput are hashicorp/raft's ERROR messages that a remote peer's bad input causes,
+// not a fault of this member or of the group: the transport could not decode what a
+// connection sent (a stranger whose first bytes passed raftOpening, or a member of another
+// version). They are logged at WARN, as every port logs bad input; the connection is closed.
+var raftPeerInput = map[string]bool{"failed to decode incoming command": true}
 
 // raftLogWriter passes the JSON lines of raftLogger to a slog logger: the message as "raft: "
 // and the message, the fields as attributes, through ratelog.Reasons.
@@ -113,7 +137,7 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 		}
 		args = append(args, name, line[k])
 	}
-	if level == "error" {
+	if level == "error" && !raftPeerInput[msg] {
 		w.rate.Error(w.l, "raft: "+msg, args...)
 	} else {
 		w.rate.Warn(w.l, "raft: "+msg, args...)

@@ -68,8 +68,9 @@ func waitCommit(t *testing.T, nodes []*RaftNode) {
 }
 
 // TestRaftPortGuard: on a member's Raft port, an RPC left incomplete, a connection that sends
-// nothing and a TLS ClientHello are each closed with a line that says why, connections past
-// the cap are refused, and the group goes on committing.
+// nothing, a TLS ClientHello, first bytes that open no RPC and an RPC that does not decode are
+// each closed with a line that says why, at WARN as on every other port (never ERROR: a peer's
+// bad input), and the group goes on committing.
 func TestRaftPortGuard(t *testing.T) {
 	var logs testutil.SyncBuffer
 	nodes := startGuardedGroup(t, 300*time.Millisecond, 16, &logs)
@@ -85,7 +86,10 @@ func TestRaftPortGuard(t *testing.T) {
 		{"TLS", []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc}, "looks like a TLS ClientHello; this port speaks hashicorp/raft's binary protocol"},
 		{"HTTP", []byte("GET / HTTP/1.1\r\n\r\n"), "looks like an HTTP/1.x request; this port speaks hashicorp/raft's binary protocol"},
 		// Petrel's protocol on the wrong port: 12 bytes of a frame prefix.
-		{"Petrel frame prefix", []byte{0, 0, 0, 52, 0, 105, 0, 1, 0, 0, 0, 7}, ""},
+		{"Petrel frame prefix", []byte{0, 0, 0, 52, 0, 105, 0, 1, 0, 0, 0, 7}, "closing Raft connection: its first bytes are not hashicorp/raft's binary protocol"},
+		// A RequestVote type byte and a one-entry msgpack map whose key is 0xc1, a byte
+		// msgpack never uses: hashicorp/raft's own line.
+		{"undecodable RPC", []byte{0x01, 0x81, 0xc1, 0xc1, 0xc1, 0xc1}, "raft: failed to decode incoming command"},
 	} {
 		nc, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -97,12 +101,43 @@ func TestRaftPortGuard(t *testing.T) {
 			}
 		}
 		testutil.WaitClosed(t, nc, tc.name)
-		if tc.line != "" {
-			logs.WaitForLine(t, tc.line, "remote="+nc.LocalAddr().String())
+		parts := []string{"level=WARN", tc.line}
+		switch tc.name {
+		case "undecodable RPC": // hashicorp/raft does not say which connection
+		case "incomplete RPC":
+			parts = append(parts, "remote="+nc.LocalAddr().String(), "got=3", "waited=") // the facts of every port's slow-sender line
+		default:
+			parts = append(parts, "remote="+nc.LocalAddr().String())
 		}
+		logs.WaitForLine(t, parts...)
 		nc.Close()
 	}
 	waitCommit(t, nodes)
+	if logs.HasLine("level=ERROR", "closing") || logs.HasLine("level=ERROR", "failed to decode") {
+		t.Fatalf("a peer's bad input logged at ERROR:\n%s", logs.String())
+	}
+}
+
+// TestRaftOpening: the first bytes of every RPC hashicorp/raft sends pass the guard's check;
+// other protocols' openings do not.
+func TestRaftOpening(t *testing.T) {
+	for _, tc := range []struct {
+		first []byte
+		want  bool
+	}{
+		{[]byte{0x00, 0x88}, true}, // AppendEntries, fixmap
+		{[]byte{0x04, 0x8f}, true}, // RequestPreVote
+		{[]byte{0x02, 0xde}, true}, // InstallSnapshot, map16
+		{[]byte{0x03, 0xdf}, true}, // TimeoutNow, map32
+		{[]byte{0x05, 0x88}, false},
+		{[]byte{0x00, 0x00}, false}, // a Petrel frame's length
+		{[]byte{0x00, 0x90}, false}, // a msgpack array
+		{[]byte("GE"), false},
+	} {
+		if got := raftOpening(tc.first); got != tc.want {
+			t.Errorf("raftOpening(% x) = %v, want %v", tc.first, got, tc.want)
+		}
+	}
 }
 
 // TestRaftPortFlood: a flood of silent and junk connections on a member's Raft port never

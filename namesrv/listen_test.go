@@ -84,3 +84,24 @@ func TestMaxConnections(t *testing.T) {
 	testutil.Eventually(t, "a slot free again", func() bool { return s.rpc.Conns() < 2 })
 	served(t, dial(t, s.Addr()))
 }
+
+// TestSuppressedCountLogged: three bad frames in a moment give one line of that reason, and
+// the count of the two suppressed is logged on its own once the rate limit's interval ends,
+// with no later bad frame.
+func TestSuppressedCountLogged(t *testing.T) {
+	s, logs := startLogged(t, func(*Config) {})
+	junk := make([]byte, protocol.FramePrefixSize)
+	binary.BigEndian.PutUint32(junk, 0xffffff00) // far above the largest frame
+	for range 3 {
+		nc, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Write(junk); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitClosed(t, nc, "a bad frame's connection")
+		nc.Close()
+	}
+	logs.WaitForLine(t, "level=WARN", "lines suppressed by the rate limit", `reason="closing connection: bad frame"`, "similar_not_logged=2")
+}

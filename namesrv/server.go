@@ -42,6 +42,9 @@ type Server struct {
 	// warn rate-limits, per reason, the lines a peer's requests cause (a refused registration,
 	// which the broker retries; two brokers with one brokerId, which displace each other).
 	warn ratelog.Reasons
+	// rateLog holds the rate limiters of the server's lines (log's, the rpc server's) that
+	// suppressed lines; the scan loop logs their counts once their intervals pass.
+	rateLog *ratelog.Pending
 	// startedAt is when Start listened, by Config.Now (Unix ns; 0 before Start); registered is
 	// set by the first registration accepted; readyLogged by the first request answered as
 	// ready. Together they make the readiness (see notReady).
@@ -62,11 +65,13 @@ type Server struct {
 // Nothing runs and cfg is not validated until Start.
 func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
+	rateLog := &ratelog.Pending{}
 	return &Server{
-		cfg:   cfg,
-		log:   cfg.Logger.With("component", "namesrv"),
-		table: newRouteTable(),
-		stop:  make(chan struct{}),
+		cfg:     cfg,
+		log:     rateLog.Logger(cfg.Logger.With("component", "namesrv")),
+		rateLog: rateLog,
+		table:   newRouteTable(),
+		stop:    make(chan struct{}),
 	}
 }
 
@@ -145,6 +150,7 @@ func (s *Server) Close() error {
 		_ = srv.Close()
 	}
 	s.wg.Wait()
+	s.rateLog.Flush(time.Now(), true)
 	if srv != nil {
 		s.log.Info("NameServer stopped")
 	}
@@ -162,12 +168,18 @@ func (s *Server) scanLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.ScanInterval)
 	defer t.Stop()
+	// The counts of suppressed lines are logged about a second after their interval ends,
+	// whatever the scan interval.
+	flush := time.NewTicker(time.Second)
+	defer flush.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 			s.scanExpired()
+		case now := <-flush.C:
+			s.rateLog.Flush(now, false)
 		}
 	}
 }

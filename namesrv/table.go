@@ -3,6 +3,7 @@ package namesrv
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -359,11 +360,7 @@ func (t *routeTable) expire(now time.Time, expiry time.Duration) []removed {
 func (t *routeTable) deleteTopic(topic string) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var names []string
-	for name := range t.topics[topic] {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(t.topics[topic]))
 	for _, name := range names {
 		t.removeTopicOfGroupLocked(t.groups[name], topic)
 	}
@@ -420,12 +417,7 @@ func (t *routeTable) clusterInfo() protocol.ClusterInfo {
 		ci.Brokers = append(ci.Brokers, g.brokerData())
 	}
 	for name, groups := range t.clusters {
-		e := protocol.ClusterEntry{Name: name, BrokerNames: make([]string, 0, len(groups))}
-		for g := range groups {
-			e.BrokerNames = append(e.BrokerNames, g)
-		}
-		slices.Sort(e.BrokerNames)
-		ci.Clusters = append(ci.Clusters, e)
+		ci.Clusters = append(ci.Clusters, protocol.ClusterEntry{Name: name, BrokerNames: slices.Sorted(maps.Keys(groups))})
 	}
 	slices.SortFunc(ci.Brokers, func(a, b protocol.BrokerData) int { return cmp.Compare(a.BrokerName, b.BrokerName) })
 	slices.SortFunc(ci.Clusters, func(a, b protocol.ClusterEntry) int { return cmp.Compare(a.Name, b.Name) })

@@ -90,6 +90,15 @@ func inSync(t *testing.T, a *client.Admin, m *proc, n int) {
 	})
 }
 
+// syncedMaster waits for the group's one master (masterOf) and until it counts both other
+// members in its in-sync set, and returns it.
+func syncedMaster(t *testing.T, a *client.Admin, ms []*proc) *proc {
+	t.Helper()
+	m := masterOf(t, a, ms)
+	inSync(t, a, m, 2)
+	return m
+}
+
 // sameGroupLogs waits for the group's one master and checks that every member's log equals it
 // (sameLogs, the master first).
 func sameGroupLogs(t *testing.T, a *client.Admin, ms []*proc) {
@@ -122,8 +131,7 @@ func TestRaftFailover(t *testing.T) {
 	c, ms := raftGroup(t)
 	cl := c.client()
 	a := client.NewAdmin(cl)
-	m := masterOf(t, a, ms)
-	inSync(t, a, m, 2)
+	m := syncedMaster(t, a, ms)
 	const topic = "raft-failover"
 	c.createTopic(cl, topic, 8, 1)
 	s, stopLoad := runLoad(t, cl, topic)
@@ -169,8 +177,7 @@ func TestRaftFailover(t *testing.T) {
 		t.Logf("run %d: killed master %s; first acknowledged send on %s %v after the kill (acked %d -> %d, failed %d, unknown %d)",
 			run+1, m.addr, newAddr, took.Round(time.Millisecond), before, acked, failed, unknown)
 		m.start() // rejoins as a slave
-		nm := masterOf(t, a, ms)
-		inSync(t, a, nm, 2)
+		syncedMaster(t, a, ms)
 	}
 	stopLoad()
 	sorted := slices.Clone(times)
@@ -293,8 +300,7 @@ func TestRaftPartitionedMaster(t *testing.T) {
 	}
 	cl := c.client()
 	a := client.NewAdmin(cl)
-	old := masterOf(t, a, ms)
-	inSync(t, a, old, 2)
+	old := syncedMaster(t, a, ms)
 	const topic = "raft-partition"
 	c.createTopic(cl, topic, 8, 1)
 	s, stopLoad := runLoad(t, cl, topic)
@@ -334,8 +340,7 @@ func TestRaftPartitionedMaster(t *testing.T) {
 			}
 		}
 	}
-	m := masterOf(t, a, ms)
-	inSync(t, a, m, 2)
+	syncedMaster(t, a, ms)
 	time.Sleep(time.Second)
 	stopLoad()
 	sameGroupLogs(t, a, ms)
@@ -349,8 +354,7 @@ func TestRaftDoubleKill(t *testing.T) {
 	c, ms := raftGroup(t)
 	cl := c.client()
 	a := client.NewAdmin(cl)
-	m := masterOf(t, a, ms)
-	inSync(t, a, m, 2)
+	m := syncedMaster(t, a, ms)
 	const topic = "raft-double-kill"
 	c.createTopic(cl, topic, 8, 1)
 	s, stopLoad := runLoad(t, cl, topic)
@@ -363,8 +367,7 @@ func TestRaftDoubleKill(t *testing.T) {
 	killedAt := time.Now()
 	m.start()
 	other.start()
-	nm := masterOf(t, a, ms)
-	inSync(t, a, nm, 2)
+	nm := syncedMaster(t, a, ms)
 	testutil.EventuallyWithin(t, 15*time.Second, "an acknowledged send after the restarts", func() bool { return lastAckOn(s, nm.addr).After(killedAt) })
 	time.Sleep(time.Second)
 	stopLoad()

@@ -38,8 +38,7 @@ func TestRaftTopicTableAcrossKill(t *testing.T) {
 	c, ms := raftGroup(t)
 	cl := c.client()
 	a := client.NewAdmin(cl)
-	m := masterOf(t, a, ms)
-	inSync(t, a, m, 2)
+	m := syncedMaster(t, a, ms)
 	cfg := func(topic string, queues int32) protocol.TopicConfig {
 		return protocol.TopicConfig{Topic: topic, ReadQueueNums: queues, WriteQueueNums: queues, Perm: protocol.PermReadWrite}
 	}
@@ -68,8 +67,7 @@ func TestRaftTopicTableAcrossKill(t *testing.T) {
 		}, func() { delete(want, "Steady") }},
 	}
 	for _, ch := range changes {
-		m = masterOf(t, a, ms)
-		inSync(t, a, m, 2)
+		m = syncedMaster(t, a, ms)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := ch.do(ctx)
 		cancel()

@@ -3,6 +3,7 @@ package netguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -27,6 +28,12 @@ type GuardConfig struct {
 	Port string
 	// Speaks names the port's protocol in the line that says a probe reached it.
 	Speaks string
+	// Opens, when set, tells whether a connection's first OpeningLen bytes (1 to 8) open a
+	// request of the port's protocol; a connection whose first bytes do not is logged (what
+	// they are, as a peer's bad input) and closed before the server reads them, so that the
+	// server's own complaint about them (at its level, not the port's) never comes.
+	Opens      func(first []byte) bool
+	OpeningLen int
 	// KeepAlive probes idle connections (net.ListenConfig.KeepAliveConfig).
 	KeepAlive net.KeepAliveConfig
 	// Logger receives the lines, rate-limited per reason.
@@ -51,8 +58,8 @@ type Guarded struct {
 	ln  *LimitListener
 	cfg GuardConfig
 	// The lines' messages, one constant string per reason.
-	refusedMsg, silentMsg, stalledMsg, writeMsg string
-	warn                                        ratelog.Reasons
+	refusedMsg, silentMsg, stalledMsg, writeMsg, junkMsg string
+	warn                                                 ratelog.Reasons
 
 	mu     sync.Mutex // a leaf: the accepted connections, closed with the listener
 	conns  map[*guardedConn]struct{}
@@ -71,6 +78,11 @@ func Listen(addr string, cfg GuardConfig) (*Guarded, error) {
 	g.silentMsg = "closing " + cfg.Port + " connection: no request within the frame read timeout of connecting"
 	g.stalledMsg = "closing " + cfg.Port + " connection: request incomplete for the frame read timeout"
 	g.writeMsg = "closing " + cfg.Port + " connection: answer not written"
+	g.junkMsg = "closing " + cfg.Port + " connection: its first bytes are not " + cfg.Speaks
+	if cfg.Opens != nil && (cfg.OpeningLen < 1 || cfg.OpeningLen > maxOpeningLen) {
+		_ = inner.Close()
+		return nil, fmt.Errorf("netguard: OpeningLen %d, want 1 to %d", cfg.OpeningLen, maxOpeningLen)
+	}
 	g.ln = Limit(inner, cfg.MaxConns, func(remote net.Addr) {
 		g.warn.Warn(g.cfg.Logger, g.refusedMsg, "remote", remote.String(), cfg.MaxConnsKey, cfg.MaxConns)
 	})
@@ -117,6 +129,9 @@ func (g *Guarded) Addr() net.Addr { return g.ln.Addr() }
 // Open returns the number of connections accepted and not yet closed.
 func (g *Guarded) Open() int { return g.ln.Open() }
 
+// maxOpeningLen bounds GuardConfig.OpeningLen.
+const maxOpeningLen = 8
+
 // guardedConn is a connection accepted by a Guarded listener.
 type guardedConn struct {
 	net.Conn
@@ -126,6 +141,12 @@ type guardedConn struct {
 	// first request); zero between an answer and the next request's first byte.
 	started time.Time
 	reads   int // reads that returned bytes
+	got     int // bytes of the request being read (since the last answer)
+	// head collects the connection's first OpeningLen bytes for GuardConfig.Opens; screened
+	// is set once they were checked.
+	head     [maxOpeningLen]byte
+	headN    int
+	screened bool
 }
 
 // Read reads within the request's deadline. A deadline passed, a probe, or the connection
@@ -143,12 +164,18 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 			c.started = time.Now()
 		}
 		c.reads++
+		c.got += n
 		if c.reads == 1 {
 			if probe := Sniff(p[:n]); probe != NoProbe {
 				c.g.warn.Warn(c.g.cfg.Logger, probe.Reason(c.g.cfg.Speaks), "remote", c.remote)
 				_ = c.Close()
 				return 0, io.EOF
 			}
+		}
+		if !c.screen(p[:n]) {
+			c.g.warn.Warn(c.g.cfg.Logger, c.g.junkMsg, "remote", c.remote, "first", fmt.Sprintf("% x", c.head[:c.headN]))
+			_ = c.Close()
+			return 0, io.EOF
 		}
 	}
 	switch {
@@ -159,18 +186,32 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		if c.reads == 0 {
 			c.g.warn.Warn(c.g.cfg.Logger, c.g.silentMsg, "remote", c.remote, "frameReadTimeout", c.g.cfg.FrameTimeout)
 		} else {
-			c.g.warn.Warn(c.g.cfg.Logger, c.g.stalledMsg, "remote", c.remote, "frameReadTimeout", c.g.cfg.FrameTimeout)
+			c.g.warn.Warn(c.g.cfg.Logger, c.g.stalledMsg, StalledAttrs(c.remote, int64(c.got), 0, time.Since(c.started), c.g.cfg.FrameTimeout)...)
 		}
 		return n, io.EOF
 	}
 	return n, err
 }
 
+// screen collects the connection's first bytes from b (what a read returned) and reports
+// false once they are known not to open a request of the port's protocol (GuardConfig.Opens).
+func (c *guardedConn) screen(b []byte) bool {
+	if c.screened || c.g.cfg.Opens == nil {
+		return true
+	}
+	c.headN += copy(c.head[c.headN:c.g.cfg.OpeningLen], b)
+	if c.headN < c.g.cfg.OpeningLen {
+		return true
+	}
+	c.screened = true
+	return c.g.cfg.Opens(c.head[:c.headN])
+}
+
 // Write writes an answer within FrameTimeout; the next byte read starts the next request.
 func (c *guardedConn) Write(p []byte) (int, error) {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.g.cfg.FrameTimeout))
 	n, err := c.Conn.Write(p)
-	c.started = time.Time{}
+	c.started, c.got = time.Time{}, 0
 	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EPIPE)) {
 		c.g.warn.Info(c.g.cfg.Logger, c.g.writeMsg, "remote", c.remote, "reason", err)
 	}

@@ -50,17 +50,21 @@ func startEcho(t *testing.T, cfg GuardConfig) (*Guarded, *testutil.SyncBuffer) {
 	return g, logs
 }
 
+// dialGuarded connects to g, closing the connection when the test ends.
+func dialGuarded(t *testing.T, g *Guarded) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc
+}
+
 func TestGuarded(t *testing.T) {
 	g, logs := startEcho(t, GuardConfig{FrameTimeout: 300 * time.Millisecond, MaxConns: 4, MaxConnsKey: "echoMaxConnections",
 		Port: "echo", Speaks: "lines"})
-	dial := func() net.Conn {
-		nc, err := net.Dial("tcp", g.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		return nc
-	}
+	dial := func() net.Conn { return dialGuarded(t, g) }
 
 	// A client that asks, idles longer than the timeout between requests, and asks again is
 	// served throughout.
@@ -111,5 +115,33 @@ func TestGuarded(t *testing.T) {
 	}
 	if line, err := br.ReadString('\n'); err != nil || line != "still\n" {
 		t.Fatalf("answer %q, %v", line, err)
+	}
+}
+
+// TestGuardedOpens: a connection whose first bytes GuardConfig.Opens refuses is closed before
+// the server reads them, with a line that shows them, also when they come one byte at a time;
+// one whose first bytes it accepts is served. A bad OpeningLen is refused.
+func TestGuardedOpens(t *testing.T) {
+	g, logs := startEcho(t, GuardConfig{FrameTimeout: 5 * time.Second, Port: "echo", Speaks: "lines of letters",
+		Opens: func(first []byte) bool { return first[0] >= 'a' && first[1] >= 'a' }, OpeningLen: 2})
+	dial := func() net.Conn { return dialGuarded(t, g) }
+	good := dial()
+	if _, err := good.Write([]byte("ok\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(good).ReadString('\n'); err != nil || line != "ok\n" {
+		t.Fatalf("answer %q, %v", line, err)
+	}
+	bad := dial()
+	for _, b := range []string{"a", "1\n"} { // the second byte decides
+		if _, err := bad.Write([]byte(b)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // lets the first byte arrive alone
+	}
+	testutil.WaitClosed(t, bad, "bad")
+	logs.WaitForLine(t, "level=WARN", "closing echo connection: its first bytes are not lines of letters", `first="61 31"`, "remote="+bad.LocalAddr().String())
+	if _, err := Listen("127.0.0.1:0", GuardConfig{FrameTimeout: time.Second, Opens: func([]byte) bool { return true }, OpeningLen: 9}); err == nil {
+		t.Fatal("OpeningLen 9 accepted")
 	}
 }

@@ -96,3 +96,52 @@ func TestReasonsOf(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", n, buf.String())
 	}
 }
+
+// TestPendingFlush: the count of a reason's suppressed lines is logged on its own once the
+// limiter's interval has passed, with no later line of that reason, at the lines' level and
+// through their logger; never twice, never before the interval (unless all), and not for
+// limiters whose logger is not the Pending's.
+func TestPendingFlush(t *testing.T) {
+	var buf bytes.Buffer
+	var p Pending
+	log := p.Logger(slog.New(slog.NewTextHandler(&buf, nil))).With("component", "test")
+	other := slog.New(slog.NewTextHandler(&buf, nil))
+	r := Reasons{Interval: time.Hour}
+	for i := 0; i < 5; i++ {
+		r.Warn(log, "bad frame", "i", i)
+		r.Info(log, "idle", "i", i)
+		r.Warn(other, "elsewhere", "i", i)
+	}
+	const summary = "lines suppressed by the rate limit"
+	p.Flush(time.Now(), false)
+	if strings.Contains(buf.String(), summary) {
+		t.Fatalf("counts logged before the interval passed:\n%s", buf.String())
+	}
+	p.Flush(time.Now().Add(2*time.Hour), false)
+	out := buf.String()
+	for _, want := range []string{
+		`level=WARN msg="lines suppressed by the rate limit" component=test reason="bad frame" similar_not_logged=4 over=`,
+		`level=INFO msg="lines suppressed by the rate limit" component=test reason=idle similar_not_logged=4 over=`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no line %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, summary) != 2 {
+		t.Fatalf("want two counts (not one for the logger outside the Pending):\n%s", out)
+	}
+	p.Flush(time.Now().Add(4*time.Hour), true)
+	if strings.Count(buf.String(), summary) != 2 {
+		t.Fatalf("a count logged twice:\n%s", buf.String())
+	}
+	// The count line opened a new interval: the next line is suppressed and counted anew, and
+	// a closing owner logs it at once.
+	r.Warn(log, "bad frame")
+	p.Flush(time.Now(), true)
+	if !strings.Contains(buf.String(), `reason="bad frame" similar_not_logged=1`) {
+		t.Fatalf("the count after the summary:\n%s", buf.String())
+	}
+	if len(p.ls) != 0 {
+		t.Fatalf("%d limiters left in the Pending", len(p.ls))
+	}
+}

@@ -39,7 +39,7 @@ func TestStalledPrefixClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.WaitClosed(t, nc, "12 bytes of a frame prefix")
-		srv.logs.WaitForLine(t, "closing connection: request frame incomplete for the frame read timeout", "remote="+nc.LocalAddr().String(), "got=12")
+		srv.logs.WaitForLine(t, "closing connection: request frame incomplete for the frame read timeout", "remote="+nc.LocalAddr().String(), "got=12", "waited=")
 	}
 }
 

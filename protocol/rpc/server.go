@@ -265,7 +265,7 @@ func (s *Server) servePeer(p *Peer, accepted time.Time) {
 		// frame, within FrameReadTimeout of the accept. From it on, the frame must be whole
 		// within FrameReadTimeout.
 		if err := s.awaitFrame(p, br, first, accepted); err != nil {
-			s.logClose(p, err, nil, first)
+			s.logClose(p, err, nil, 0, first, accepted)
 			return
 		}
 		start := accepted
@@ -274,7 +274,7 @@ func (s *Server) servePeer(p *Peer, accepted time.Time) {
 		}
 		_ = p.nc.SetReadDeadline(start.Add(s.opts.FrameReadTimeout))
 		if n, err := io.ReadFull(br, prefix[:]); err != nil {
-			s.logClose(p, err, prefix[:n], first)
+			s.logClose(p, err, prefix[:n], 0, first, start)
 			return
 		}
 		fh, err := protocol.ParseFrameHeader(prefix[:], s.opts.MaxFrameSize)
@@ -287,7 +287,7 @@ func (s *Server) servePeer(p *Peer, accepted time.Time) {
 		}
 		frame, err = s.readFrame(br, prefix[:], fh.TotalSize(), frame)
 		if err != nil {
-			s.logClose(p, err, frame, false)
+			s.logClose(p, err, frame, fh.TotalSize(), false, start)
 			return
 		}
 		f, _ := protocol.ParseFrame(frame, s.opts.MaxFrameSize)
@@ -349,9 +349,11 @@ func (s *Server) awaitFrame(p *Peer, br *bufio.Reader, first bool, accepted time
 }
 
 // logClose logs why a connection is closed after a read failed with err; got holds the bytes of
-// the frame read so far, and first tells whether it was the connection's first frame (whose
-// bytes may be another protocol's opening). A peer that closed between frames is not logged.
-func (s *Server) logClose(p *Peer, err error, got []byte, first bool) {
+// the frame read so far, want its size when its prefix was read (else 0), start when it began
+// (its first byte, or the accept for the first frame), and first tells whether it was the
+// connection's first frame (whose bytes may be another protocol's opening). A peer that closed
+// between frames is not logged.
+func (s *Server) logClose(p *Peer, err error, got []byte, want int, first bool, start time.Time) {
 	if errors.Is(err, net.ErrClosed) {
 		return // the server is closing, or the peer was closed on purpose (Peer.Close)
 	}
@@ -371,10 +373,10 @@ func (s *Server) logClose(p *Peer, err error, got []byte, first bool) {
 		s.warn.Info(s.opts.Logger, "closing connection: idle", "remote", p.remote, "idleTimeout", s.opts.IdleTimeout)
 	case timeout:
 		s.warn.Warn(s.opts.Logger, "closing connection: request frame incomplete for the frame read timeout",
-			"remote", p.remote, "got", len(got), "frameReadTimeout", s.opts.FrameReadTimeout)
+			netguard.StalledAttrs(p.remote, int64(len(got)), int64(want), time.Since(start), s.opts.FrameReadTimeout)...)
 	case errors.Is(err, errServerBusy):
 		s.warn.Warn(s.opts.Logger, "closing connection: frames being read exceed the server's buffer budget",
-			"remote", p.remote, "got", len(got), "maxBufferedBytes", s.opts.MaxBufferedBytes)
+			"remote", p.remote, "got", len(got), "want", want, "maxBufferedBytes", s.opts.MaxBufferedBytes)
 	case len(got) > 0:
 		s.warn.Warn(s.opts.Logger, "closing connection: request frame truncated", "remote", p.remote, "got", len(got), "reason", err)
 	default:
