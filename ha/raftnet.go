@@ -2,9 +2,13 @@ package ha
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -81,9 +85,128 @@ func raftOpening(first []byte) bool {
 // Addr returns the advertised address (the member's Raft address in raftPeers).
 func (s *raftStream) Addr() net.Addr { return s.advertise }
 
-// Dial opens a connection to another member.
+// Dial opens a connection to another member: a raftConn, which the transport may pool.
 func (s *raftStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(address), timeout)
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &raftConn{conn: c, addr: string(address), timeout: timeout}, nil
+}
+
+// raftConn is a connection to another member that is replaced, before a request is written on
+// it, when the member already closed it.
+//
+// hashicorp/raft's NetworkTransport pools connections and takes a pooled one without a check.
+// Followers call each other only in elections, so the connection a follower pooled in the last
+// election is often one the other member closed since (it restarted, or its guard closed it):
+// the vote request written on it fails with EOF, the candidate misses that vote, and the group
+// waits one more election timeout for a master. The transport writes a request only when no
+// answer is being read (a generic RPC reads its answer after the write), except on a pipeline,
+// whose decoder is always reading and which this leaves alone. So before a write with no read
+// in progress, raftConn peeks at the socket without blocking: end of stream, a reset, or bytes
+// nobody asked for mean the connection is dead, and it dials the member again and writes there,
+// the deadlines set before carried over. A member that vanished without closing (a partition)
+// is not seen: the request times out as before.
+type raftConn struct {
+	addr    string
+	timeout time.Duration
+	reading atomic.Int32
+
+	mu sync.Mutex
+	// conn is the current connection; readDeadline and writeDeadline are the last set, for a
+	// replacement.
+	conn                        net.Conn
+	readDeadline, writeDeadline time.Time
+}
+
+func (c *raftConn) current() net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn
+}
+
+// Read reads from the current connection.
+func (c *raftConn) Read(p []byte) (int, error) {
+	c.reading.Add(1)
+	defer c.reading.Add(-1)
+	return c.current().Read(p)
+}
+
+// Write writes p, on a new connection to the member when no read is in progress and the current
+// one was closed by the member (peerClosed).
+func (c *raftConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.reading.Load() == 0 && peerClosed(c.conn) {
+		fresh, err := net.DialTimeout("tcp", c.addr, c.timeout)
+		if err != nil {
+			c.mu.Unlock()
+			return 0, fmt.Errorf("the member closed this pooled connection and a new one failed: %w", err)
+		}
+		_ = c.conn.Close()
+		_ = fresh.SetReadDeadline(c.readDeadline)
+		_ = fresh.SetWriteDeadline(c.writeDeadline)
+		c.conn = fresh
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	return conn.Write(p)
+}
+
+// peerClosed reports whether conn's peer has closed it or reset it, or sent bytes that are not
+// an answer to anything, without blocking (a peek of the socket's receive queue).
+func peerClosed(conn net.Conn) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		// No error is end of stream (0 bytes) or bytes no request asked for; an error other than
+		// "nothing yet" is a reset or the like.
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = err != syscall.EAGAIN && err != syscall.EINTR
+		return true
+	})
+	return closed
+}
+
+// Close closes the current connection.
+func (c *raftConn) Close() error { return c.current().Close() }
+
+// LocalAddr returns the current connection's local address.
+func (c *raftConn) LocalAddr() net.Addr { return c.current().LocalAddr() }
+
+// RemoteAddr returns the current connection's remote address.
+func (c *raftConn) RemoteAddr() net.Addr { return c.current().RemoteAddr() }
+
+// SetDeadline sets both deadlines of the current connection and of a replacement.
+func (c *raftConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.readDeadline, c.writeDeadline = t, t
+	return c.conn.SetDeadline(t)
+}
+
+// SetReadDeadline sets the read deadline of the current connection and of a replacement.
+func (c *raftConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.readDeadline = t
+	return c.conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline of the current connection and of a replacement.
+func (c *raftConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writeDeadline = t
+	return c.conn.SetWriteDeadline(t)
 }
 
 // raftLogger returns hashicorp/raft's logger for a member: warnings and errors only, written

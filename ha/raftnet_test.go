@@ -1,12 +1,17 @@
 package ha
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/petrel-mq/petrel/internal/testutil"
 )
@@ -152,4 +157,121 @@ func TestRaftPortFlood(t *testing.T) {
 		stream.Open, func() { waitCommit(t, nodes) })
 	r.Check(t, maxConns, 16<<20)
 	logs.WaitForLine(t, "refusing Raft connection: raftMaxConnections reached")
+}
+
+// raftAnswerer is one member's Raft transport on addr that grants every vote, for transport
+// tests; close stops it and closes its port (every connection it accepted).
+type raftAnswerer struct {
+	trans *raft.NetworkTransport
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startRaftAnswerer(t *testing.T, addr string) *raftAnswerer {
+	t.Helper()
+	tcp, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := listenRaft(addr, tcp, DefaultRaftFrameReadTimeout, DefaultRaftMaxConns, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &raftAnswerer{done: make(chan struct{})}
+	a.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 3, Timeout: 2 * time.Second, Logger: raftLogger(slog.New(slog.DiscardHandler)),
+	})
+	a.wg.Go(func() {
+		for {
+			select {
+			case rpc := <-a.trans.Consumer():
+				rpc.Respond(&raft.RequestVoteResponse{Term: 1, Granted: true}, nil)
+			case <-a.done:
+				return
+			}
+		}
+	})
+	return a
+}
+
+func (a *raftAnswerer) close() {
+	_ = a.trans.Close()
+	close(a.done)
+	a.wg.Wait()
+}
+
+// TestPooledConnectionClosedByMember: a member restarts (its port closes every connection it
+// accepted) after another member's transport pooled a connection to it; the next vote request
+// is written on a new connection and answered, where the pooled one would fail with EOF and
+// cost the candidate that vote.
+func TestPooledConnectionClosedByMember(t *testing.T) {
+	addrs := testutil.FreeAddrs(t, 2)
+	voter := startRaftAnswerer(t, addrs[0])
+	candidate := startRaftAnswerer(t, addrs[1])
+	defer candidate.close()
+
+	vote := func() error {
+		var resp raft.RequestVoteResponse
+		err := candidate.trans.RequestVote("v", raft.ServerAddress(addrs[0]), &raft.RequestVoteRequest{
+			RPCHeader: raft.RPCHeader{ID: []byte("c"), Addr: []byte(addrs[1])}, Term: 1,
+		}, &resp)
+		if err == nil && !resp.Granted {
+			err = errors.New("vote not granted")
+		}
+		return err
+	}
+	if err := vote(); err != nil {
+		t.Fatalf("first vote: %v", err)
+	}
+	voter.close() // the restart: its port closes the pooled connection's other end
+	voter = startRaftAnswerer(t, addrs[0])
+	defer voter.close()
+	// The member's close is seen by the peek once its FIN has arrived: on loopback, at once.
+	for i := range 3 {
+		if err := vote(); err != nil {
+			t.Fatalf("vote %d after the member restarted, on the connection pooled before: %v", i+1, err)
+		}
+	}
+}
+
+// TestPeerClosed: the peek tells a connection its peer closed, reset or wrote to unasked from a
+// live, quiet one, and consumes nothing.
+func TestPeerClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (client, server net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
+		return c, s
+	}
+	quiet, _ := pair()
+	if peerClosed(quiet) {
+		t.Fatal("a live, quiet connection was taken for closed")
+	}
+	closed, s := pair()
+	_ = s.Close()
+	testutil.Eventually(t, "the peer's close is seen", func() bool { return peerClosed(closed) })
+	reset, s := pair()
+	_ = s.(*net.TCPConn).SetLinger(0)
+	_ = s.Close()
+	testutil.Eventually(t, "the peer's reset is seen", func() bool { return peerClosed(reset) })
+	unasked, s := pair()
+	if _, err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "bytes nobody asked for are seen", func() bool { return peerClosed(unasked) })
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(unasked, b); err != nil || b[0] != 'x' {
+		t.Fatalf("the peek consumed the byte: %q, %v", b, err)
+	}
 }
