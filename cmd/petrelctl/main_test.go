@@ -281,8 +281,15 @@ func TestCommands(t *testing.T) {
 			t.Errorf("%s -c NoSuchCluster: exit %d, stdout %q, stderr %q; want %q", args[0], code, stdout, stderr, wantErr)
 		}
 	}
+	// An interrupted petrelctl (its context ended before it acted) changes nothing.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out2, errOut2 bytes.Buffer
+	if code := run(ended, []string{"updateTopic", "-b", addr, "-t", "CliEnded"}, &out2, &errOut2, func(string) string { return "" }); code != 1 || out2.Len() > 0 || !strings.Contains(errOut2.String(), "context canceled") {
+		t.Errorf("updateTopic with its context ended: exit %d, stdout %q, stderr %q", code, out2.String(), errOut2.String())
+	}
 	// A broker's own topic table, with no NameServer.
-	if code, stdout, stderr := petrelctl("", "topicList", "-b", addr); code != 0 || !strings.HasPrefix(stdout, "#Topic") || !strings.Contains(stdout, "\nCliTopic ") {
+	if code, stdout, stderr := petrelctl("", "topicList", "-b", addr); code != 0 || !strings.HasPrefix(stdout, "#Topic") || !strings.Contains(stdout, "\nCliTopic ") || strings.Contains(stdout, "CliEnded") {
 		t.Errorf("topicList -b: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
