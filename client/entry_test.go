@@ -212,13 +212,18 @@ func TestClosedClientEntryPoints(t *testing.T) {
 	tg := entryTarget{cluster: fakebroker.ClusterName, broker: b.Addr(), topic: "T", group: "G"}
 	ctx := testCtx(t, time.Minute)
 
-	t.Run("own Close", func(t *testing.T) {
+	// open returns a Client, a Producer that found the topic's route and a Consumer of it.
+	open := func(t *testing.T) (*Client, *Producer, *Consumer) {
 		c := newTestClient(t, fc.Addr())
 		p := newTestProducer(t, c)
 		if _, err := p.SendSync(ctx, &Message{Topic: tg.topic, Body: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
-		co := newTestConsumer(t, c, tg.group, tg.topic)
+		return c, p, newTestConsumer(t, c, tg.group, tg.topic)
+	}
+
+	t.Run("own Close", func(t *testing.T) {
+		_, p, co := open(t)
 		if err := p.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -239,12 +244,7 @@ func TestClosedClientEntryPoints(t *testing.T) {
 	})
 
 	t.Run("Client Close", func(t *testing.T) {
-		c := newTestClient(t, fc.Addr())
-		p := newTestProducer(t, c)
-		if _, err := p.SendSync(ctx, &Message{Topic: tg.topic, Body: []byte("x")}); err != nil {
-			t.Fatal(err)
-		}
-		co := newTestConsumer(t, c, tg.group, tg.topic)
+		c, p, co := open(t)
 		a := NewAdmin(c)
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
