@@ -19,7 +19,10 @@ import (
 // WithNoNameServer serves the requests that name a broker address. Its methods are safe for
 // concurrent use. Each request is bounded by the client's request timeout (WithRequestTimeout),
 // or by ctx's deadline when it is earlier. Every method refuses a nil ctx, like any argument it
-// cannot use, with an error wrapping ErrInvalidArgument before sending anything.
+// cannot use, with an error wrapping ErrInvalidArgument before sending anything; it fails as
+// early, with an error wrapping ctx's, when ctx has already ended, and with one wrapping
+// ErrClientClosed once the Client is closed. A ctx that ends midway stops the method before
+// its next request: what was sent by then may have been done.
 type Admin struct {
 	c *Client
 }
@@ -28,9 +31,10 @@ type Admin struct {
 // from a nil c return errors wrapping ErrInvalidArgument.
 func NewAdmin(c *Client) *Admin { return &Admin{c: c} }
 
-// args returns nil when the Admin has a Client, ctx is not nil and every check passed (nil),
-// else the first failure, naming the method what. The checks are argument checks (argAddr,
-// argQueue, protocol.ValidateTopic...): a call that fails them sends nothing.
+// args returns nil when the Admin has a Client, ctx is not nil, every check passed (nil), the
+// Client is open and ctx has not ended, else the first failure, naming the method what. The
+// checks are argument checks (argAddr, argQueue, protocol.ValidateTopic...): a call that fails
+// any of these sends nothing.
 func (a *Admin) args(ctx context.Context, what string, checks ...error) error {
 	if a == nil || a.c == nil {
 		return fmt.Errorf("%w: Admin.%s: the Admin has no Client (NewAdmin(nil))", ErrInvalidArgument, what)
@@ -43,7 +47,10 @@ func (a *Admin) args(ctx context.Context, what string, checks ...error) error {
 			return fmt.Errorf("Admin.%s: %w", what, err)
 		}
 	}
-	return nil
+	if a.c.isClosed() {
+		return fmt.Errorf("Admin.%s: %w", what, ErrClientClosed)
+	}
+	return ctxEnded(ctx, "Admin."+what)
 }
 
 // argAddr checks a broker address argument: host:port.
@@ -366,8 +373,8 @@ func (a *Admin) TopicRoute(ctx context.Context, topic string) (*protocol.TopicRo
 // WaitTopicRoute polls the NameServer until the topic's route lists at least groups broker
 // groups with a master and write permission, or ctx ends. It is what a caller does after
 // CreateTopic before producing, since brokers register new topics asynchronously. Errors:
-// ErrTopicInvalid, ErrInvalidArgument for groups below 1, or ctx's error wrapped with the last
-// reason to wait.
+// ErrTopicInvalid, ErrInvalidArgument for groups below 1, ErrClientClosed when the Client is
+// closed (before or while it waits), or ctx's error wrapped with the last reason to wait.
 func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, groups int) error {
 	var groupsErr error
 	if groups < 1 {
@@ -378,6 +385,9 @@ func (a *Admin) WaitTopicRoute(ctx context.Context, topic string, groups int) er
 	}
 	for {
 		r, err := a.TopicRoute(ctx, topic)
+		if errors.Is(err, ErrClientClosed) {
+			return err // closed while waiting: no route will come
+		}
 		if err == nil {
 			n := 0
 			tr := newTopicRoute(topic, *r, time.Time{})

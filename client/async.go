@@ -90,14 +90,12 @@ func (q *asyncQueue) sealLocked() {
 // it, or a definite failure as for SendSync.
 //
 // SendAsync returns an error, and cb is never called, when ctx is nil (ErrInvalidArgument), the
-// message is invalid, the topic has no route, ctx ends while waiting for space, or the producer
-// is closed.
+// message is invalid, the topic has no route, ctx has ended (before the call: ctx's error,
+// wrapped, with nothing buffered) or ends while waiting for space, or the producer is closed
+// (ErrProducerClosed; after the Client's Close, an error matching ErrClientClosed too).
 func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult, error)) error {
-	if err := argContext(ctx, "Producer.SendAsync"); err != nil {
+	if err := p.usable(ctx, "Producer.SendAsync"); err != nil {
 		return err
-	}
-	if p.isClosed() {
-		return ErrProducerClosed
 	}
 	if err := p.checkMessage(m); err != nil {
 		return err
@@ -115,13 +113,16 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult
 	}
 	held, err := p.budget.acquire(ctx, size)
 	if err != nil {
+		if errors.Is(err, ErrProducerClosed) {
+			return p.closedErr()
+		}
 		return err
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		p.budget.release(held)
-		return ErrProducerClosed
+		return p.closedErr()
 	}
 	q := p.queueForMessage(route, m)
 	now := time.Now()
@@ -234,7 +235,7 @@ func (p *Producer) runQueue(q *asyncQueue) {
 		var res SendResult
 		var err error
 		if p.ctx.Err() != nil {
-			err = fmt.Errorf("%w: the batch was not sent", ErrProducerClosed)
+			err = fmt.Errorf("%w: the batch was not sent", p.closedErr())
 		} else {
 			route, rerr := p.c.route(p.ctx, b.topic)
 			if rerr != nil {
@@ -245,7 +246,7 @@ func (p *Producer) runQueue(q *asyncQueue) {
 				})
 			}
 			if err != nil && p.ctx.Err() != nil && !errors.Is(err, ErrUnknownOutcome) {
-				err = fmt.Errorf("%w: %w", ErrProducerClosed, err)
+				err = fmt.Errorf("%w: %w", p.closedErr(), err)
 			}
 		}
 		base := res.QueueOffset
@@ -305,11 +306,19 @@ func (p *Producer) nextBatch(q *asyncQueue, timer *time.Timer) *asyncBatch {
 
 // Flush sends every buffered asynchronous message at once (ignoring the linger time) and waits
 // until all of them, and any sent concurrently with Flush, have been answered and their
-// callbacks have returned, or ctx ends (then it returns ctx's error). Safe for concurrent use.
+// callbacks have returned, or ctx ends (then it returns ctx's error; at once, sending nothing,
+// when ctx had ended before the call). On a closed producer it returns ErrProducerClosed (after
+// the Client's Close, an error matching ErrClientClosed too): Close flushed what it could.
+// Safe for concurrent use.
 func (p *Producer) Flush(ctx context.Context) error {
-	if err := argContext(ctx, "Producer.Flush"); err != nil {
+	if err := p.usable(ctx, "Producer.Flush"); err != nil {
 		return err
 	}
+	return p.flush(ctx)
+}
+
+// flush is Flush without its checks, for Close.
+func (p *Producer) flush(ctx context.Context) error {
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
 	p.qMu.Lock()
@@ -323,8 +332,8 @@ func (p *Producer) Flush(ctx context.Context) error {
 // BufferedBytes returns the bytes of asynchronous messages accepted and not yet answered.
 func (p *Producer) BufferedBytes() int { return p.budget.inUse() }
 
-// Close stops accepting messages (sends fail with ErrProducerClosed, SendAsync calls waiting
-// for buffer space return it), then flushes the buffered ones and waits for their answers until
+// Close stops accepting messages (sends and Flush fail with ErrProducerClosed, SendAsync calls
+// waiting for buffer space return it), then flushes the buffered ones and waits for their answers until
 // ctx ends. If ctx ends first, batches not yet sent get ErrProducerClosed and batches in flight
 // ErrUnknownOutcome in their callbacks, and Close returns ctx's error. When Close returns, every
 // callback has returned, the producer's goroutines have exited and the client refreshes the
@@ -340,7 +349,7 @@ func (p *Producer) Close(ctx context.Context) error {
 		p.closed = true
 		p.mu.Unlock()
 		p.budget.close()
-		p.closeErr = p.Flush(ctx)
+		p.closeErr = p.flush(ctx)
 		p.cancel()
 		p.wg.Wait()
 		p.releaseTopics()

@@ -72,6 +72,8 @@ type Client struct {
 	mu     sync.Mutex // guards closed, users
 	closed bool
 	users  map[clientUser]struct{}
+	// shut is closed, set with it, for readers that hold other locks (isClosed).
+	shut atomic.Bool
 }
 
 // clientUser is a producer or consumer that Close must stop.
@@ -138,8 +140,10 @@ func New(ctx context.Context, opts ...ClientOption) (*Client, error) {
 
 // Close stops every producer and consumer made from the client (as their Close would, without
 // waiting for buffered messages: their callbacks get ErrProducerClosed or ErrUnknownOutcome), stops
-// the client's goroutines and closes its connections. Later calls fail with ErrClientClosed.
-// It is idempotent and returns nil.
+// the client's goroutines and closes its connections. Later calls fail with ErrClientClosed,
+// and so does every method of its Producers, Consumers and Admins that does I/O (with an error
+// that matches the Producer's or Consumer's own closed error too). It is idempotent and
+// returns nil.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -147,6 +151,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.shut.Store(true)
 	users := make([]clientUser, 0, len(c.users))
 	for u := range c.users {
 		users = append(users, u)
@@ -193,6 +198,10 @@ func (c *Client) Stats() ClientStats {
 		Probes:          p.probesSent.Load(),
 	}
 }
+
+// isClosed reports whether Close was called. It takes no lock, so that it may be called
+// under any lock of the producers and consumers.
+func (c *Client) isClosed() bool { return c.shut.Load() }
 
 func (c *Client) addUser(u clientUser) error {
 	c.mu.Lock()

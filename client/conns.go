@@ -356,6 +356,12 @@ func (p *connPool) get(ctx context.Context, addr string) (*rpc.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every request goes through here before its first byte is written: a caller whose ctx
+	// has ended sends nothing, even on an open connection, rather than write a request only
+	// to give up on its answer at once (an unknown outcome, for a send).
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("not sent to %s: %w", addr, err)
+	}
 	if c := pc.conn.Load(); isOpen(c) {
 		if err := p.downErr(pc, addr); err != nil {
 			return nil, err

@@ -252,11 +252,12 @@ func (co *Consumer) assignmentLocked() []MessageQueue {
 // Before it consumes, Run fetches the topic's route, asking every NameServer in turn, as
 // RocketMQ's consumers do at start. It returns at once, having consumed nothing:
 //   - an error wrapping ErrInvalidArgument for a nil h or ctx;
+//   - ctx's error (wrapped) when ctx has already ended;
 //   - ErrConsumerClosed when the consumer is closed or Run was already called;
 //   - an error wrapping ErrTopicNotExist when the NameServers know no route of the topic (no
 //     broker has it: create it first, e.g. Admin.CreateTopic and Admin.WaitTopicRoute), or
 //     wrapping the refusal when a NameServer refuses the request;
-//   - ErrClientClosed (wrapped) when the Client is closed.
+//   - an error matching ErrClientClosed (and ErrConsumerClosed) when the Client is closed.
 //
 // While no NameServer answers, or none is ready yet (ErrNameServerUnavailable), Run retries
 // with a backoff up to WithRetryDelay; when ctx ends or Close is called first it returns ctx's
@@ -271,6 +272,12 @@ func (co *Consumer) Run(ctx context.Context, h Handler) error {
 		return fmt.Errorf("%w: Consumer.Run: nil Handler", ErrInvalidArgument)
 	}
 	if err := argContext(ctx, "Consumer.Run"); err != nil {
+		return err
+	}
+	if co.c.isClosed() {
+		return errConsumerClientClosed
+	}
+	if err := ctxEnded(ctx, "Consumer.Run"); err != nil {
 		return err
 	}
 	co.mu.Lock()
@@ -415,6 +422,21 @@ func (co *Consumer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// closedErr returns nil while the consumer is open, else the error of a call on it:
+// ErrConsumerClosed, or after its Client's Close an error matching ErrClientClosed too.
+func (co *Consumer) closedErr() error {
+	if co.c.isClosed() {
+		return errConsumerClientClosed
+	}
+	co.mu.Lock()
+	closed := co.closed
+	co.mu.Unlock()
+	if closed {
+		return ErrConsumerClosed
+	}
+	return nil
 }
 
 func (co *Consumer) closeFromClient() {
@@ -1010,9 +1032,18 @@ func (co *Consumer) Stats() ConsumerStats {
 // Lag returns how many messages of the topic the group has yet to consume: the sum over every
 // read queue of the queue's max offset (asked from its master now) minus the consumer's
 // position (its consumed offset when this consumer pulls the queue, otherwise the group's
-// committed offset, or the start position ConsumeFrom gives when there is none).
+// committed offset, or the start position ConsumeFrom gives when there is none). On a closed
+// consumer it returns ErrConsumerClosed (after the Client's Close, an error matching
+// ErrClientClosed too), and given a ctx that has already ended, ctx's error (wrapped), asking
+// nothing.
 func (co *Consumer) Lag(ctx context.Context) (int64, error) {
 	if err := argContext(ctx, "Consumer.Lag"); err != nil {
+		return 0, err
+	}
+	if err := co.closedErr(); err != nil {
+		return 0, err
+	}
+	if err := ctxEnded(ctx, "Consumer.Lag"); err != nil {
 		return 0, err
 	}
 	route, err := co.c.route(ctx, co.topic)

@@ -21,7 +21,8 @@
 //   - success: a SendResult;
 //   - a definite failure: the message is not stored. The error carries the broker's status
 //     (errors.Is(err, client.ErrSystemBusy), StatusOf) or says the request was never written
-//     (ErrBrokerUnavailable, a validation error, ...);
+//     (ErrBrokerUnavailable, a validation error, the context's error when ctx had ended before
+//     the request was written, ...);
 //   - an unknown outcome: errors.Is(err, client.ErrUnknownOutcome). The request was written and
 //     no answer came (context ended, send timeout, connection lost), or the broker stored the
 //     batch without confirming its flush or replication in time. The message may be stored;
@@ -92,7 +93,10 @@
 // conclusion drawn: the connection stays, the producer records no fault and refreshes no
 // route, and nothing is logged; nor does a dial its caller's deadline cut short start the
 // address's reconnect backoff (dialFailed). Only a read or write error, the liveness check, or
-// (probes off) requestTimedOut closes a connection.
+// (probes off) requestTimedOut closes a connection. A caller whose ctx has ended before its
+// request is written sends nothing at all, a definite failure: every entry point checks ctx
+// first, and connPool.get, which every request passes before its first byte is written,
+// refuses it even on an open connection.
 //
 // Producer: SendSync encodes one message into a pooled buffer (protocol.AppendBatchHeader and
 // AppendMessage; the CRC is computed by protocol.FinishBatch) and sends it with a pooled

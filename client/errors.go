@@ -14,12 +14,15 @@ var (
 	// message twice. A response that says "stored, but not flushed or replicated in time"
 	// (ErrFlushDiskTimeout, ErrFlushSlaveTimeout) is reported as an unknown outcome too.
 	ErrUnknownOutcome = errors.New("client: outcome unknown: the request was sent but its result is not known")
-	// ErrClientClosed is returned by calls on a closed Client.
+	// ErrClientClosed is returned by calls on a closed Client, and by every method of a
+	// Producer, Consumer or Admin made from it that does I/O (the Producer's and Consumer's
+	// errors then match their own closed error too).
 	ErrClientClosed = errors.New("client: client closed")
-	// ErrProducerClosed is returned by sends on a closed Producer, and given to the callbacks of
+	// ErrProducerClosed is returned by sends and Flush on a closed Producer, and given to the callbacks of
 	// asynchronous sends that were still buffered (never sent) when Close gave up waiting.
 	ErrProducerClosed = errors.New("client: producer closed")
-	// ErrConsumerClosed is returned by Run on a Consumer that is closed or already ran.
+	// ErrConsumerClosed is returned by Run on a Consumer that is closed or already ran, and by
+	// Lag on a closed Consumer.
 	ErrConsumerClosed = errors.New("client: consumer closed")
 	// ErrNoQueue is returned when a topic's route has no queue the request can use (no group
 	// with a live master and the needed permission).
@@ -95,6 +98,26 @@ const (
 	// period ago (or no broker had registered with them), so they may not know every broker
 	// yet; retry later.
 	ErrNamesrvNotReady = protocol.StatusNamesrvNotReady
+)
+
+// closedWithClient is the error of a Producer or Consumer used after its Client was closed: it
+// matches ErrClientClosed, the cause, and the object's own closed error (ErrProducerClosed,
+// ErrConsumerClosed), since Client.Close closed the object too.
+type closedWithClient struct {
+	own  error  // ErrProducerClosed or ErrConsumerClosed
+	what string // "producer" or "consumer"
+}
+
+func (e *closedWithClient) Error() string {
+	return ErrClientClosed.Error() + " (and with it the " + e.what + ")"
+}
+
+func (e *closedWithClient) Unwrap() []error { return []error{ErrClientClosed, e.own} }
+
+// The errors of a Producer and a Consumer whose Client was closed.
+var (
+	errProducerClientClosed error = &closedWithClient{own: ErrProducerClosed, what: "producer"}
+	errConsumerClientClosed error = &closedWithClient{own: ErrConsumerClosed, what: "consumer"}
 )
 
 // StatusOf returns the broker or NameServer status carried by err, if err (or an error it wraps)

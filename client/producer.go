@@ -185,14 +185,15 @@ func (p *Producer) ID() int64 { return p.id }
 // route or queue (ErrTopicNotExist, ErrNoQueue); ErrUnknownOutcome when the request was written
 // and no answer came (ctx ended, timeout, connection lost) or the broker stored it without
 // confirming the flush; otherwise a definite failure carrying the last status (errors.Is with
-// ErrSystemBusy...) or network error (ErrBrokerUnavailable). ErrProducerClosed after Close.
-// ErrInvalidArgument for a nil ctx, before anything else.
+// ErrSystemBusy...) or network error (ErrBrokerUnavailable). ErrProducerClosed after Close, an
+// error matching ErrClientClosed too after the Client's Close. ErrInvalidArgument for a nil
+// ctx, before anything else. A ctx that has already ended fails the call at once with ctx's
+// error (wrapped: errors.Is with context.Canceled or context.DeadlineExceeded), a definite
+// failure: nothing was sent. Only a ctx that ends once the request was written gives
+// ErrUnknownOutcome.
 func (p *Producer) SendSync(ctx context.Context, m *Message) (SendResult, error) {
-	if err := argContext(ctx, "Producer.SendSync"); err != nil {
+	if err := p.usable(ctx, "Producer.SendSync"); err != nil {
 		return SendResult{}, err
-	}
-	if p.isClosed() {
-		return SendResult{}, ErrProducerClosed
 	}
 	if err := p.checkMessage(m); err != nil {
 		return SendResult{}, err
@@ -226,11 +227,8 @@ func (p *Producer) encodeOne(dst []byte, m *Message, mq MessageQueue, now int64)
 // ShardingKey when it has one. The batch must fit in a frame (16 MiB by default). Errors as
 // SendSync.
 func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Message) (SendResult, error) {
-	if err := argContext(ctx, "Producer.SendBatchSync"); err != nil {
+	if err := p.usable(ctx, "Producer.SendBatchSync"); err != nil {
 		return SendResult{}, err
-	}
-	if p.isClosed() {
-		return SendResult{}, ErrProducerClosed
 	}
 	if len(msgs) == 0 {
 		return SendResult{}, fmt.Errorf("%w: empty batch", ErrMessageInvalid)
@@ -268,13 +266,11 @@ func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Messa
 
 // SendOneway sends one message without waiting for an answer, as RocketMQ's sendOneway: it
 // returns once the request is queued on a connection. It retries only failures to connect (on
-// another broker group). Nothing tells whether the message was stored.
+// another broker group). Nothing tells whether the message was stored. Errors as SendSync: a
+// ctx that has already ended, or that ends before the request is queued, sends nothing.
 func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
-	if err := argContext(ctx, "Producer.SendOneway"); err != nil {
+	if err := p.usable(ctx, "Producer.SendOneway"); err != nil {
 		return err
-	}
-	if p.isClosed() {
-		return ErrProducerClosed
 	}
 	if err := p.checkMessage(m); err != nil {
 		return err
@@ -320,6 +316,28 @@ func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
 		return err
 	}
 	return lastErr
+}
+
+// usable checks what every send, and Flush, checks before anything else: ctx is not nil
+// (ErrInvalidArgument), the producer is open (closedErr) and ctx has not ended (ctxEnded), so
+// nothing is buffered or sent otherwise.
+func (p *Producer) usable(ctx context.Context, what string) error {
+	if err := argContext(ctx, what); err != nil {
+		return err
+	}
+	if p.isClosed() {
+		return p.closedErr()
+	}
+	return ctxEnded(ctx, what)
+}
+
+// closedErr is the error of a call on the closed producer: ErrProducerClosed, or after its
+// Client's Close an error matching both it and ErrClientClosed.
+func (p *Producer) closedErr() error {
+	if p.c.isClosed() {
+		return errProducerClientClosed
+	}
+	return ErrProducerClosed
 }
 
 func (p *Producer) isClosed() bool {

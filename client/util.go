@@ -41,3 +41,15 @@ func argContext(ctx context.Context, what string) error {
 	}
 	return nil
 }
+
+// ctxEnded returns an error wrapping ctx's error (errors.Is with context.Canceled or
+// context.DeadlineExceeded) when ctx has already ended, naming the entry point what: a call
+// given an ended context fails at once, having sent nothing and changed nothing, so its
+// failure is definite, never ErrUnknownOutcome. A context that ends once a request was written
+// is another matter: the request may have been acted on (see ErrUnknownOutcome).
+func ctxEnded(ctx context.Context, what string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: the context had ended; nothing was sent: %w", what, err)
+	}
+	return nil
+}

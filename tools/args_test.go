@@ -12,6 +12,37 @@ import (
 	"github.com/petrel-mq/petrel/protocol"
 )
 
+// command is one command of the package, run with its arguments bound.
+type command struct {
+	name string
+	run  func(ctx context.Context, w io.Writer) error
+}
+
+// everyCommand returns every command of the package, each variant of its target (-b a broker
+// address, -c a cluster) apart, acting on broker addr, cluster, topic and group: UpdateTopic
+// creates topic with one queue, DeleteTopic and DeleteSubGroup delete topic and group.
+func everyCommand(a *client.Admin, addr, cluster, topic, group string) []command {
+	return []command{
+		{"ClusterList", func(ctx context.Context, w io.Writer) error { return ClusterList(ctx, w, a, "") }},
+		{"BrokerStatus -b", func(ctx context.Context, w io.Writer) error { return BrokerStatus(ctx, w, a, addr, "") }},
+		{"BrokerStatus -c", func(ctx context.Context, w io.Writer) error { return BrokerStatus(ctx, w, a, "", cluster) }},
+		{"ElectMaster", func(ctx context.Context, w io.Writer) error { return ElectMaster(ctx, w, a, "broker-a", 1) }},
+		{"ConsumerProgress", func(ctx context.Context, w io.Writer) error { return ConsumerProgress(ctx, w, a, group, topic) }},
+		{"HAStatus -b", func(ctx context.Context, w io.Writer) error { return HAStatus(ctx, w, a, addr, "") }},
+		{"HAStatus -c", func(ctx context.Context, w io.Writer) error { return HAStatus(ctx, w, a, "", cluster) }},
+		{"LogChecksum", func(ctx context.Context, w io.Writer) error { return LogChecksum(ctx, w, a, addr, -1, -1) }},
+		{"UpdateTopic", func(ctx context.Context, w io.Writer) error {
+			return UpdateTopic(ctx, w, a, UpdateTopicOptions{Topic: topic, BrokerAddr: addr, ReadQueueNums: 1, WriteQueueNums: 1, Perm: DefaultPerm})
+		}},
+		{"TopicRoute", func(ctx context.Context, w io.Writer) error { return TopicRoute(ctx, w, a, topic) }},
+		{"TopicStatus", func(ctx context.Context, w io.Writer) error { return TopicStatus(ctx, w, a, topic) }},
+		{"TopicList", func(ctx context.Context, w io.Writer) error { return TopicList(ctx, w, a, "", "") }},
+		{"TopicList -b", func(ctx context.Context, w io.Writer) error { return TopicList(ctx, w, a, addr, "") }},
+		{"DeleteTopic", func(ctx context.Context, w io.Writer) error { return DeleteTopic(ctx, w, a, cluster, topic) }},
+		{"DeleteSubGroup", func(ctx context.Context, w io.Writer) error { return DeleteSubGroup(ctx, w, a, cluster, group) }},
+	}
+}
+
 // TestCommandsRefuseNilArguments: every command given a nil context or a nil writer returns an
 // error wrapping client.ErrInvalidArgument, without panicking and before asking anything (no
 // connection is dialled); so do UntilReady given a nil context or command, WriteHAStatus given
@@ -27,28 +58,7 @@ func TestCommandsRefuseNilArguments(t *testing.T) {
 	defer c.Close()
 	var noCtx context.Context // what a careless caller passes
 	ctx := context.Background()
-	commands := []struct {
-		name string
-		run  func(ctx context.Context, w io.Writer) error
-	}{
-		{"ClusterList", func(ctx context.Context, w io.Writer) error { return ClusterList(ctx, w, a, "") }},
-		{"BrokerStatus -b", func(ctx context.Context, w io.Writer) error { return BrokerStatus(ctx, w, a, addr, "") }},
-		{"BrokerStatus -c", func(ctx context.Context, w io.Writer) error { return BrokerStatus(ctx, w, a, "", "C") }},
-		{"ElectMaster", func(ctx context.Context, w io.Writer) error { return ElectMaster(ctx, w, a, "broker-a", 1) }},
-		{"ConsumerProgress", func(ctx context.Context, w io.Writer) error { return ConsumerProgress(ctx, w, a, "G", "T") }},
-		{"HAStatus -b", func(ctx context.Context, w io.Writer) error { return HAStatus(ctx, w, a, addr, "") }},
-		{"HAStatus -c", func(ctx context.Context, w io.Writer) error { return HAStatus(ctx, w, a, "", "C") }},
-		{"LogChecksum", func(ctx context.Context, w io.Writer) error { return LogChecksum(ctx, w, a, addr, -1, -1) }},
-		{"UpdateTopic", func(ctx context.Context, w io.Writer) error {
-			return UpdateTopic(ctx, w, a, UpdateTopicOptions{Topic: "T", BrokerAddr: addr, ReadQueueNums: 1, WriteQueueNums: 1, Perm: DefaultPerm})
-		}},
-		{"TopicRoute", func(ctx context.Context, w io.Writer) error { return TopicRoute(ctx, w, a, "T") }},
-		{"TopicStatus", func(ctx context.Context, w io.Writer) error { return TopicStatus(ctx, w, a, "T") }},
-		{"TopicList", func(ctx context.Context, w io.Writer) error { return TopicList(ctx, w, a, "", "") }},
-		{"TopicList -b", func(ctx context.Context, w io.Writer) error { return TopicList(ctx, w, a, addr, "") }},
-		{"DeleteTopic", func(ctx context.Context, w io.Writer) error { return DeleteTopic(ctx, w, a, "C", "T") }},
-		{"DeleteSubGroup", func(ctx context.Context, w io.Writer) error { return DeleteSubGroup(ctx, w, a, "C", "G") }},
-	}
+	commands := everyCommand(a, addr, "C", "T", "G")
 	type call struct {
 		name string
 		call func() error

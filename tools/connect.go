@@ -67,13 +67,16 @@ func NewAdmin(ctx context.Context, nameServers string, timeout time.Duration, lo
 
 // args checks what every command is given besides its own arguments: a context and a writer
 // to print to. A nil one is refused with an error wrapping client.ErrInvalidArgument before
-// anything is asked (the command would panic on it, some of it done).
+// anything is asked (the command would panic on it, some of it done), and a context that has
+// already ended with an error wrapping its error: the command asks and changes nothing.
 func args(ctx context.Context, w io.Writer) error {
 	switch {
 	case ctx == nil:
 		return fmt.Errorf("%w: nil context", client.ErrInvalidArgument)
 	case w == nil:
 		return fmt.Errorf("%w: nil writer to print to", client.ErrInvalidArgument)
+	case ctx.Err() != nil:
+		return fmt.Errorf("the context had ended; nothing was asked: %w", ctx.Err())
 	}
 	return nil
 }

@@ -69,9 +69,13 @@ func TestUntilReady(t *testing.T) {
 
 	// A context that ends stops the wait with the last error.
 	cctx, cancel := context.WithCancel(ctx)
-	cancel()
 	runs = 0
-	if err := UntilReady(cctx, nil, func() error { runs++; return notReady }); err != notReady || runs != 1 {
+	if err := UntilReady(cctx, nil, func() error { runs++; cancel(); return notReady }); err != notReady || runs != 1 {
+		t.Errorf("UntilReady with a context that ended while it waited: %v after %d runs", err, runs)
+	}
+	// One that had ended before runs nothing.
+	runs = 0
+	if err := UntilReady(cctx, nil, func() error { runs++; return notReady }); !errors.Is(err, context.Canceled) || runs != 0 {
 		t.Errorf("UntilReady with an ended context: %v after %d runs", err, runs)
 	}
 }

@@ -19,6 +19,8 @@
 // Every command returns an error instead of printing one; a command that asks several brokers
 // prints what the others answered and returns the failures joined. A nil context or writer is
 // refused, like any argument a command cannot use, with an error wrapping
-// client.ErrInvalidArgument before anything is asked. Commands are safe to run
+// client.ErrInvalidArgument before anything is asked; a context that has already ended fails
+// the command as early with an error wrapping the context's, and an Admin whose Client is
+// closed with one wrapping client.ErrClientClosed. Commands are safe to run
 // concurrently with each other on one Admin.
 package tools

@@ -123,12 +123,23 @@ consume-only run against one slave.`,
 				}
 				cfg.SetBacklogGB(backlogGB)
 			}
-			if cmd.Flags().Changed("duration") && cfg.Duration <= 0 {
-				// 0 would mean "unset" below: the workload's testDurationMinutes.
-				return fmt.Errorf("--duration %v: must be positive (leave it out to use the workload's testDurationMinutes)", cfg.Duration)
+			// A duration that is 0 would mean "unset" (a default) further on: given, it must be
+			// positive. Only --warmup 0 (none) and --ha-sample-interval 0 (off) mean something.
+			for _, d := range []struct {
+				flag  string
+				value time.Duration
+				unset string
+			}{
+				{"duration", cfg.Duration, "the workload's testDurationMinutes"},
+				{"progress-interval", cfg.ProgressInterval, bench.DefaultProgressInterval.String()},
+				{"drain-timeout", cfg.DrainTimeout, bench.DefaultDrainTimeout.String()},
+			} {
+				if cmd.Flags().Changed(d.flag) && d.value <= 0 {
+					return fmt.Errorf("--%s %v: must be positive (leave it out to use %s)", d.flag, d.value, d.unset)
+				}
 			}
-			if warmup < 0 || cfg.DrainTimeout < 0 {
-				return fmt.Errorf("--warmup %v, --drain-timeout %v: must not be negative", warmup, cfg.DrainTimeout)
+			if warmup < 0 {
+				return fmt.Errorf("--warmup %v: must not be negative (0: no warm-up)", warmup)
 			}
 			if cfg.JSONFile != "" {
 				// Checked now, not after a run of many minutes.
@@ -205,13 +216,13 @@ consume-only run against one slave.`,
 	f.StringVar(&cfg.WorkloadFile, "workload", "", "OpenMessaging Benchmark workload file (YAML)")
 	f.StringVar(&cfg.PayloadDir, "payload-dir", "", "directory whose files' lines are message bodies (*.log, or every file but LICENSE/README/NOTICE); replayed once without --workload, cycled with one")
 	f.DurationVar(&cfg.Duration, "duration", 0, "test length (positive), overriding the workload's testDurationMinutes (a replay or --consume-only: upper bound)")
-	f.DurationVar(&warmup, "warmup", 0, "warm-up, excluded from results (default: the workload's warmupDurationMinutes, at most a quarter of --duration; none for a replay)")
+	f.DurationVar(&warmup, "warmup", 0, "warm-up, excluded from results; 0: none (default: the workload's warmupDurationMinutes, at most a quarter of --duration; none for a replay)")
 	f.IntVar(&rate, "producer-rate", 0, "override the workload's producerRate (msg/s over all producers; 0 = as fast as possible)")
 	f.Int64Var(&backlogGB, "backlog-gb", 0, "override the workload's consumerBacklogSizeGB (GiB; 0 = no backlog)")
 	f.IntVar(&cfg.Producers, "producers", 0, "override the workload's producersPerTopic (0: keep the workload's)")
 	f.BoolVar(&cfg.SyncSend, "sync-send", false, "producers send one message at a time and wait for each acknowledgement (synchronous send latency)")
 	f.BoolVar(&cfg.Verify, "verify", false, "check every message, as consumed and in a final read of every queue at the end (on each master, and on member --read-broker-id): lost, duplicated, reordered, corrupted, phantom, inconsistent; exit 1 if any")
-	f.DurationVar(&cfg.ProgressInterval, "progress-interval", bench.DefaultProgressInterval, "period of progress lines and of the JSON time series")
+	f.DurationVar(&cfg.ProgressInterval, "progress-interval", bench.DefaultProgressInterval, "period of progress lines and of the JSON time series (positive)")
 	f.StringVar(&cfg.JSONFile, "json", "", "write the result as JSON (OMB TestResult fields plus Petrel's counts) to this file")
 	f.StringVar(&cfg.Driver, "driver", bench.DriverPetrel, "system under test: petrel, or nats (NATS JetStream at --nats-url; see scripts/nats-server.sh)")
 	f.StringVar(&cfg.NatsURL, "nats-url", bench.DefaultNatsURL, "--driver nats: the NATS server URL")
@@ -224,7 +235,7 @@ consume-only run against one slave.`,
 	f.BoolVar(&cfg.KeepData, "keep-data", false, "embedded cluster: keep the data directory")
 	f.StringVar(&cfg.FlushDiskType, "flush", bench.DefaultFlushDiskType, "embedded cluster: ASYNC_FLUSH or SYNC_FLUSH")
 	f.StringVar(&segmentSize, "segment-size", "", "embedded cluster: commit-log segment size, bytes or with a K/M/G suffix (default 128M)")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the last send, wait at most this long for everything acknowledged to be consumed (--consume-only: give up after this long without a new message)")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the last send, wait at most this long (positive) for everything acknowledged to be consumed (--consume-only: give up after this long without a new message)")
 	f.IntVar(&cfg.RetryUnknown, "retry-unknown", 0, "resend a message up to this many times after an unknown outcome (copies consumed per attempt count as duplicatedAfterRetry)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of random payloads and keys (default: random)")
 	f.IntVar(&slaves, "slaves", bench.DefaultEmbeddedSlaves, fmt.Sprintf("embedded cluster: slaves of the broker group (0..%d; 0: a lone master)", bench.MaxEmbeddedSlaves))

@@ -59,6 +59,25 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 				}
 			}
 			flags := cmd.Flags()
+			// The config's zero values mean its defaults: a flag given 0 would be ignored
+			// without a word, so a value given must be positive.
+			for _, d := range []struct {
+				flag  string
+				value time.Duration
+				def   time.Duration
+			}{
+				{"broker-expiry", brokerExpiry, namesrv.DefaultBrokerExpiry},
+				{"scan-interval", scanInterval, namesrv.DefaultScanInterval},
+				{"frame-read-timeout", frameTimeout, namesrv.DefaultFrameReadTimeout},
+				{"registration-period", regPeriod, namesrv.DefaultRegistrationPeriod},
+			} {
+				if flags.Changed(d.flag) && d.value <= 0 {
+					return fmt.Errorf("--%s %v: must be positive (leave it out for the config file's value or the default, %v)", d.flag, d.value, d.def)
+				}
+			}
+			if flags.Changed("max-connections") && maxConns <= 0 {
+				return fmt.Errorf("--max-connections %d: must be positive (leave it out for the config file's value or the default)", maxConns)
+			}
 			if flags.Changed("listen") {
 				cfg.ListenAddr = listen
 			}

@@ -72,6 +72,17 @@ func TestConfigErrors(t *testing.T) {
 	if _, _, err := execute("extra-arg"); err == nil {
 		t.Error("positional argument accepted")
 	}
+	// A zero or negative value given to a flag whose zero means the default is refused, not
+	// taken for the default.
+	for _, args := range [][]string{
+		{"--broker-expiry", "0s"}, {"--scan-interval", "0"}, {"--frame-read-timeout", "0s"}, {"--registration-period", "0s"},
+		{"--broker-expiry", "-1s"}, {"--registration-period", "-5s"}, {"--max-connections", "0"}, {"--max-connections", "-1"},
+	} {
+		out, _, err := execute(append(args, "-p")...)
+		if want := args[0] + " "; err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "must be positive") || out != "" {
+			t.Errorf("%q: printed %q, err %v; want an error starting %q, saying it must be positive", args, out, err, want)
+		}
+	}
 }
 
 func TestListenFailure(t *testing.T) {

@@ -17,8 +17,9 @@
 // -n takes ';'-separated NameServer addresses and defaults to $NAMESRV_ADDR; a verb given a
 // broker address (-b) talks to that broker directly and needs none. A verb whose NameServers
 // are all not ready (in their first registration period, or no broker has registered with
-// them) waits for them, saying once on stderr for how long at most. --timeout D bounds the
-// whole command, that wait and every request included: petrelctl gives up after D. Without
+// them) waits for them, saying once on stderr for how long at most. --timeout D (positive: 0
+// or less is refused) bounds the whole command, that wait and every request included:
+// petrelctl gives up after D. Without
 // it, each request gives up after 5s and the wait for the NameServers after 45s. Errors go to
 // stderr as "petrelctl: VERB: reason" and exit with 1. The commands live in package tools.
 package main
@@ -76,7 +77,7 @@ type globals struct {
 }
 
 // timeoutHelp says what --timeout bounds, for --help.
-var timeoutHelp = fmt.Sprintf("give up after this long in all: every request, and the wait for NameServers that are not ready "+
+var timeoutHelp = fmt.Sprintf("give up after this long in all (a positive duration): every request, and the wait for NameServers that are not ready "+
 	"(default: each request after %v, the wait after %v)", tools.DefaultTimeout, tools.ReadyWait)
 
 // withAdmin returns a RunE that connects to the NameServers and runs fn with the command's
@@ -85,8 +86,10 @@ var timeoutHelp = fmt.Sprintf("give up after this long in all: every request, an
 // given a broker address) runs without -n and $NAMESRV_ADDR, and uses them when they are set.
 func (g *globals) withAdmin(needNameServer func() bool, fn func(ctx context.Context, w io.Writer, a *client.Admin) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
-		if g.timeout < 0 {
-			return fmt.Errorf("--timeout %v: want a positive duration", g.timeout)
+		// 0 stands for "not given" (the defaults below); given, it must bound something.
+		if cmd.Flags().Changed("timeout") && g.timeout <= 0 {
+			return fmt.Errorf("--timeout %v: want a positive duration (leave --timeout out for the defaults: each request %v, the wait for the NameServers %v)",
+				g.timeout, tools.DefaultTimeout, tools.ReadyWait)
 		}
 		if err := emptyFlag(cmd); err != nil {
 			return err

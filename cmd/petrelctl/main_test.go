@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func TestErrors(t *testing.T) {
 		{"topicList of an unreachable broker", "", []string{"topicList", "-b", dead, "--timeout", "1s"},
 			"petrelctl: topicList: cannot get the topic configs of " + dead + ": client: broker unavailable: "},
 		{"negative timeout", dead, []string{"clusterList", "--timeout", "-1s"},
-			"petrelctl: clusterList: --timeout -1s: want a positive duration\n"},
+			"petrelctl: clusterList: --timeout -1s: want a positive duration (leave --timeout out for the defaults: each request 5s, the wait for the NameServers 45s)\n"},
 		{"empty broker address", "", []string{"topicList", "-b", ""},
 			"petrelctl: topicList: -b (--brokerAddr) is empty: give a value, or leave the flag out\n"},
 		{"empty cluster", dead, []string{"clusterList", "-c", " "},
@@ -152,6 +153,46 @@ func TestHelp(t *testing.T) {
 	_, stdout, _ = petrelctl("", "topicList", "-h")
 	if !strings.Contains(stdout, "-b, --brokerAddr") || !strings.Contains(stdout, "a slave's") {
 		t.Errorf("topicList's help has no -b for a broker's own topic table:\n%s", stdout)
+	}
+}
+
+// TestTimeoutMustBePositive: every verb refuses a --timeout of zero or less, which would
+// otherwise be taken for "not given" and bound the command by the defaults, before it connects
+// to anything.
+func TestTimeoutMustBePositive(t *testing.T) {
+	t.Parallel()
+	dead := testutil.FreeAddrs(t, 1)[0]
+	verbs := map[string][]string{
+		"updateTopic":      {"-b", dead, "-t", "T"},
+		"deleteTopic":      {"-c", "C", "-t", "T"},
+		"deleteSubGroup":   {"-c", "C", "-g", "G"},
+		"topicRoute":       {"-t", "T"},
+		"topicList":        nil,
+		"topicStatus":      {"-t", "T"},
+		"clusterList":      nil,
+		"brokerStatus":     {"-b", dead},
+		"consumerProgress": {"-g", "G"},
+		"haStatus":         {"-b", dead},
+		"logChecksum":      {"-b", dead},
+		"electMaster":      {"-b", "broker-a", "-i", "1"},
+	}
+	for _, cmd := range newRootCommand(io.Discard, io.Discard, nil).Commands() {
+		if _, ok := verbs[cmd.Name()]; !ok {
+			t.Errorf("verb %s is not tested", cmd.Name())
+		}
+	}
+	for verb, args := range verbs {
+		for _, d := range []string{"0", "0s", "-1s"} {
+			code, stdout, stderr := petrelctl(dead, append([]string{verb, "--timeout", d}, args...)...)
+			shown := d
+			if d == "0" {
+				shown = "0s"
+			}
+			want := "petrelctl: " + verb + ": --timeout " + shown + ": want a positive duration (leave --timeout out for the defaults: each request 5s, the wait for the NameServers 45s)\n"
+			if code != 1 || stdout != "" || stderr != want {
+				t.Errorf("%s --timeout %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", verb, d, code, stdout, stderr, want)
+			}
+		}
 	}
 }
 
@@ -240,8 +281,15 @@ func TestCommands(t *testing.T) {
 			t.Errorf("%s -c NoSuchCluster: exit %d, stdout %q, stderr %q; want %q", args[0], code, stdout, stderr, wantErr)
 		}
 	}
+	// An interrupted petrelctl (its context ended before it acted) changes nothing.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out2, errOut2 bytes.Buffer
+	if code := run(ended, []string{"updateTopic", "-b", addr, "-t", "CliEnded"}, &out2, &errOut2, func(string) string { return "" }); code != 1 || out2.Len() > 0 || !strings.Contains(errOut2.String(), "context canceled") {
+		t.Errorf("updateTopic with its context ended: exit %d, stdout %q, stderr %q", code, out2.String(), errOut2.String())
+	}
 	// A broker's own topic table, with no NameServer.
-	if code, stdout, stderr := petrelctl("", "topicList", "-b", addr); code != 0 || !strings.HasPrefix(stdout, "#Topic") || !strings.Contains(stdout, "\nCliTopic ") {
+	if code, stdout, stderr := petrelctl("", "topicList", "-b", addr); code != 0 || !strings.HasPrefix(stdout, "#Topic") || !strings.Contains(stdout, "\nCliTopic ") || strings.Contains(stdout, "CliEnded") {
 		t.Errorf("topicList -b: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
