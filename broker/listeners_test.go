@@ -287,7 +287,7 @@ func connectedSlaves(st protocol.HAStatus) int {
 }
 
 // TestMetricsPortGuard: the admin HTTP port closes a request left incomplete, a connection
-// that sends nothing and a TLS client, with a line each, caps its connections, and serves
+// that sends nothing, a TLS client and an HTTP/2 client, with a line each, caps its connections, and serves
 // scrapes throughout.
 func TestMetricsPortGuard(t *testing.T) {
 	cfg := testConfig(t.TempDir())
@@ -304,6 +304,7 @@ func TestMetricsPortGuard(t *testing.T) {
 		{"header cut short", []byte("GET /metrics HTTP/1.1\r\nHost: x\r\n"), "closing metrics connection: request incomplete within its read timeout"},
 		{"silent", nil, "closing metrics connection: no request within the read header timeout of connecting"},
 		{"TLS", tlsClientHello, "closing connection: looks like a TLS ClientHello; this port speaks plain HTTP (metrics, pprof)"},
+		{"HTTP/2", http2Preface, "closing connection: looks like the HTTP/2 connection preface; this port speaks HTTP/1.1 (metrics, pprof)"},
 	} {
 		nc := rawConn(t, addr, tc.bytes)
 		testutil.WaitClosed(t, nc, tc.name)
