@@ -104,7 +104,7 @@ func (b *Broker) replyConsumerOffset(req request) rpc.Reply {
 		if h.Offset < 0 {
 			return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
 		}
-		b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset)
+		b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset, req.cs.remote)
 		return rpc.Reply{}
 	}
 	off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)

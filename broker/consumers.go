@@ -102,7 +102,7 @@ func (b *Broker) replyHeartbeat(req request) rpc.Reply {
 	}
 	if req.code == protocol.CodeUnregisterClient {
 		b.consumers.unregister(h.ConsumerGroup, h.ClientID)
-		b.log.Info("consumer client unregistered", "group", h.ConsumerGroup, "client", h.ClientID)
+		b.log.Info("consumer client unregistered", "group", h.ConsumerGroup, "client", h.ClientID, "remote", req.cs.remote)
 		return rpc.Reply{}
 	}
 	if b.consumers.heartbeat(req.cs, &h, time.Now()) {

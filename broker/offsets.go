@@ -441,18 +441,19 @@ func (t *offsetTable) clampToLog() (int, clampedOffset) {
 // the queue's max offset is lowered to it (decideOffset) and logged: on a master, which holds
 // everything acknowledged, the committer read another log (this one lost entries, or it is a
 // bogus offset), a warning; on a slave or a member between roles a commit of what the master
-// served may simply be ahead of replication, so the line is at debug level.
-func (b *Broker) commitOffset(group, topic []byte, qid int32, off int64) {
+// served may simply be ahead of replication, so the line is at debug level. remote is the
+// committer's address, for the line.
+func (b *Broker) commitOffset(group, topic []byte, qid int32, off int64, remote string) {
 	d, maxOff := b.offsets.commit(group, topic, qid, off)
 	if !d.clamped {
 		return
 	}
 	c := clampedOffset{Group: string(group), Topic: string(topic), QueueID: qid, Offset: off, Max: maxOff}
 	if b.role.Load().master != nil {
-		b.offsetLog.Warn(b.log, "a consumer offset committed beyond its queue's max offset was lowered to it", "offset", c)
+		b.offsetLog.Warn(b.log, "a consumer offset committed beyond its queue's max offset was lowered to it", "offset", c, "remote", remote)
 		return
 	}
-	b.log.Debug("a consumer offset committed beyond this member's max offset of the queue was lowered to it", "offset", c)
+	b.log.Debug("a consumer offset committed beyond this member's max offset of the queue was lowered to it", "offset", c, "remote", remote)
 }
 
 // mergedOffsets logs what a merge of another member's offsets into this one's did (from names

@@ -601,7 +601,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 		// one is closed, so that no connection replicates under a record it no longer owns
 		// (two slaves with one id then keep taking over from each other, loudly).
 		m.warn.Warn(m.log, "slave connected again while its previous connection is open; the new one takes over and the old one is closed",
-			"slave", h.SlaveID, "old", prev.HAAddr, "new", p.RemoteAddr())
+			"slave", h.SlaveID, "remote", p.RemoteAddr(), "old", prev.HAAddr)
 		if old := m.sessions[prev.Session]; old != nil {
 			_ = old.peer.Close()
 		}
@@ -614,7 +614,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 	sess := &session{peer: p, slaveID: h.SlaveID, bytes: b}
 	sess.enc.codec = m.codec
 	m.sessions[p.ID()] = sess
-	m.warn.Info(m.log, "slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "haAddr", p.RemoteAddr())
+	m.warn.Info(m.log, "slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "remote", p.RemoteAddr())
 	m.publishLocked()
 	return sess, nil
 }
@@ -636,7 +636,7 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 		return // taken over by a newer connection
 	}
 	s := res.Slave
-	m.warn.Info(m.log, "slave disconnected", "slave", s.BrokerID, "haAddr", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
+	m.warn.Info(m.log, "slave disconnected", "slave", s.BrokerID, "remote", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
 	m.verdictsChangedLocked(res.Changes)
 	if res.Removed {
 		delete(m.bytes, s.BrokerID)
@@ -661,7 +661,7 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 	res := m.tr.Ack(sess.peer.ID(), offset, readEnd, m.cfg.Log.LogEndOffset(), m.cfg.Now())
 	if res.Regressed {
 		m.warn.Warn(m.log, "slave's acknowledged offset went back; it no longer counts for what it lost",
-			"slave", res.BrokerID, "from", res.From, "to", offset)
+			"slave", res.BrokerID, "remote", sess.peer.RemoteAddr(), "from", res.From, "to", offset)
 	}
 	m.verdictsChangedLocked(res.Changes)
 	m.publishLocked()
@@ -735,7 +735,7 @@ func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
 	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, TruncateTo: -1}
 	if act == pullDiverged {
 		m.warn.Warn(m.log, "slave's log diverged from this one; answering out of range with where to cut",
-			"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
+			"slave", h.SlaveID, "remote", p.RemoteAddr(), "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
 			"divergingEpoch", plan.DivergingEpoch, "epochEnd", plan.TruncateTo)
 		sess.resp.Result = protocol.HAOutOfRange
 		sess.resp.TruncateTo = plan.TruncateTo
@@ -789,7 +789,7 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 	switch action {
 	case pullOutOfRange:
 		m.warn.Warn(m.log, "slave asks from an offset this log does not have; answering out of range",
-			"slave", h.SlaveID, "offset", h.Offset, "err", rd.err,
+			"slave", h.SlaveID, "remote", sess.peer.RemoteAddr(), "offset", h.Offset, "err", rd.err,
 			"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
 		sess.resp.Result = protocol.HAOutOfRange
 		m.fillBounds(&sess.resp)
@@ -798,9 +798,9 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 		m.fillBounds(&sess.resp)
 		sess.resp.Offset = sess.resp.MasterMin
 		m.warn.Warn(m.log, "slave asks from an offset retention removed; telling it to resync",
-			"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
+			"slave", h.SlaveID, "remote", sess.peer.RemoteAddr(), "offset", h.Offset, "masterMin", sess.resp.MasterMin)
 	case pullReadError:
-		m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", rd.err)
+		m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "remote", sess.peer.RemoteAddr(), "offset", h.Offset, "err", rd.err)
 		return rpc.Errorf(protocol.StatusSystemError, "cannot read the log at %d: %v", h.Offset, rd.err)
 	case pullAnswer:
 		sess.resp.Result = protocol.HAOK

@@ -287,7 +287,7 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 	}
 	if err != nil {
 		s.warn.Warn(s.log, "broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
-			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "err", err)
+			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "remote", req.Peer.RemoteAddr(), "err", err)
 		var stale *errStaleMaster
 		if errors.As(err, &stale) {
 			return rpc.Reply{Status: protocol.StatusNotMaster, Remark: err.Error(), MasterAddr: stale.current}
