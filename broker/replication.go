@@ -433,13 +433,17 @@ func (b *Broker) syncFailed(c *rpc.Conn, addr string, err error) {
 // haStatus builds the CodeGetHAStatus answer.
 func (b *Broker) haStatus() protocol.HAStatus {
 	r := b.role.Load()
+	master := r.Master
+	if r.NoMaster != "" {
+		master = ha.MemberInfo{} // the master it followed last may be gone or deposed
+	}
 	st := protocol.HAStatus{
 		Role:            b.roleName(r),
 		State:           r.State.String(),
 		Cutting:         r.Cutting,
 		Epoch:           r.Epoch,
-		MasterAddr:      r.Master.Addr,
-		MasterHAAddr:    r.Master.HAAddr,
+		MasterAddr:      master.Addr,
+		MasterHAAddr:    master.HAAddr,
 		BrokerID:        b.registeredID(),
 		LogMin:          b.store.LogMinOffset(),
 		LogEnd:          b.store.LogEndOffset(),
