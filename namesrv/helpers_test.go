@@ -172,6 +172,19 @@ func checkInvariants(t testing.TB, tb *routeTable) {
 			}
 		}
 	}
+	if len(tb.gone) > maxGoneGroups {
+		t.Errorf("%d gone groups' master epochs kept, at most %d allowed", len(tb.gone), maxGoneGroups)
+	}
+	for name := range tb.gone {
+		if _, ok := tb.masterEpochs[name]; tb.groups[name] != nil || !ok {
+			t.Errorf("gone group %q has a group (%v) or no master epoch (%v)", name, tb.groups[name] != nil, !ok)
+		}
+	}
+	for name := range tb.masterEpochs {
+		if _, ok := tb.gone[name]; tb.groups[name] == nil && !ok {
+			t.Errorf("master epoch of group %q, neither live nor gone", name)
+		}
+	}
 	for addr, lb := range tb.live {
 		if g := tb.groups[lb.brokerName]; g == nil || g.addrs[lb.brokerID] != addr {
 			t.Errorf("live broker %s (%s/%d) is not a member of its group", addr, lb.brokerName, lb.brokerID)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"reflect"
 	"strings"
@@ -656,4 +657,33 @@ func TestDeleteTopic(t *testing.T) {
 		t.Fatalf("an invalid topic name: %v, want TOPIC_INVALID", err)
 	}
 	checkInvariants(t, s.table)
+}
+
+// TestGoneGroupsBounded: registrations that name ever new broker groups (one address moving
+// from group to group, each left without a member) leave a bounded table: at most
+// maxGoneGroups master epochs of gone groups are kept, the longest gone forgotten first with a
+// line that says so, while a live group's epoch stays and still refuses a stale master.
+func TestGoneGroupsBounded(t *testing.T) {
+	var logs testutil.SyncBuffer
+	s := startServer(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	c := dial(t, s.Addr())
+	live := broker{cluster: "c", name: "live", id: 0, addr: "10.0.0.1:10911", epoch: 7}
+	mustRegister(t, c, live, nil)
+	const flood = maxGoneGroups + 500
+	for i := range flood {
+		mustRegister(t, c, broker{cluster: "c", name: fmt.Sprintf("flood-%d", i), id: 0, addr: "10.0.0.2:10911", epoch: 1}, nil)
+	}
+	s.table.mu.RLock()
+	epochs := len(s.table.masterEpochs)
+	s.table.mu.RUnlock()
+	// The live group, the flood's last group (its address is still registered) and the gone.
+	if want := maxGoneGroups + 2; epochs > want {
+		t.Fatalf("%d master epochs kept after %d groups came and went, want at most %d", epochs, flood, want)
+	}
+	if !strings.Contains(logs.String(), "forgetting the master epochs of those gone longest") {
+		t.Fatal("no line says gone groups' master epochs are forgotten")
+	}
+	if _, err := register(t, c, broker{cluster: "c", name: "live", id: 0, addr: "10.0.0.3:10911", epoch: 6}, nil); err == nil {
+		t.Fatal("a master of an older epoch than the live group's was accepted")
+	}
 }

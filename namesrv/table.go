@@ -59,9 +59,16 @@ type routeTable struct {
 	clusters map[string]map[string]struct{}  // cluster name -> group names
 	live     map[string]*liveBroker          // broker address -> live info
 	// masterEpochs is the newest master epoch registered per group name (kept when the group
-	// goes: a deposed master must not come back as master).
+	// goes: a deposed master must not come back as master). gone holds when each group that
+	// went had its last registration: at most maxGoneGroups of those epochs are kept, the
+	// longest gone forgotten first, so that registrations naming ever new groups leave a
+	// bounded table.
 	masterEpochs map[string]uint32
+	gone         map[string]time.Time
 }
+
+// maxGoneGroups caps the master epochs kept of groups that have no member registered.
+const maxGoneGroups = 1024
 
 func newRouteTable() *routeTable {
 	return &routeTable{
@@ -71,6 +78,7 @@ func newRouteTable() *routeTable {
 		live:     make(map[string]*liveBroker),
 
 		masterEpochs: make(map[string]uint32),
+		gone:         make(map[string]time.Time),
 	}
 }
 
@@ -92,6 +100,9 @@ type registerResult struct {
 	displaced string
 	// queueDataUpdated is true when the registration replaced the group's queue data.
 	queueDataUpdated bool
+	// epochsForgotten counts the master epochs of gone groups forgotten (forgetGoneLocked) when
+	// the registration moved an address out of its last group.
+	epochsForgotten int
 }
 
 // errClusterMismatch reports a registration into a group that belongs to another cluster.
@@ -173,6 +184,7 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 		}
 		t.groups[g.name] = g
 		t.addGroupToClusterLocked(g)
+		delete(t.gone, g.name)
 	}
 	if old, ok := g.addrs[h.BrokerID]; ok && old != h.BrokerAddr {
 		// Another address held this brokerId (a broker restarted on a new address, or two
@@ -182,6 +194,7 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 		if t.groups[g.name] == nil { // it was the last member
 			t.groups[g.name] = g
 			t.addGroupToClusterLocked(g)
+			delete(t.gone, g.name)
 		}
 	}
 	g.addrs[h.BrokerID] = h.BrokerAddr
@@ -212,6 +225,7 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 			res.haServerAddr = ml.haServerAddr
 		}
 	}
+	res.epochsForgotten = t.forgetGoneLocked()
 	return res, nil
 }
 
@@ -273,6 +287,9 @@ type removed struct {
 	brokerID     int64
 	lastUpdate   time.Time
 	groupRemoved bool
+	// epochsForgotten is how many master epochs of gone groups the removal that this broker was
+	// the last of forgot to keep at most maxGoneGroups (forgetGoneLocked).
+	epochsForgotten int
 }
 
 // removeLocked takes the broker at addr out of the tables: its live entry, its membership and,
@@ -297,8 +314,32 @@ func (t *routeTable) removeLocked(addr string) (removed, bool) {
 		delete(t.groups, g.name)
 		t.removeGroupFromClusterLocked(g)
 		rm.groupRemoved = true
+		if _, ok := t.masterEpochs[g.name]; ok {
+			t.gone[g.name] = lb.lastUpdate
+		}
 	}
 	return rm, true
+}
+
+// forgetGoneLocked forgets the master epochs of the groups gone longest while more than
+// maxGoneGroups are kept, and returns how many it forgot. Caller holds mu for writing.
+func (t *routeTable) forgetGoneLocked() int {
+	n := len(t.gone) - maxGoneGroups
+	if n <= 0 {
+		return 0
+	}
+	names := slices.Collect(maps.Keys(t.gone))
+	slices.SortFunc(names, func(a, b string) int {
+		if c := t.gone[a].Compare(t.gone[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	for _, name := range names[:n] {
+		delete(t.gone, name)
+		delete(t.masterEpochs, name)
+	}
+	return n
 }
 
 // unregister removes the broker at addr if it is registered as brokerID of group brokerName.
@@ -309,7 +350,18 @@ func (t *routeTable) unregister(brokerName string, brokerID int64, addr string) 
 	if lb == nil || lb.brokerName != brokerName || lb.brokerID != brokerID {
 		return removed{}, false
 	}
-	return t.removeLocked(addr)
+	rm, ok := t.removeLocked(addr)
+	rm.epochsForgotten = t.forgetGoneLocked()
+	return rm, ok
+}
+
+// forgetGoneOf bounds the gone groups after the removals out and puts the count of master
+// epochs forgotten on the last of them. Caller holds mu for writing.
+func (t *routeTable) forgetGoneOf(out []removed) []removed {
+	if n := t.forgetGoneLocked(); n > 0 && len(out) > 0 {
+		out[len(out)-1].epochsForgotten = n
+	}
+	return out
 }
 
 // removePeer removes every broker whose latest registration came on peer.
@@ -324,7 +376,7 @@ func (t *routeTable) removePeer(peer *rpc.Peer) []removed {
 			}
 		}
 	}
-	return out
+	return t.forgetGoneOf(out)
 }
 
 // expire removes every broker whose last registration is older than now-expiry.
@@ -352,7 +404,7 @@ func (t *routeTable) expire(now time.Time, expiry time.Duration) []removed {
 			}
 		}
 	}
-	return out
+	return t.forgetGoneOf(out)
 }
 
 // deleteTopic removes the topic's queue data of every group and returns the groups that had
