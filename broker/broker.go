@@ -437,7 +437,7 @@ func (b *Broker) housekeeping() {
 			b.closeStalled(now)
 			b.rateLog.Flush(now, false)
 			for _, id := range b.consumers.remove(nil, now.Add(-b.cfg.ChannelExpiredTimeout)) {
-				b.log.Info("consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)
+				b.warn.Info(b.log, "consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)
 			}
 		}
 	}
