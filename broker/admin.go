@@ -104,7 +104,9 @@ func (b *Broker) replyConsumerOffset(req request) rpc.Reply {
 		if h.Offset < 0 {
 			return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
 		}
-		b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset, req.cs.remote)
+		if err := b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset, req.cs.remote); err != nil {
+			return rpc.Errorf(protocol.StatusNoPermission, "%v", err)
+		}
 		return rpc.Reply{}
 	}
 	off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)

@@ -151,6 +151,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	// Offsets are checked against the log from now on, those loaded too: recovery, or the
 	// truncation this start carries out, may have cut queues below what groups committed.
 	offsets.maxOffset = store.MaxOffset
+	offsets.maxGroups = cfg.MaxConsumerGroups
 	if n, first := offsets.clampToLog(); n > 0 {
 		logger.Warn("consumer offsets loaded beyond the max offsets of the recovered log were lowered to them", "lowered", n, "first", first)
 	}
