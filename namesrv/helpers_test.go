@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -171,6 +172,15 @@ func checkInvariants(t testing.TB, tb *routeTable) {
 				t.Errorf("group %q lists topic %q without queue data", name, topic)
 			}
 		}
+	}
+	byPeer := map[*rpc.Peer]int{}
+	for _, lb := range tb.live {
+		if lb.peer != nil {
+			byPeer[lb.peer]++
+		}
+	}
+	if !maps.Equal(byPeer, tb.perPeer) {
+		t.Errorf("brokers counted per connection %v, live brokers per connection %v", tb.perPeer, byPeer)
 	}
 	if len(tb.gone) > maxGoneGroups {
 		t.Errorf("%d gone groups' master epochs kept, at most %d allowed", len(tb.gone), maxGoneGroups)

@@ -308,6 +308,9 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 		if errors.As(err, &late) {
 			return rpc.Errorf(protocol.StatusServiceNotAvailable, "%v", err)
 		}
+		if errors.Is(err, errTooManyBrokers) {
+			return rpc.Errorf(protocol.StatusNoPermission, "%v", err)
+		}
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
 	s.forgotEpochs(res.epochsForgotten, req.Peer.RemoteAddr())

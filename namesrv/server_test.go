@@ -687,3 +687,31 @@ func TestGoneGroupsBounded(t *testing.T) {
 		t.Fatal("a master of an older epoch than the live group's was accepted")
 	}
 }
+
+// TestBrokersPerConnectionBounded: registrations on one connection that each name a new broker
+// address are refused past maxBrokersPerConn, so that the tables stay bounded before the
+// entries expire; another connection registers as usual, and the connection's brokers go when
+// it closes.
+func TestBrokersPerConnectionBounded(t *testing.T) {
+	s := startServer(t, nil)
+	flood, other := dial(t, s.Addr()), dial(t, s.Addr())
+	const extra = 36
+	refused := 0
+	for i := range maxBrokersPerConn + extra {
+		b := broker{cluster: "c", name: fmt.Sprintf("flood-%d", i), id: 0, addr: fmt.Sprintf("10.0.%d.%d:10911", i/256, i%256)}
+		if _, err := register(t, flood, b, nil); err != nil {
+			if !errors.Is(err, protocol.StatusNoPermission) {
+				t.Fatalf("registration %d: %v", i, err)
+			}
+			refused++
+		}
+	}
+	if refused != extra || len(s.LiveBrokers()) != maxBrokersPerConn {
+		t.Fatalf("%d of %d registrations of new addresses on one connection refused, %d live; want %d refused, %d live",
+			refused, maxBrokersPerConn+extra, len(s.LiveBrokers()), extra, maxBrokersPerConn)
+	}
+	mustRegister(t, flood, broker{cluster: "c", name: "flood-0", id: 0, addr: "10.0.0.0:10911"}, nil) // a registered one goes on
+	mustRegister(t, other, g1m, nil)
+	_ = flood.Close()
+	testutil.Eventually(t, "the flood's brokers gone with its connection", func() bool { return len(s.LiveBrokers()) == 1 })
+}

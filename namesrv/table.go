@@ -65,7 +65,15 @@ type routeTable struct {
 	// bounded table.
 	masterEpochs map[string]uint32
 	gone         map[string]time.Time
+	// perPeer counts the live brokers whose latest registration came on each connection: at
+	// most maxBrokersPerConn, so that one connection naming ever new addresses cannot grow the
+	// tables without bound before its entries expire or go with it.
+	perPeer map[*rpc.Peer]int
 }
+
+// maxBrokersPerConn caps the brokers registered on one connection (a broker registers its own
+// address on a connection of its own).
+const maxBrokersPerConn = 64
 
 // maxGoneGroups caps the master epochs kept of groups that have no member registered.
 const maxGoneGroups = 1024
@@ -79,6 +87,7 @@ func newRouteTable() *routeTable {
 
 		masterEpochs: make(map[string]uint32),
 		gone:         make(map[string]time.Time),
+		perPeer:      make(map[*rpc.Peer]int),
 	}
 }
 
@@ -104,6 +113,10 @@ type registerResult struct {
 	// the registration moved an address out of its last group.
 	epochsForgotten int
 }
+
+// errTooManyBrokers refuses a registration of a new address on a connection that registered
+// maxBrokersPerConn brokers.
+var errTooManyBrokers = fmt.Errorf("this connection registered %d brokers, the most one may: a broker registers its own address on a connection of its own", maxBrokersPerConn)
 
 // errClusterMismatch reports a registration into a group that belongs to another cluster.
 type errClusterMismatch struct{ group, have, want string }
@@ -143,6 +156,9 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 	defer t.mu.Unlock()
 	var res registerResult
 
+	if cur := t.live[h.BrokerAddr]; r.peer != nil && (cur == nil || cur.peer != r.peer) && t.perPeer[r.peer] >= maxBrokersPerConn {
+		return res, errTooManyBrokers
+	}
 	g := t.groups[h.BrokerName]
 	if h.BrokerID == 0 {
 		if cur := t.masterEpochs[h.BrokerName]; h.Epoch < cur && g != nil && g.addrs[0] != "" && g.addrs[0] != h.BrokerAddr {
@@ -202,6 +218,12 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 	if lb == nil {
 		lb = &liveBroker{}
 		t.live[h.BrokerAddr] = lb
+	}
+	if lb.peer != r.peer {
+		t.unpeerLocked(lb.peer)
+		if r.peer != nil {
+			t.perPeer[r.peer]++
+		}
 	}
 	*lb = liveBroker{
 		cluster:      h.ClusterName,
@@ -301,6 +323,7 @@ func (t *routeTable) removeLocked(addr string) (removed, bool) {
 		return removed{}, false
 	}
 	delete(t.live, addr)
+	t.unpeerLocked(lb.peer)
 	rm := removed{addr: addr, cluster: lb.cluster, brokerName: lb.brokerName, brokerID: lb.brokerID, lastUpdate: lb.lastUpdate}
 	g := t.groups[lb.brokerName]
 	if g == nil || g.addrs[lb.brokerID] != addr {
@@ -319,6 +342,19 @@ func (t *routeTable) removeLocked(addr string) (removed, bool) {
 		}
 	}
 	return rm, true
+}
+
+// unpeerLocked takes one broker off peer's count (nil: none counted). Caller holds mu for
+// writing.
+func (t *routeTable) unpeerLocked(peer *rpc.Peer) {
+	if peer == nil {
+		return
+	}
+	if t.perPeer[peer] <= 1 {
+		delete(t.perPeer, peer)
+		return
+	}
+	t.perPeer[peer]--
 }
 
 // forgetGoneLocked forgets the master epochs of the groups gone longest while more than
