@@ -60,7 +60,7 @@ func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 		return rpc.Errorf(protocol.StatusSystemError, "%v", err)
 	}
 	if changed {
-		b.log.Info("topic updated", "topic", h.Topic, "read", h.ReadQueueNums, "write", h.WriteQueueNums, "perm", h.Perm)
+		b.log.Info("topic updated", "topic", h.Topic, "read", h.ReadQueueNums, "write", h.WriteQueueNums, "perm", h.Perm, "remote", req.cs.remote)
 		b.registrar.kick()
 	}
 	return rpc.Reply{}
