@@ -397,31 +397,17 @@ func TestRaftNoQuorumNamesNoMaster(t *testing.T) {
 // again.
 func TestRaftSlaveCutOffIsBetween(t *testing.T) {
 	real := testutil.FreeAddrs(t, 3)
-	// proxies[i][j] carries member i's Raft traffic to member j.
-	var proxies [3][3]*faultproxy.Proxy
-	for i := range 3 {
-		for j := range 3 {
-			if i == j {
-				continue
-			}
-			px, err := faultproxy.Start(real[j])
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = px.Close() })
-			proxies[i][j] = px
-		}
+	mesh, err := faultproxy.StartMesh(real) // each member's Raft traffic to the others
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = mesh.Close() })
 	dir := t.TempDir()
 	var bs []*Broker
 	for i := range 3 {
 		var peers []string
 		for j := range 3 {
-			addr := real[j]
-			if j != i {
-				addr = proxies[i][j].Addr()
-			}
-			peers = append(peers, fmt.Sprintf("b%d-%s", j+1, addr))
+			peers = append(peers, fmt.Sprintf("b%d-%s", j+1, mesh.Addr(i, j)))
 		}
 		cfg := haTestConfig(filepath.Join(dir, fmt.Sprint(i+1)), RoleSyncMaster, int64(i+1))
 		cfg.EnableRaftHA = true
@@ -438,11 +424,8 @@ func TestRaftSlaveCutOffIsBetween(t *testing.T) {
 	m := raftMaster(t, bs)
 	k := slices.IndexFunc(bs, func(b *Broker) bool { return b != m })
 	s := bs[k]
-	for j := range 3 {
-		if j != k {
-			proxies[k][j].Blackhole()
-			proxies[j][k].Blackhole()
-		}
+	for _, p := range mesh.Of(k) {
+		p.Blackhole()
 	}
 	testutil.EventuallyWithin(t, 15*time.Second, "the cut-off slave to report between, naming no master", func() bool {
 		st := s.haStatus()
@@ -451,13 +434,7 @@ func TestRaftSlaveCutOffIsBetween(t *testing.T) {
 	if r := m.role.Load(); r.master == nil {
 		t.Fatal("the master, which kept its quorum, gave its role up")
 	}
-	for i := range 3 {
-		for j := range 3 {
-			if i != j {
-				proxies[i][j].Heal()
-			}
-		}
-	}
+	mesh.HealAll()
 	testutil.EventuallyWithin(t, 15*time.Second, "the slave to follow the master again", func() bool {
 		st := s.haStatus()
 		return st.State == "slave" && st.MasterAddr == m.Addr()
