@@ -431,6 +431,9 @@ func TestRaftSlaveCutOffIsBetween(t *testing.T) {
 		st := s.haStatus()
 		return st.State == "between" && st.MasterAddr == "" && st.MasterHAAddr == "" && s.role.Load().slave == nil
 	})
+	if kv := s.runtimeInfo(); kv.Get("masterAddr") != "" {
+		t.Fatalf("brokerStatus of the cut-off slave names master %s", kv.Get("masterAddr"))
+	}
 	if r := m.role.Load(); r.master == nil {
 		t.Fatal("the master, which kept its quorum, gave its role up")
 	}
