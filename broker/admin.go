@@ -60,7 +60,7 @@ func (b *Broker) replyUpdateTopic(req request) rpc.Reply {
 		return rpc.Errorf(protocol.StatusSystemError, "%v", err)
 	}
 	if changed {
-		b.log.Info("topic updated", "topic", h.Topic, "read", h.ReadQueueNums, "write", h.WriteQueueNums, "perm", h.Perm)
+		b.log.Info("topic updated", "topic", h.Topic, "read", h.ReadQueueNums, "write", h.WriteQueueNums, "perm", h.Perm, "remote", req.cs.remote)
 		b.registrar.kick()
 	}
 	return rpc.Reply{}
@@ -104,7 +104,9 @@ func (b *Broker) replyConsumerOffset(req request) rpc.Reply {
 		if h.Offset < 0 {
 			return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
 		}
-		b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset)
+		if err := b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset, req.cs.remote); err != nil {
+			return rpc.Errorf(protocol.StatusNoPermission, "%v", err)
+		}
 		return rpc.Reply{}
 	}
 	off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)
@@ -248,6 +250,7 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 	put, get := b.stats.rates()
+	hs := b.haStatus()
 	kv := map[string]string{
 		"brokerVersionDesc":      Version,
 		"brokerName":             b.cfg.BrokerName,
@@ -273,12 +276,12 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 		"consumerGroupCount":     strconv.Itoa(b.offsets.groupCount()),
 		"heapInuseBytes":         strconv.FormatUint(ms.HeapInuse, 10),
 		"goroutines":             strconv.Itoa(runtime.NumGoroutine()),
-		"epoch":                  strconv.FormatUint(uint64(b.haStatus().Epoch), 10),
+		"epoch":                  strconv.FormatUint(uint64(hs.Epoch), 10),
 		"namesrvAddr":            b.cfg.NamesrvAddr,
 		"brokerClusterName":      b.cfg.BrokerClusterName,
 		"commitLogDiskRatio":     diskRatio(b.cfg.StorePathRootDir),
 		"haListenAddr":           b.haAdvertised(),
-		"masterAddr":             b.role.Load().Master.Addr,
+		"masterAddr":             hs.MasterAddr, // none while it knows no current master
 	}
 	if b.role.Load().master != nil {
 		delete(kv, "masterAddr") // this broker is the master; what it followed before is history
@@ -290,7 +293,7 @@ func (b *Broker) runtimeInfo() protocol.KVTable {
 	if rec.QueuesBack > 0 {
 		kv["commitLogRecoveryQueuesBack"] = strconv.Itoa(rec.QueuesBack)
 	}
-	addHAKeys(kv, b.haStatus())
+	addHAKeys(kv, hs)
 	t := protocol.KVTable{}
 	for k, v := range kv {
 		if v == "" {

@@ -151,6 +151,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	// Offsets are checked against the log from now on, those loaded too: recovery, or the
 	// truncation this start carries out, may have cut queues below what groups committed.
 	offsets.maxOffset = store.MaxOffset
+	offsets.maxGroups = cfg.MaxConsumerGroups
 	if n, first := offsets.clampToLog(); n > 0 {
 		logger.Warn("consumer offsets loaded beyond the max offsets of the recovered log were lowered to them", "lowered", n, "first", first)
 	}
@@ -437,7 +438,7 @@ func (b *Broker) housekeeping() {
 			b.closeStalled(now)
 			b.rateLog.Flush(now, false)
 			for _, id := range b.consumers.remove(nil, now.Add(-b.cfg.ChannelExpiredTimeout)) {
-				b.log.Info("consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)
+				b.warn.Info(b.log, "consumer client expired: no heartbeat", "client", id, "timeout", b.cfg.ChannelExpiredTimeout)
 			}
 		}
 	}

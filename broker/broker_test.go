@@ -484,6 +484,44 @@ func TestAutoCreateTopic(t *testing.T) {
 	}
 }
 
+// TestConsumerClientsPerConnectionBounded: heartbeats on one connection that each name a new
+// consumer client are refused past maxConsumerClientsPerConn, with a line, so the consumer
+// table stays bounded; another connection's clients and the clients already registered are
+// unaffected, and the connection's clients go when it closes.
+func TestConsumerClientsPerConnectionBounded(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	b, logs := startLogged(t, cfg)
+	flood, other := dial(t, b.Addr()), dial(t, b.Addr())
+	hb := func(c *rpc.Conn, id string) error {
+		h := protocol.ConsumerHeartbeatHeader{ClientID: id, ConsumerGroup: "grp", Topic: "T"}
+		return c.CallDecode(ctx5s(t), protocol.CodeHeartbeat, &h, nil, nil, nil)
+	}
+	const extra = 100
+	refused := 0
+	for i := range maxConsumerClientsPerConn + extra {
+		if err := hb(flood, fmt.Sprintf("flood-%d", i)); err != nil {
+			refused++
+		}
+	}
+	if refused != extra {
+		t.Fatalf("%d of %d heartbeats naming new clients on one connection refused, want %d", refused, maxConsumerClientsPerConn+extra, extra)
+	}
+	if err := hb(flood, "flood-0"); err != nil {
+		t.Fatalf("a registered client's heartbeat refused: %v", err)
+	}
+	if err := hb(other, "other"); err != nil {
+		t.Fatalf("another connection's client refused: %v", err)
+	}
+	logs.WaitForLine(t, "refusing a consumer heartbeat: its connection registered too many consumer clients", "remote=")
+	if n := len(b.consumers.list("grp", "")); n != maxConsumerClientsPerConn+1 {
+		t.Fatalf("%d clients listed, want %d", n, maxConsumerClientsPerConn+1)
+	}
+	flood.Close()
+	testutil.Eventually(t, "the flood's clients gone with its connection", func() bool {
+		return len(b.consumers.list("grp", "")) == 1
+	})
+}
+
 func TestConsumerHeartbeats(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	b := startBroker(t, cfg)

@@ -121,6 +121,11 @@ type Config struct {
 	// MetricsMaxConnections caps the connections of the admin HTTP port
 	// (metricsPromExporterPort); more are closed at once with a log line (default 16).
 	MetricsMaxConnections int `prop:"metricsMaxConnections"`
+	// MaxConsumerGroups caps the consumer groups that hold committed offsets on this broker
+	// (default 10000): a commit of another group is refused with a log line, so that clients
+	// naming ever new groups cannot grow the offset table, its file and the per-group metrics
+	// without bound. Offsets merged from the group's other members are kept regardless.
+	MaxConsumerGroups int `prop:"maxConsumerGroups"`
 	// MaxInboundBufferedBytes caps the bytes of incomplete request frames buffered over all
 	// connections (default 256 MiB); past it, connections holding an incomplete frame are closed.
 	MaxInboundBufferedBytes int64 `prop:"maxInboundBufferedBytes"`
@@ -248,6 +253,7 @@ func DefaultConfig() Config {
 		HAMaxConnections:              64,
 		RaftMaxConnections:            64,
 		MetricsMaxConnections:         16,
+		MaxConsumerGroups:             10000,
 		RaftHeartbeatTimeout:          300 * time.Millisecond,
 		RaftElectionTimeout:           300 * time.Millisecond,
 	}
@@ -380,7 +386,8 @@ func (c *Config) Validate() error {
 	for _, n := range []struct {
 		key string
 		v   int
-	}{{"haMaxConnections", c.HAMaxConnections}, {"raftMaxConnections", c.RaftMaxConnections}, {"metricsMaxConnections", c.MetricsMaxConnections}} {
+	}{{"haMaxConnections", c.HAMaxConnections}, {"raftMaxConnections", c.RaftMaxConnections}, {"metricsMaxConnections", c.MetricsMaxConnections},
+		{"maxConsumerGroups", c.MaxConsumerGroups}} {
 		if n.v < 1 {
 			return fmt.Errorf("%s %d: at least 1", n.key, n.v)
 		}

@@ -35,6 +35,7 @@ var configHelp = map[string]string{
 	"LongPollingMaxWait":            "caps a pull's long-poll wait (ms in the file, default 30 s)",
 	"MappedFileSizeCommitLog":       "the commit-log segment size (bytes, default 1 GiB)",
 	"MaxConnections":                "caps client connections; more are closed at once with a log line, so the broker never runs out of file descriptors (0: the open-file limit minus 1024 kept for the store, at least 64)",
+	"MaxConsumerGroups":             "caps the consumer groups that hold committed offsets on this broker (default 10000): a commit of another group is refused with a log line, so that clients naming ever new groups cannot grow the offset table, its file and the per-group metrics without bound. Offsets merged from the group's other members are kept regardless",
 	"MaxFrameSize":                  "bounds one request frame (bytes, default 16 MiB)",
 	"MaxInboundBufferedBytes":       "caps the bytes of incomplete request frames buffered over all connections (default 256 MiB); past it, connections holding an incomplete frame are closed",
 	"MaxMessageSize":                "bounds one message body (bytes, default 4 MiB)",

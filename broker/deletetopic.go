@@ -32,11 +32,11 @@ func (b *Broker) replyDeleteTopic(req request) rpc.Reply {
 	if err := protocol.ValidateTopic([]byte(h.Topic)); err != nil {
 		return rpc.Errorf(protocol.StatusTopicInvalid, "%v", err)
 	}
-	return b.deleteTopic(h.Topic)
+	return b.deleteTopic(h.Topic, req.cs.remote)
 }
 
-// deleteTopic deletes topic name (see above) and answers the request.
-func (b *Broker) deleteTopic(name string) rpc.Reply {
+// deleteTopic deletes topic name (see above) and answers the request of remote.
+func (b *Broker) deleteTopic(name, remote string) rpc.Reply {
 	b.topicOps.Lock()
 	defer b.topicOps.Unlock()
 	r := b.role.Load()
@@ -55,14 +55,14 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 	record := protocol.AppendControlBatch(nil, name, protocol.ControlDeleteTopic, time.Now().UnixMilli())
 	res, err := b.store.DeleteTopic([]byte(name), record, r.Epoch, stampBatch)
 	if err != nil {
-		b.warn.Error(b.log, "cannot delete a topic", "topic", name, "err", err)
+		b.warn.Error(b.log, "cannot delete a topic", "topic", name, "remote", remote, "err", err)
 		return rpc.Errorf(appendStatus(err), "cannot delete topic %s: %v", name, err)
 	}
 	r.master.NotifyAppend(res.EndOffset)
 	st, remark := b.waitDurable(r, res.EndOffset)
 	removed, err := b.commitTopicDeletion(name)
 	if err != nil {
-		b.warn.Error(b.log, "a topic's queues are deleted, its config is not", "topic", name, "err", err)
+		b.warn.Error(b.log, "a topic's queues are deleted, its config is not", "topic", name, "remote", remote, "err", err)
 		remark := fmt.Sprintf("topic %s: its queues are deleted, its config is not (delete it again): %v", name, err)
 		if errors.Is(err, ha.ErrNotLeader) {
 			return notMasterReply(b.role.Load().Role, remark)
@@ -77,7 +77,7 @@ func (b *Broker) deleteTopic(name string) rpc.Reply {
 		tp = removed
 	}
 	b.wakeGone(tp)
-	b.log.Info("topic deleted", "topic", name, "recordAt", res.PhysicalOffset, "offsetsRemoved", queues)
+	b.log.Info("topic deleted", "topic", name, "recordAt", res.PhysicalOffset, "offsetsRemoved", queues, "remote", remote)
 	b.registrar.registerNow()
 	if st != protocol.StatusSuccess {
 		return rpc.Errorf(st, "topic %s deleted on the master, %s", name, remark)
@@ -276,7 +276,7 @@ func (b *Broker) replyDeleteGroup(req request) rpc.Reply {
 	if err := b.offsets.persist(); err != nil {
 		return rpc.Errorf(protocol.StatusSystemError, "group %s removed, but not persisted: %v", h.ConsumerGroup, err)
 	}
-	b.log.Info("consumer group deleted", "group", h.ConsumerGroup, "queues", n)
+	b.log.Info("consumer group deleted", "group", h.ConsumerGroup, "queues", n, "remote", req.cs.remote)
 	// A group is its committed offsets here: with none, there was nothing to delete (the
 	// deletion is kept all the same, for offsets a slave may still sync).
 	return rpc.Reply{Header: &protocol.DeleteResponseHeader{Existed: n > 0}}

@@ -123,8 +123,9 @@ func TestEpochStartsAtOneOffsetAcrossASegmentRoll(t *testing.T) {
 // TestStaleControlStateNeverCuts: a member restarts with a Raft snapshot of epoch 5 (it has not
 // applied the rest of the Raft log yet) while its log and epoch file hold epochs up to 9, and
 // the other members are out of reach. Deciding from that state would cut everything since
-// epoch 6. The member must follow the master the state names and cut nothing: its state is not
-// known to be caught up with the leader's, and no master has said its log diverged.
+// epoch 6. The member must cut nothing: its state is not known to be caught up with the
+// leader's, and no master has said its log diverged. Hearing no Raft leader, it follows none
+// (not the master the stale state names) and says it is between roles.
 func TestStaleControlStateNeverCuts(t *testing.T) {
 	dir := t.TempDir()
 	addrs := testutil.FreeAddrs(t, 6) // Raft b1..b3, then the client and HA addresses of b2 and b3
@@ -175,16 +176,17 @@ func TestStaleControlStateNeverCuts(t *testing.T) {
 
 	b := startBroker(t, cfg)
 	defer b.Close()
-	// It follows the master the state names (pulling fails: b2 is not there)...
-	testutil.EventuallyWithin(t, 10*time.Second, "the member to follow b2", func() bool {
+	// It hears no leader, so it follows no master...
+	testutil.EventuallyWithin(t, 10*time.Second, "the member to know it has no leader", func() bool {
 		select {
 		case err := <-b.Fatal():
 			t.Fatalf("the member asked for a restart: %v", err)
 		default:
 		}
-		return b.role.Load().slave != nil
+		r := b.role.Load()
+		return r.State == ha.MemberBetween && r.NoMaster == ha.NoMasterNoLeader && r.slave == nil
 	})
-	// ... and keeps its whole log while it tries.
+	// ... and keeps its whole log while it waits.
 	for range 20 {
 		select {
 		case err := <-b.Fatal():

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/ha"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
@@ -231,8 +232,62 @@ func TestBogusPullsRateLimited(t *testing.T) {
 	hc.waitCaughtUp(1)
 }
 
+// TestReplicationPortSlaveFlood: connections to the replication port that each name a new
+// brokerId, pull once and go leave the master's slave table (haStatus) and its per-slave metric
+// series bounded, with the group's own slave listed and counting throughout.
+func TestReplicationPortSlaveFlood(t *testing.T) {
+	hc := newHACluster(t, RoleSyncMaster, 1, func(c *Config) { c.MinInSyncReplicas = 2; c.metricsAnyPort = true })
+	m := hc.b(0)
+	hc.waitInSync(1)
+	mc := dial(t, m.Addr())
+	createTopic(t, mc, "Flood", 1)
+	send(t, mc, "Flood", 0, "before")
+	haAddr, end := hc.masterHAAddr(), m.store.LogEndOffset()
+	const flood = 300
+	for i := 0; i < flood; i++ {
+		rc, err := rpc.Dial(context.Background(), haAddr, rpc.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: int64(1000 + i), Offset: end, MaxBytes: 64 << 10}
+		if resp, err := rc.Call(ctx5s(t), protocol.CodeHAPull, &req, nil); err == nil {
+			resp.Release()
+		}
+		rc.Close()
+	}
+	testutil.Eventually(t, "the flood's connections seen closed", func() bool { return connectedSlaves(m.haStatus()) == 1 })
+	const bound = ha.DefaultMaxDisconnected + 1 // the kept records of strangers and the group's slave
+	if st := m.haStatus(); len(st.Slaves) > bound {
+		t.Fatalf("after %d slaves that pulled once and went haStatus lists %d slaves (#SlaveNum), want at most %d", flood, len(st.Slaves), bound)
+	}
+	sc := scrapeMetrics(t, m)
+	for _, name := range []string{"petrel_replication_lag_bytes", "petrel_replication_lag_seconds", "petrel_replication_in_sync", "petrel_replication_connected"} {
+		if n := len(sc[name]); n > bound {
+			t.Errorf("%s: %d series after %d slaves that pulled once and went, want at most %d", name, n, flood, bound)
+		}
+	}
+	if got := sc.value(t, "petrel_replication_in_sync", "slave_id", "1"); got != 1 {
+		t.Fatalf("the group's slave is not in sync after the flood: %v", got)
+	}
+	if !strings.Contains(hc.logs.String(), "too many disconnected slaves") {
+		t.Fatal("no line says the master forgets slaves past its cap")
+	}
+	send(t, mc, "Flood", 0, "after") // SYNC: the real slave still counts
+}
+
+// connectedSlaves counts the slaves of st with a replication connection open.
+func connectedSlaves(st protocol.HAStatus) int {
+	n := 0
+	for _, s := range st.Slaves {
+		if s.Connected {
+			n++
+		}
+	}
+	return n
+}
+
 // TestMetricsPortGuard: the admin HTTP port closes a request left incomplete, a connection
-// that sends nothing and a TLS client, with a line each, caps its connections, and serves
+// that sends nothing, a TLS client and an HTTP/2 client, with a line each, caps its connections, and serves
 // scrapes throughout.
 func TestMetricsPortGuard(t *testing.T) {
 	cfg := testConfig(t.TempDir())
@@ -249,6 +304,7 @@ func TestMetricsPortGuard(t *testing.T) {
 		{"header cut short", []byte("GET /metrics HTTP/1.1\r\nHost: x\r\n"), "closing metrics connection: request incomplete within its read timeout"},
 		{"silent", nil, "closing metrics connection: no request within the read header timeout of connecting"},
 		{"TLS", tlsClientHello, "closing connection: looks like a TLS ClientHello; this port speaks plain HTTP (metrics, pprof)"},
+		{"HTTP/2", http2Preface, "closing connection: looks like the HTTP/2 connection preface; this port speaks HTTP/1.1 (metrics, pprof)"},
 	} {
 		nc := rawConn(t, addr, tc.bytes)
 		testutil.WaitClosed(t, nc, tc.name)

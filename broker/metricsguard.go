@@ -120,10 +120,12 @@ func (c *metricsConn) SetDeadline(t time.Time) error {
 func (c *metricsConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		if c.reads.Add(1) == 1 && netguard.Sniff(p[:n]) == netguard.ProbeTLS {
-			c.g.warn.Warn(c.g.log, netguard.ProbeTLS.Reason("plain HTTP (metrics, pprof)"), "remote", c.remote)
-			_ = c.Conn.Close()
-			return 0, io.EOF
+		if c.reads.Add(1) == 1 {
+			if speaks := metricsPortSpeaks(netguard.Sniff(p[:n])); speaks != "" {
+				c.g.warn.Warn(c.g.log, speaks, "remote", c.remote)
+				_ = c.Conn.Close()
+				return 0, io.EOF
+			}
 		}
 		if c.unans.Add(int64(n)) == int64(n) && c.writes.Load() > 0 {
 			c.began.Store(time.Now().UnixNano()) // a later request's first byte
@@ -146,6 +148,20 @@ func (c *metricsConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// metricsPortSpeaks returns the line that closes a connection opening with probe, "" for an
+// opening the admin port serves: a TLS client (it is plain HTTP) and an HTTP/2 client with prior
+// knowledge (net/http would answer its preface with a bare 400 and say nothing: it speaks
+// HTTP/1.1 only, without h2c) are named and closed, as on every port.
+func metricsPortSpeaks(probe netguard.Probe) string {
+	switch probe {
+	case netguard.ProbeTLS:
+		return probe.Reason("plain HTTP (metrics, pprof)")
+	case netguard.ProbeHTTP2:
+		return probe.Reason("HTTP/1.1 (metrics, pprof)")
+	}
+	return ""
 }
 
 func (c *metricsConn) Write(p []byte) (int, error) {

@@ -31,6 +31,10 @@ type offsetTable struct {
 	// until the store is open, and then no offset is checked. It is called under mu, so that a
 	// commit that read a queue's max before the log was reset is done before clampToLog runs.
 	maxOffset func(topic []byte, queueID int32) int64
+	// maxGroups caps the consumer groups a commit may add (maxConsumerGroups; 0: no cap), so
+	// that commits naming ever new groups leave a bounded table, file and metric series. Set
+	// before the table is used.
+	maxGroups int
 	// persistMu serialises persist from the table's copy to the file's rename, so that an older
 	// copy never replaces a newer one (the flush goroutine, admin workers and Close persist).
 	persistMu sync.Mutex
@@ -67,6 +71,8 @@ type offsetDecision struct {
 	// clamped reports that the offset asked for, or the one held, was beyond the queue's max
 	// offset and was lowered to it.
 	clamped bool
+	// refused reports a commit of a new group past the table's cap (offsetTable.commit).
+	refused bool
 }
 
 // decideOffset decides a commit or merge of off onto a queue that holds the committed offset
@@ -165,12 +171,17 @@ func (t *offsetTable) maxLocked(topic []byte, qid int32) int64 {
 
 // commit records off for the queue as decideOffset says, and returns the decision and the
 // queue's max offset. group and topic may be views of a request frame: they are copied only
-// when a new entry is created.
+// when a new entry is created. A commit of a group the table does not hold while it holds
+// maxGroups is refused (d.refused): nothing is recorded.
 func (t *offsetTable) commit(group, topic []byte, qid int32, off int64) (offsetDecision, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	maxOff := t.maxLocked(topic, qid)
-	q := t.groups[string(group)][string(topic)]
+	g, known := t.groups[string(group)]
+	if !known && t.maxGroups > 0 && len(t.groups) >= t.maxGroups {
+		return offsetDecision{refused: true}, maxOff
+	}
+	q := g[string(topic)]
 	cur, held := q[qid]
 	d := decideOffset(cur, held, off, maxOff)
 	if !d.store {
@@ -441,18 +452,26 @@ func (t *offsetTable) clampToLog() (int, clampedOffset) {
 // the queue's max offset is lowered to it (decideOffset) and logged: on a master, which holds
 // everything acknowledged, the committer read another log (this one lost entries, or it is a
 // bogus offset), a warning; on a slave or a member between roles a commit of what the master
-// served may simply be ahead of replication, so the line is at debug level.
-func (b *Broker) commitOffset(group, topic []byte, qid int32, off int64) {
+// served may simply be ahead of replication, so the line is at debug level. remote is the
+// committer's address, for the line. A commit of a new group past maxConsumerGroups is
+// refused with a line and an error, and records nothing.
+func (b *Broker) commitOffset(group, topic []byte, qid int32, off int64, remote string) error {
 	d, maxOff := b.offsets.commit(group, topic, qid, off)
+	if d.refused {
+		b.warn.Warn(b.log, "refusing a consumer offset of a new consumer group: maxConsumerGroups groups hold offsets",
+			"group", string(group), "topic", string(topic), "remote", remote, "maxConsumerGroups", b.cfg.MaxConsumerGroups)
+		return fmt.Errorf("%d consumer groups hold offsets on this broker, the most it keeps (maxConsumerGroups): group %s is not recorded", b.cfg.MaxConsumerGroups, group)
+	}
 	if !d.clamped {
-		return
+		return nil
 	}
 	c := clampedOffset{Group: string(group), Topic: string(topic), QueueID: qid, Offset: off, Max: maxOff}
 	if b.role.Load().master != nil {
-		b.offsetLog.Warn(b.log, "a consumer offset committed beyond its queue's max offset was lowered to it", "offset", c)
-		return
+		b.offsetLog.Warn(b.log, "a consumer offset committed beyond its queue's max offset was lowered to it", "offset", c, "remote", remote)
+		return nil
 	}
-	b.log.Debug("a consumer offset committed beyond this member's max offset of the queue was lowered to it", "offset", c)
+	b.log.Debug("a consumer offset committed beyond this member's max offset of the queue was lowered to it", "offset", c, "remote", remote)
+	return nil
 }
 
 // mergedOffsets logs what a merge of another member's offsets into this one's did (from names

@@ -220,6 +220,42 @@ func TestClampLogged(t *testing.T) {
 	}
 }
 
+// TestConsumerGroupsBounded: commits that name ever new consumer groups stop adding groups at
+// maxConsumerGroups: the commit is refused with an error and a line, a pull's commit of such a
+// group records nothing (the pull is served), and the groups already held still commit.
+func TestConsumerGroupsBounded(t *testing.T) {
+	var logs testutil.SyncBuffer
+	cfg := testConfig(t.TempDir())
+	cfg.MaxConsumerGroups = 5
+	b := startBrokerLogging(t, cfg, slogTo(&logs))
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "T", 1)
+	send(t, c, "T", 0, "a", "b", "c")
+	refused := 0
+	for i := range 20 {
+		h := protocol.ConsumerOffsetHeader{ConsumerGroup: fmt.Sprintf("g%d", i), Topic: "T", Offset: 1}
+		if err := c.CallDecode(ctx5s(t), protocol.CodeUpdateConsumerOffset, &h, nil, nil, nil); err != nil {
+			refused++
+		}
+	}
+	if n := b.offsets.groupCount(); n != 5 || refused != 15 {
+		t.Fatalf("after commits of 20 groups: %d groups hold offsets, %d commits refused; want 5 and 15", n, refused)
+	}
+	commitOffset(t, c, "g0", "T", 0, 2) // a group held commits on
+	req := protocol.PullRequestHeader{ConsumerGroup: "g-pull", Topic: "T", MaxMessages: 10, MaxBytes: 1 << 20, CommitOffset: 1}
+	var ph protocol.PullResponseHeader
+	if err := c.CallDecode(ctx5s(t), protocol.CodePullMessage, &req, nil, &ph, nil); err != nil || ph.Result != protocol.PullFound {
+		t.Fatalf("a pull committing for a group past the cap: %+v %v", ph, err)
+	}
+	if n := b.offsets.groupCount(); n != 5 {
+		t.Fatalf("%d groups hold offsets after a pull's commit of a new group, want 5", n)
+	}
+	if !strings.Contains(logs.String(), "refusing a consumer offset of a new consumer group") {
+		t.Fatal("no line says a new group's offset was refused")
+	}
+}
+
 // TestOffsetsLoadedBeyondTheLog: offsets read from consumerOffset.json at start that lie beyond
 // the recovered log (a config directory restored from another run, a log cut by recovery) are
 // lowered to the queues' max offsets, logged, and persisted so.

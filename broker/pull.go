@@ -42,7 +42,7 @@ func (b *Broker) handlePull(cs *connState, f *protocol.Frame) {
 			b.replyError(cs, f, protocol.StatusRequestMalformed, err.Error(), "")
 			return
 		}
-		b.commitOffset(req.ConsumerGroup, req.Topic, req.QueueID, req.CommitOffset)
+		_ = b.commitOffset(req.ConsumerGroup, req.Topic, req.QueueID, req.CommitOffset, cs.remote) // the pull is served all the same; the line says why nothing was recorded
 	}
 	p := pullParams{
 		id:       f.RequestID,

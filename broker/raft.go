@@ -325,6 +325,31 @@ func (m *raftMember) commitSyncSet(epoch uint32, slaves []ha.SyncMember) error {
 	return m.node.Propose(ha.Command{Kind: ha.CmdSetSyncStateSet, Epoch: epoch, SyncStateSet: ids, Members: members}, raftOpTimeout)
 }
 
+// isPeer reports whether id is another member of the group (raftPeers): the only member ids
+// the master replicates to (ha.MasterConfig.MemberOf).
+func (m *raftMember) isPeer(id string) bool {
+	if id == m.selfID {
+		return false
+	}
+	for _, p := range m.peers {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// knownSlave reports whether a slave is a known member of the group (ha.MasterConfig.KnownSlave):
+// another member of raftPeers that the control state lists under that brokerId. One brokerId per
+// member, so the records kept for known slaves are at most the group's members.
+func (m *raftMember) knownSlave(brokerID int64, memberID string) bool {
+	if !m.isPeer(memberID) {
+		return false
+	}
+	mi, ok := m.node.State().Member(memberID)
+	return ok && mi.BrokerID == brokerID
+}
+
 // truncationInput is what ha.PlanTruncation needs of this member, read after a read index.
 func (m *raftMember) truncationInput() ha.TruncationInput {
 	cutEpoch, cutPoint := m.cuts.last()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/petrel-mq/petrel/ha"
+	"github.com/petrel-mq/petrel/internal/faultproxy"
 	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/namesrv"
 	"github.com/petrel-mq/petrel/protocol"
@@ -386,4 +387,59 @@ func TestRaftNoQuorumNamesNoMaster(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRaftSlaveCutOffIsBetween: a slave whose Raft links to both other members are cut (the
+// connections stay open and carry nothing, as in a partition) while its replication link to the
+// master still works loses its Raft leader: it can no longer know whether the master it follows
+// holds the role, so it stops following it and reports state between naming no master
+// (haStatus, brokerStatus), as the README says; once the links heal it follows the master
+// again.
+func TestRaftSlaveCutOffIsBetween(t *testing.T) {
+	real := testutil.FreeAddrs(t, 3)
+	mesh, err := faultproxy.StartMesh(real) // each member's Raft traffic to the others
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mesh.Close() })
+	dir := t.TempDir()
+	var bs []*Broker
+	for i := range 3 {
+		var peers []string
+		for j := range 3 {
+			peers = append(peers, fmt.Sprintf("b%d-%s", j+1, mesh.Addr(i, j)))
+		}
+		cfg := haTestConfig(filepath.Join(dir, fmt.Sprint(i+1)), RoleSyncMaster, int64(i+1))
+		cfg.EnableRaftHA = true
+		cfg.RaftSelfID = fmt.Sprintf("b%d", i+1)
+		cfg.RaftPeers = strings.Join(peers, ";")
+		cfg.MinInSyncReplicas = 2
+		bs = append(bs, startBroker(t, cfg))
+	}
+	defer func() {
+		for _, b := range bs {
+			_ = b.Close()
+		}
+	}()
+	m := raftMaster(t, bs)
+	k := slices.IndexFunc(bs, func(b *Broker) bool { return b != m })
+	s := bs[k]
+	for _, p := range mesh.Of(k) {
+		p.Blackhole()
+	}
+	testutil.EventuallyWithin(t, 15*time.Second, "the cut-off slave to report between, naming no master", func() bool {
+		st := s.haStatus()
+		return st.State == "between" && st.MasterAddr == "" && st.MasterHAAddr == "" && s.role.Load().slave == nil
+	})
+	if kv := s.runtimeInfo(); kv.Get("masterAddr") != "" {
+		t.Fatalf("brokerStatus of the cut-off slave names master %s", kv.Get("masterAddr"))
+	}
+	if r := m.role.Load(); r.master == nil {
+		t.Fatal("the master, which kept its quorum, gave its role up")
+	}
+	mesh.HealAll()
+	testutil.EventuallyWithin(t, 15*time.Second, "the slave to follow the master again", func() bool {
+		st := s.haStatus()
+		return st.State == "slave" && st.MasterAddr == m.Addr()
+	})
 }

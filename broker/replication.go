@@ -104,8 +104,11 @@ func (l haLog) ResetTo(base int64, keep bool) (string, error) {
 // InitialConfirmed).
 func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.SyncMember, confirmed int64) *ha.Master {
 	var epochs func() []ha.EpochStart
+	var memberOf func(string) bool
+	var known func(int64, string) bool
 	if b.raft != nil {
 		epochs = b.raft.epochs.snapshot
+		memberOf, known = b.raft.isPeer, b.raft.knownSlave
 	}
 	return ha.NewMaster(ha.MasterConfig{
 		BrokerName:        b.cfg.BrokerName,
@@ -131,6 +134,8 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 		MinAcks:          b.cfg.MinInSyncReplicas - 1,
 		Epochs:           epochs,
 		Epoch:            func() uint32 { return b.role.Load().Epoch },
+		MemberOf:         memberOf,
+		KnownSlave:       known,
 	})
 }
 
@@ -428,13 +433,17 @@ func (b *Broker) syncFailed(c *rpc.Conn, addr string, err error) {
 // haStatus builds the CodeGetHAStatus answer.
 func (b *Broker) haStatus() protocol.HAStatus {
 	r := b.role.Load()
+	master := r.Master
+	if r.NoMaster != "" {
+		master = ha.MemberInfo{} // the master it followed last may be gone or deposed
+	}
 	st := protocol.HAStatus{
 		Role:            b.roleName(r),
 		State:           r.State.String(),
 		Cutting:         r.Cutting,
 		Epoch:           r.Epoch,
-		MasterAddr:      r.Master.Addr,
-		MasterHAAddr:    r.Master.HAAddr,
+		MasterAddr:      master.Addr,
+		MasterHAAddr:    master.HAAddr,
 		BrokerID:        b.registeredID(),
 		LogMin:          b.store.LogMinOffset(),
 		LogEnd:          b.store.LogEndOffset(),

@@ -1151,7 +1151,7 @@ func TestHAPortStrayPullWithSlaveID(t *testing.T) {
 	nc.Close()
 	testutil.Eventually(t, "the master saw the stray connection close", func() bool {
 		return hc.logs.HasLine("fencing a replication pull", "broker=broker-z") &&
-			(hc.logs.HasLine("slave disconnected", "haAddr="+local) || !hc.logs.HasLine("haAddr="+local))
+			(hc.logs.HasLine("slave disconnected", "remote="+local) || !hc.logs.HasLine("slave connected", "remote="+local))
 	})
 	for i := 0; i < 5; i++ {
 		if _, err := sendBatch(mc, buildBatch("Stray", 0, "two")); err != nil {

@@ -102,7 +102,7 @@ func (h *handler) OnClose(c gnet.Conn, err error) gnet.Action {
 	b.connSet.remove(cs)
 	cs.rr.Release()
 	for _, id := range b.consumers.remove(cs, time.Time{}) {
-		b.log.Info("consumer client left: connection closed", "client", id)
+		b.warn.Info(b.log, "consumer client left: connection closed", "client", id, "remote", cs.remote)
 	}
 	b.conns.Add(-1)
 	return gnet.None

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/petrel-mq/petrel/internal/failpoint"
@@ -54,25 +55,44 @@ func (s *Store) rollLocked() error {
 }
 
 // takeSegmentLocked returns the segment starting at base: the pre-allocated one if it is ready,
-// otherwise it creates it inline (waiting for a pre-allocation in progress first).
+// otherwise it creates it inline (waiting for a pre-allocation in progress first). A
+// pre-allocated segment that starts where the new one ends (a log reset to the segment before
+// it) stays pre-allocated as the next one; any other is discarded.
 func (s *Store) takeSegmentLocked(base int64) (*mappedFile, error) {
 	s.amu.Lock()
 	defer s.amu.Unlock()
-	if p := s.prepared; p != nil {
+	p := s.prepared
+	if p != nil && p.base == base {
 		s.prepared = nil
-		if p.base == base {
-			s.nextBase.Store(p.end())
-			return p, nil
-		}
-		p.remove.Store(true)
-		p.release()
+		s.nextBase.Store(p.end())
+		return p, nil
 	}
 	f, err := s.createSegment(base)
 	if err != nil {
 		return nil, err
 	}
 	s.nextBase.Store(f.end())
+	if p != nil && p.base != f.end() {
+		s.prepared = nil
+		s.discardPreparedLocked(p)
+	}
 	return f, nil
+}
+
+// discardPreparedLocked drops the pre-allocated segment p, never written: its file is first
+// moved out of the way (the suffix a reset gives the segments it drops, which Open deletes), so
+// that a segment created at its base before the cleaner removes it (a prefault may still map it)
+// does not find the file there. Caller holds amu.
+func (s *Store) discardPreparedLocked(p *mappedFile) {
+	old := p.path()
+	moved := old + resetSuffix
+	if err := os.Rename(old, moved); err != nil {
+		s.logger.Warn("commitlog: cannot move a discarded pre-allocated segment aside; it is removed in place", "path", old, "err", err)
+	} else {
+		p.pathp.Store(&moved)
+	}
+	p.remove.Store(true)
+	p.release()
 }
 
 // allocLoop is the segment pre-allocator goroutine (RocketMQ AllocateMappedFileService): after
@@ -156,8 +176,7 @@ func (s *Store) createNext() *mappedFile {
 			return nil
 		}
 		s.prepared = nil
-		p.remove.Store(true)
-		p.release()
+		s.discardPreparedLocked(p)
 	}
 	f, err := s.createSegment(want)
 	if err != nil {

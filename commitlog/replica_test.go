@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/petrel-mq/petrel/internal/testutil"
 )
 
 // replicate copies master to slave with ReadReplication/AppendReplicated until the slave's
@@ -383,5 +385,70 @@ func TestPrepareTruncate(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.Dir, truncateName)); !os.IsNotExist(err) {
 		t.Fatalf("the request outlived the cut: %v", err)
+	}
+}
+
+// TestResetToAndThePreallocatedSegment: a reset leaves the pre-allocated segment either in use
+// as the next one (it starts where the reset log's first segment ends) or out of the way, so
+// that the pre-allocator and the next roll never find a leftover file where they create a
+// segment ("file exists"), even while a prefault still maps the discarded one.
+func TestResetToAndThePreallocatedSegment(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reset int64 // in segments
+	}{
+		{"the pre-allocated segment follows the reset log's first", 1},
+		{"the pre-allocated segment is one the reset log reaches later", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			s := mustOpen(t, cfg)
+			defer s.Close()
+			m := newModel()
+			for s.LogEndOffset() < cfg.SegmentSize+cfg.SegmentSize/2 { // the active segment is the second
+				appendRec(t, s, m, "a", 0, 1, make([]byte, 1000))
+			}
+			prepared := func() (base int64, err error) {
+				s.amu.Lock()
+				defer s.amu.Unlock()
+				base = -1
+				if s.prepared != nil {
+					base = s.prepared.base
+				}
+				return base, s.allocErr
+			}
+			waitPrepared := func(want int64) {
+				t.Helper()
+				testutil.Eventually(t, fmt.Sprintf("the segment at %d pre-allocated", want), func() bool {
+					base, err := prepared()
+					if err != nil {
+						t.Fatalf("pre-allocating the segment at %d: %v", want, err)
+					}
+					return base == want
+				})
+			}
+			waitPrepared(2 * cfg.SegmentSize)
+			// A prefault of the pre-allocated segment in progress: it stays mapped after the
+			// reset, so the cleaner cannot remove its file yet.
+			s.amu.Lock()
+			held := s.prepared
+			if !held.tryAcquire() {
+				s.amu.Unlock()
+				t.Fatal("cannot hold the pre-allocated segment")
+			}
+			s.amu.Unlock()
+			defer held.release()
+			base := tc.reset * cfg.SegmentSize
+			if _, err := s.ResetTo(base, true); err != nil {
+				t.Fatal(err)
+			}
+			waitPrepared(base + cfg.SegmentSize)
+			// The reset log starts every queue afresh; two rolls past the reset.
+			m = newModel()
+			for s.LogEndOffset() < base+2*cfg.SegmentSize+cfg.SegmentSize/2 {
+				appendRec(t, s, m, "a", 0, 1, make([]byte, 1000))
+			}
+			waitPrepared(base + 3*cfg.SegmentSize)
+		})
 	}
 }

@@ -104,6 +104,19 @@ type MasterConfig struct {
 	// the group confirmed before it took over; at most its log end), so that consumers reading
 	// up to the confirmed offset never see it go back at a change of master. 0 by default.
 	InitialConfirmed int64
+	// MemberOf, when set (a Raft-elected group), tells whether a member id is one of the
+	// group's members (raftPeers, this member excluded): a pull or HA_LEAVE naming another is
+	// refused before the master records anything of it, so no slave the group does not have
+	// counts for acknowledgements, enters the committed in-sync set or the control state's
+	// member table. It must be cheap (it runs on every pull).
+	MemberOf func(memberID string) bool
+	// KnownSlave, when set, tells whether a slave (brokerId, member id) is a known member of the
+	// group: its record, and its per-slave metrics, are kept while it is disconnected. Any other
+	// disconnected slave that does not count is forgotten ha.DefaultForgetAfter after its
+	// connection closed, and at most ha.DefaultMaxDisconnected of them are kept
+	// (TrackerConfig). It is called under the master's lock and must take none of the master's.
+	// Nil: no slave is known (static roles configure none).
+	KnownSlave func(brokerID int64, memberID string) bool
 }
 
 // SyncMember is a slave of a Raft-elected group's in-sync set.
@@ -240,6 +253,7 @@ func NewMaster(cfg MasterConfig) *Master {
 		CommitSet:        cfg.CommitSyncSet != nil,
 		InitialSet:       cfg.InitialSyncSet,
 		InitialConfirmed: cfg.InitialConfirmed,
+		Known:            cfg.KnownSlave,
 	}, cfg.Now())
 	m.mu.Lock()
 	m.publishLocked()
@@ -508,8 +522,18 @@ func (m *Master) tick() {
 	end := m.cfg.Log.LogEndOffset()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if changes := m.tr.Tick(end, m.cfg.Now()); len(changes) > 0 {
+	now := m.cfg.Now()
+	changes := m.tr.Tick(end, now)
+	if len(changes) > 0 {
 		m.verdictsChangedLocked(changes)
+	}
+	gone := m.tr.Expire(now)
+	for _, s := range gone {
+		delete(m.bytes, s.BrokerID)
+		m.warn.Info(m.log, "forgetting a disconnected slave that is not a known member of the group",
+			"slave", s.BrokerID, "member", s.MemberID, "remote", s.HAAddr, "disconnectedFor", now.Sub(s.DisconnectedAt).Round(time.Millisecond))
+	}
+	if len(changes) > 0 || len(gone) > 0 {
 		m.publishLocked()
 	}
 }
@@ -577,7 +601,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 		// one is closed, so that no connection replicates under a record it no longer owns
 		// (two slaves with one id then keep taking over from each other, loudly).
 		m.warn.Warn(m.log, "slave connected again while its previous connection is open; the new one takes over and the old one is closed",
-			"slave", h.SlaveID, "old", prev.HAAddr, "new", p.RemoteAddr())
+			"slave", h.SlaveID, "remote", p.RemoteAddr(), "old", prev.HAAddr)
 		if old := m.sessions[prev.Session]; old != nil {
 			_ = old.peer.Close()
 		}
@@ -590,7 +614,7 @@ func (m *Master) sessionFor(p *rpc.Peer, h *protocol.HAPullRequest) (*session, e
 	sess := &session{peer: p, slaveID: h.SlaveID, bytes: b}
 	sess.enc.codec = m.codec
 	m.sessions[p.ID()] = sess
-	m.warn.Info(m.log, "slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "haAddr", p.RemoteAddr())
+	m.warn.Info(m.log, "slave connected", "slave", h.SlaveID, "addr", h.SlaveAddr, "remote", p.RemoteAddr())
 	m.publishLocked()
 	return sess, nil
 }
@@ -607,15 +631,20 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 	if sess.timer != nil {
 		sess.timer.Stop()
 	}
-	res := m.tr.Disconnect(p.ID(), m.cfg.Log.LogEndOffset())
+	res := m.tr.Disconnect(p.ID(), m.cfg.Log.LogEndOffset(), m.cfg.Now())
 	if !res.Current {
 		return // taken over by a newer connection
 	}
 	s := res.Slave
-	m.warn.Info(m.log, "slave disconnected", "slave", s.BrokerID, "haAddr", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
+	m.warn.Info(m.log, "slave disconnected", "slave", s.BrokerID, "remote", s.HAAddr, "acked", s.Acked, "inSync", s.InSync)
 	m.verdictsChangedLocked(res.Changes)
 	if res.Removed {
 		delete(m.bytes, s.BrokerID)
+	}
+	for _, e := range res.Evicted {
+		delete(m.bytes, e.BrokerID)
+		m.warn.Warn(m.log, "too many disconnected slaves that are not known members of the group; forgetting the longest disconnected",
+			"slave", e.BrokerID, "member", e.MemberID, "remote", e.HAAddr, "max", m.tr.cfg.MaxDisconnected)
 	}
 	m.publishLocked()
 	select {
@@ -632,7 +661,7 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 	res := m.tr.Ack(sess.peer.ID(), offset, readEnd, m.cfg.Log.LogEndOffset(), m.cfg.Now())
 	if res.Regressed {
 		m.warn.Warn(m.log, "slave's acknowledged offset went back; it no longer counts for what it lost",
-			"slave", res.BrokerID, "from", res.From, "to", offset)
+			"slave", res.BrokerID, "remote", sess.peer.RemoteAddr(), "from", res.From, "to", offset)
 	}
 	m.verdictsChangedLocked(res.Changes)
 	m.publishLocked()
@@ -694,6 +723,11 @@ func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
 		m.fillBounds(resp)
 		return rpc.Reply{Header: resp}
 	}
+	if m.cfg.MemberOf != nil && !m.cfg.MemberOf(h.MemberID) {
+		m.warn.Warn(m.log, "refusing a replication pull from a member this group does not have (not one of raftPeers)",
+			"slave", h.SlaveID, "member", h.MemberID, "remote", p.RemoteAddr())
+		return rpc.Errorf(protocol.StatusNoPermission, "member %q is not a member of broker group %s", h.MemberID, m.cfg.BrokerName)
+	}
 	sess, err := m.sessionFor(p, h)
 	if err != nil {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
@@ -701,7 +735,7 @@ func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
 	sess.resp = protocol.HAPullResponse{Offset: h.Offset, Epoch: epoch, TruncateTo: -1}
 	if act == pullDiverged {
 		m.warn.Warn(m.log, "slave's log diverged from this one; answering out of range with where to cut",
-			"slave", h.SlaveID, "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
+			"slave", h.SlaveID, "remote", p.RemoteAddr(), "offset", h.Offset, "lastEpoch", h.LastEpoch, "lastEpochStart", h.LastEpochStart,
 			"divergingEpoch", plan.DivergingEpoch, "epochEnd", plan.TruncateTo)
 		sess.resp.Result = protocol.HAOutOfRange
 		sess.resp.TruncateTo = plan.TruncateTo
@@ -755,7 +789,7 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 	switch action {
 	case pullOutOfRange:
 		m.warn.Warn(m.log, "slave asks from an offset this log does not have; answering out of range",
-			"slave", h.SlaveID, "offset", h.Offset, "err", rd.err,
+			"slave", h.SlaveID, "remote", sess.peer.RemoteAddr(), "offset", h.Offset, "err", rd.err,
 			"masterMin", m.cfg.Log.LogMinOffset(), "masterEnd", m.cfg.Log.LogEndOffset())
 		sess.resp.Result = protocol.HAOutOfRange
 		m.fillBounds(&sess.resp)
@@ -764,9 +798,9 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 		m.fillBounds(&sess.resp)
 		sess.resp.Offset = sess.resp.MasterMin
 		m.warn.Warn(m.log, "slave asks from an offset retention removed; telling it to resync",
-			"slave", h.SlaveID, "offset", h.Offset, "masterMin", sess.resp.MasterMin)
+			"slave", h.SlaveID, "remote", sess.peer.RemoteAddr(), "offset", h.Offset, "masterMin", sess.resp.MasterMin)
 	case pullReadError:
-		m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "offset", h.Offset, "err", rd.err)
+		m.warn.Warn(m.log, "cannot read the log for replication", "slave", h.SlaveID, "remote", sess.peer.RemoteAddr(), "offset", h.Offset, "err", rd.err)
 		return rpc.Errorf(protocol.StatusSystemError, "cannot read the log at %d: %v", h.Offset, rd.err)
 	case pullAnswer:
 		sess.resp.Result = protocol.HAOK
@@ -823,6 +857,9 @@ func (m *Master) leave(req *rpc.Request) rpc.Reply {
 	}
 	if h.SlaveID <= 0 {
 		return rpc.Errorf(protocol.StatusRequestMalformed, "slave id %d", h.SlaveID)
+	}
+	if m.cfg.MemberOf != nil && !m.cfg.MemberOf(h.MemberID) {
+		return rpc.Errorf(protocol.StatusNoPermission, "member %q is not a member of broker group %s", h.MemberID, m.cfg.BrokerName)
 	}
 	if epoch := m.Epoch(); h.BrokerName != m.cfg.BrokerName || h.Epoch != epoch {
 		return rpc.Errorf(protocol.StatusServiceNotAvailable, "this is the master of %s in epoch %d, not of %s in epoch %d", m.cfg.BrokerName, epoch, h.BrokerName, h.Epoch)

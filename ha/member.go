@@ -520,8 +520,10 @@ func (m *Member) set(a *actions, r Role) {
 // between returns the current role with no role left: same epoch and master, but a
 // Raft-elected member that was master forgets itself as master (the group has none it knows
 // of until the control state names the next).
-func (m *Member) between() Role {
-	r := m.role
+func (m *Member) between() Role { return m.betweenOf(m.role) }
+
+// betweenOf is role r given up: r as Between.
+func (m *Member) betweenOf(r Role) Role {
 	r.State, r.Mode = MemberBetween, ""
 	if m.cfg.Raft {
 		r.BrokerID = m.cfg.BrokerID
@@ -632,7 +634,18 @@ func (m *Member) tick(a *actions, e Tick) {
 			r.Master = mem
 		}
 	}
+	// No Raft leader (no quorum, or an election under way): nothing tells a slave whether the
+	// master it follows still holds the role, so it follows none until a leader is heard
+	// again, and says so (state between, not slave).
+	unfollow := !e.Leader && e.LeaderID == "" && r.State == MemberSlave && !r.Cutting
+	if unfollow {
+		r = m.betweenOf(r)
+	}
 	m.set(a, r)
+	if unfollow {
+		a.add(StopSlave{}, Register{}, Note{Warn: true, Msg: "stopped following the master: no Raft leader",
+			Args: []any{"master", st.MasterID, "epoch", r.Epoch}})
+	}
 	if e.Leader {
 		if acting {
 			return // acting as master of the current epoch
@@ -656,6 +669,9 @@ func (m *Member) tick(a *actions, e Tick) {
 	}
 	if st.MasterID == "" || st.MasterID == m.cfg.SelfID {
 		return // no master elected yet, or this member's old term: wait for the new epoch
+	}
+	if e.LeaderID == "" && !m.role.Cutting {
+		return // no Raft leader: follow no master until one is heard (above)
 	}
 	if m.diverged != nil {
 		a.add(ReadIndex{})

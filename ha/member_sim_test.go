@@ -677,7 +677,7 @@ func (s *sim) printChanges(m *simMember, changes []VerdictChange) {
 func (s *sim) dropConns(sm *simMember) {
 	for _, m := range s.members {
 		if id := m.sess[sm.id]; id != 0 && m.master {
-			res := m.tr.Disconnect(id, m.end())
+			res := m.tr.Disconnect(id, m.end(), s.now)
 			s.printChanges(m, res.Changes)
 			delete(m.sess, sm.id)
 		}

@@ -213,11 +213,11 @@ func (c *raftConn) SetWriteDeadline(t time.Time) error {
 // as JSON that raftLogWriter passes to log, rate-limited per message (a peer that is down
 // makes the leader warn every heartbeat; a stranger on the port makes the transport fail to
 // decode what it sent, which is a peer's bad input: WARN, as on every other port).
-func raftLogger(log *slog.Logger) hclog.Logger {
+func raftLogger(log *slog.Logger, guard *netguard.Guarded) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "raft",
 		Level:      hclog.Warn,
-		Output:     &raftLogWriter{l: log},
+		Output:     &raftLogWriter{l: log, guard: guard},
 		JSONFormat: true,
 	})
 }
@@ -225,14 +225,16 @@ func raftLogger(log *slog.Logger) hclog.Logger {
 // raftPeerInput are hashicorp/raft's ERROR messages that a remote peer's bad input causes,
 // not a fault of this member or of the group: the transport could not decode what a
 // connection sent (a stranger whose first bytes passed raftOpening, or a member of another
-// version). They are logged at WARN, as every port logs bad input; the connection is closed.
+// version). They are logged at WARN, as every port logs bad input, with the address of the
+// connection the transport then closes (the line itself names none: netguard's ServerFailed).
 var raftPeerInput = map[string]bool{"failed to decode incoming command": true}
 
 // raftLogWriter passes the JSON lines of raftLogger to a slog logger: the message as "raft: "
 // and the message, the fields as attributes, through ratelog.Reasons.
 type raftLogWriter struct {
-	l    *slog.Logger
-	rate ratelog.Reasons
+	l     *slog.Logger
+	guard *netguard.Guarded // the member's Raft port (nil: lines of raftPeerInput name no remote)
+	rate  ratelog.Reasons
 }
 
 func (w *raftLogWriter) Write(p []byte) (int, error) {
@@ -260,9 +262,12 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 		}
 		args = append(args, name, line[k])
 	}
-	if level == "error" && !raftPeerInput[msg] {
+	switch {
+	case level == "error" && !raftPeerInput[msg]:
 		w.rate.Error(w.l, "raft: "+msg, args...)
-	} else {
+	case raftPeerInput[msg] && w.guard != nil:
+		w.guard.ServerFailed("raft: "+msg, args...)
+	default:
 		w.rate.Warn(w.l, "raft: "+msg, args...)
 	}
 	return len(p), nil

@@ -74,8 +74,8 @@ func waitCommit(t *testing.T, nodes []*RaftNode) {
 
 // TestRaftPortGuard: on a member's Raft port, an RPC left incomplete, a connection that sends
 // nothing, a TLS ClientHello, first bytes that open no RPC and an RPC that does not decode are
-// each closed with a line that says why, at WARN as on every other port (never ERROR: a peer's
-// bad input), and the group goes on committing.
+// each closed with a line that says why and names the peer's address, at WARN as on every other
+// port (never ERROR: a peer's bad input), and the group goes on committing.
 func TestRaftPortGuard(t *testing.T) {
 	var logs testutil.SyncBuffer
 	nodes := startGuardedGroup(t, 300*time.Millisecond, 16, &logs)
@@ -108,7 +108,8 @@ func TestRaftPortGuard(t *testing.T) {
 		testutil.WaitClosed(t, nc, tc.name)
 		parts := []string{"level=WARN", tc.line}
 		switch tc.name {
-		case "undecodable RPC": // hashicorp/raft does not say which connection
+		case "undecodable RPC": // hashicorp/raft's line names no connection: the guard adds it
+			parts = append(parts, "remote="+nc.LocalAddr().String(), "error=")
 		case "incomplete RPC":
 			parts = append(parts, "remote="+nc.LocalAddr().String(), "got=3", "waited=") // the facts of every port's slow-sender line
 		default:

@@ -124,7 +124,7 @@ func StartRaftNode(cfg RaftConfig) (*RaftNode, error) {
 		n.store.Close()
 		return nil, fmt.Errorf("raft: cannot listen on %s: %w", self.Addr, err)
 	}
-	logger := raftLogger(cfg.Logger)
+	logger := raftLogger(cfg.Logger, stream.Guarded)
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, Timeout: 2 * time.Second, Logger: logger,
 	})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/petrel-mq/petrel/internal/testutil"
 	"github.com/petrel-mq/petrel/protocol"
 	"github.com/petrel-mq/petrel/protocol/rpc"
 )
@@ -748,4 +749,58 @@ func TestSlaveRefusesOlderEpoch(t *testing.T) {
 	if st := s.Status(); st.Epoch != 5 || st.Resyncs != 0 {
 		t.Fatalf("status %+v", st)
 	}
+}
+
+// TestSlaveFloodForgotten: connections that each name a new brokerId, pull once and go leave a
+// bounded slave table: at most DefaultMaxDisconnected of them are kept, and those too are
+// forgotten DefaultForgetAfter after they went, while a known member's record stays. A member id
+// the group does not have is refused before anything of it is recorded.
+func TestSlaveFloodForgotten(t *testing.T) {
+	mlog := newMemLog(64 << 10)
+	end := fill(mlog, 0, 5, 100)
+	clock := testutil.NewClock()
+	m := startMaster(t, mlog, MasterConfig{
+		Now:        clock.Now,
+		MemberOf:   func(id string) bool { return id != "intruder" },
+		KnownSlave: func(brokerID int64, memberID string) bool { return brokerID == 1 && memberID == "a1" },
+	})
+	pullOnce := func(id int64, member string) error {
+		c, err := rpc.Dial(context.Background(), m.Addr(), rpc.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		resp, err := c.Call(context.Background(), protocol.CodeHAPull,
+			&protocol.HAPullRequest{BrokerName: "broker-a", SlaveID: id, MemberID: member, Offset: end, MaxBytes: 1 << 16}, nil)
+		if err == nil {
+			resp.Release()
+		}
+		return err
+	}
+	if err := pullOnce(1, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pullOnce(2, "intruder"); err == nil {
+		t.Fatal("a pull naming a member the group does not have was served")
+	}
+	const flood = 300
+	for i := 0; i < flood; i++ {
+		if err := pullOnce(int64(100+i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "every connection seen closed", func() bool { return m.ConnectedSlaves() == 0 })
+	ids := func() []int64 {
+		var out []int64
+		for _, s := range m.Status().Slaves {
+			out = append(out, s.BrokerID)
+		}
+		return out
+	}
+	if got := ids(); len(got) > DefaultMaxDisconnected+1 || !slices.Contains(got, 1) || slices.Contains(got, 2) {
+		t.Fatalf("after %d slaves that pulled once and went the table lists %d slaves (want at most %d, slave 1 among them, slave 2 not): %v",
+			flood, len(got), DefaultMaxDisconnected+1, got)
+	}
+	clock.Advance(DefaultForgetAfter)
+	eventually(t, 10*time.Second, "only the known slave left", func() bool { return slices.Equal(ids(), []int64{1}) })
 }

@@ -52,7 +52,29 @@ type TrackerConfig struct {
 	// InitialConfirmed is the confirmed offset to start from (what the member knew the group
 	// confirmed before it took over); a negative value is taken as 0.
 	InitialConfirmed int64
+	// Known, when set, tells whether a slave (its brokerId and member id) is a known member of
+	// the group (MasterConfig.KnownSlave); the tracker keeps a known slave's record while it is
+	// disconnected. Nil: no slave is known (static roles configure no slaves).
+	Known func(brokerID int64, memberID string) bool
+	// ForgetAfter is how long the record of a disconnected slave that is neither known, counted
+	// nor in the committed set is kept (default DefaultForgetAfter): a slave that reconnects
+	// within it finds its record, one that does not is forgotten (Expire).
+	ForgetAfter time.Duration
+	// MaxDisconnected caps how many such records are kept at once (default
+	// DefaultMaxDisconnected): past it the oldest are forgotten as others disconnect, so that a
+	// flood of connections naming new brokerIds leaves a bounded table.
+	MaxDisconnected int
 }
+
+// Defaults of TrackerConfig.
+const (
+	// DefaultForgetAfter is how long a disconnected slave that is not a known member of the
+	// group, and does not count, stays listed (haStatus, the per-slave metrics).
+	DefaultForgetAfter = 10 * time.Second
+	// DefaultMaxDisconnected caps the records of such slaves: a group's own slaves that restart
+	// fit many times over.
+	DefaultMaxDisconnected = 16
+)
 
 // TrackedSlave is the tracker's record of one slave. Offsets are bytes of the commit log.
 type TrackedSlave struct {
@@ -96,6 +118,10 @@ type TrackedSlave struct {
 	// Leaving tells that it asked to leave before cutting its log: it stays out, whatever it
 	// acknowledges, until it connects again.
 	Leaving bool
+	// DisconnectedAt is when its last connection closed (zero while connected; the tracker's
+	// start for a slave of the initial set that has not connected): a slave the tracker may
+	// forget goes ForgetAfter after it.
+	DisconnectedAt time.Time
 }
 
 // Progress returns the slave as the in-sync rules see it at now.
@@ -174,6 +200,9 @@ type DisconnectResult struct {
 	Changes []VerdictChange
 	// Removed: the slave never acknowledged anything and does not count, so it is forgotten.
 	Removed bool
+	// Evicted lists the slaves forgotten to keep the disconnected records within
+	// TrackerConfig.MaxDisconnected (the longest disconnected first): neither known nor counted.
+	Evicted []TrackedSlave
 }
 
 // Tracker is the master's in-sync tracker (see the top of this file). Make one with
@@ -202,6 +231,12 @@ func MakeTracker(cfg TrackerConfig, now time.Time) Tracker {
 		ackLimit:  math.MaxInt64,
 		confirmed: max(cfg.InitialConfirmed, 0),
 	}
+	if t.cfg.ForgetAfter <= 0 {
+		t.cfg.ForgetAfter = DefaultForgetAfter
+	}
+	if t.cfg.MaxDisconnected <= 0 {
+		t.cfg.MaxDisconnected = DefaultMaxDisconnected
+	}
 	if cfg.CommitSet {
 		for _, sm := range cfg.InitialSet {
 			if sm.BrokerID <= 0 || t.slaves[sm.BrokerID] != nil {
@@ -209,7 +244,7 @@ func MakeTracker(cfg TrackerConfig, now time.Time) Tracker {
 			}
 			t.slaves[sm.BrokerID] = &TrackedSlave{BrokerID: sm.BrokerID, Addr: sm.Addr, MemberID: sm.MemberID,
 				Acked: -1, ReadEnd: -1, LastSeen: now, LastCaughtUp: now, InSync: true, Counted: true,
-				GraceUntil: now.Add(cfg.Rules.MaxLagTime)}
+				GraceUntil: now.Add(cfg.Rules.MaxLagTime), DisconnectedAt: now}
 			t.committed = append(t.committed, sm.MemberID)
 		}
 		slices.Sort(t.committed)
@@ -237,6 +272,7 @@ func (t *Tracker) Connect(c SlaveConn, now time.Time) (prev TrackedSlave, tookOv
 		t.connected++
 	}
 	s.Session = c.Session
+	s.DisconnectedAt = time.Time{}
 	s.Leaving = false // a new connection: the slave has cut its log (or never did) and may rejoin
 	s.Addr = c.Addr
 	s.MemberID = c.MemberID
@@ -331,10 +367,13 @@ func (t *Tracker) Tick(end int64, now time.Time) []VerdictChange {
 	return changes
 }
 
-// Disconnect records that connection session closed (after its last request), with the
+// Disconnect records that connection session closed (after its last request) at now, with the
 // master's log ending at end. A slave whose current connection it was is no longer connected,
 // and leaves the set at once if it was in it (a clear sign, rather than MaxLagTime of silence).
-func (t *Tracker) Disconnect(session uint64, end int64) DisconnectResult {
+// A slave that never acknowledged anything and does not count is forgotten at once; past
+// MaxDisconnected records of slaves the tracker may forget (forgettable), the longest
+// disconnected go.
+func (t *Tracker) Disconnect(session uint64, end int64, now time.Time) DisconnectResult {
 	s := t.sessions[session]
 	if s == nil {
 		return DisconnectResult{}
@@ -346,6 +385,7 @@ func (t *Tracker) Disconnect(session uint64, end int64) DisconnectResult {
 	res := DisconnectResult{Current: true, Slave: *s}
 	s.Session = 0
 	s.Holding = 0
+	s.DisconnectedAt = now
 	t.connected--
 	if s.InSync {
 		res.Changes = []VerdictChange{t.setInSync(s, false, ReasonDisconnected)}
@@ -353,9 +393,63 @@ func (t *Tracker) Disconnect(session uint64, end int64) DisconnectResult {
 	if s.Acked < 0 && !s.Counted {
 		delete(t.slaves, s.BrokerID) // never acknowledged anything: not worth listing
 		res.Removed = true
+	} else {
+		res.Evicted = t.evict()
 	}
 	t.publish(end)
 	return res
+}
+
+// forgettable reports whether the tracker may forget s: it is disconnected, does not count, is
+// not in the committed set and is not a known member of the group. Its record then says
+// nothing the master needs: a slave that connects again starts from its next pull.
+func (t *Tracker) forgettable(s *TrackedSlave) bool {
+	if s.Session != 0 || s.Counted || s.InSync {
+		return false
+	}
+	if s.MemberID != "" && slices.Contains(t.committed, s.MemberID) {
+		return false
+	}
+	return t.cfg.Known == nil || !t.cfg.Known(s.BrokerID, s.MemberID)
+}
+
+// evict forgets the longest disconnected forgettable slaves while there are more than
+// MaxDisconnected of them, and returns their records.
+func (t *Tracker) evict() []TrackedSlave {
+	var idle []*TrackedSlave
+	for _, s := range t.slaves {
+		if t.forgettable(s) {
+			idle = append(idle, s)
+		}
+	}
+	if len(idle) <= t.cfg.MaxDisconnected {
+		return nil
+	}
+	slices.SortFunc(idle, func(a, b *TrackedSlave) int {
+		if c := a.DisconnectedAt.Compare(b.DisconnectedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.BrokerID, b.BrokerID)
+	})
+	var out []TrackedSlave
+	for _, s := range idle[:len(idle)-t.cfg.MaxDisconnected] {
+		delete(t.slaves, s.BrokerID)
+		out = append(out, *s)
+	}
+	return out
+}
+
+// Expire forgets, at now, the forgettable slaves disconnected for ForgetAfter or longer, and
+// returns their records by brokerId. The master calls it on its tick.
+func (t *Tracker) Expire(now time.Time) []TrackedSlave {
+	var out []TrackedSlave
+	for _, s := range t.sorted() {
+		if s.Session == 0 && !s.DisconnectedAt.IsZero() && now.Sub(s.DisconnectedAt) >= t.cfg.ForgetAfter && t.forgettable(s) {
+			delete(t.slaves, s.BrokerID)
+			out = append(out, *s)
+		}
+	}
+	return out
 }
 
 // Leave takes slave brokerID out of the set before it cuts its log (CodeHALeave), with the

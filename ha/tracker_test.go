@@ -3,6 +3,7 @@ package ha
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,11 +18,13 @@ import (
 //
 //	config [min-acks=N] [max-lag-bytes=N] [max-lag-time=D] [rejoin-lag-bytes=N] [commit]
 //	       [initial=(brokerId:member, ...)] [initial-confirmed=N] [end=N]
-//	                         a new tracker at time 0 (defaults: 1000 bytes, 1s, 0 bytes)
+//	       [known=(brokerId:member, ...)] [forget-after=D] [max-disconnected=N]
+//	                         a new tracker at time 0 (defaults: 1000 bytes, 1s, 0 bytes, no
+//	                         known slave, DefaultForgetAfter, DefaultMaxDisconnected)
 //	connect slave=N [member=M] a new connection of slave N (sessions are numbered from 1)
 //	ack slave=N offset=N [read-end=N] [session=N]
 //	                         a valid pull from offset; read-end defaults to the log end
-//	tick                     the periodic evaluation
+//	tick                     the periodic evaluation, then the records it forgets (Expire)
 //	hold slave=N             a pull of slave N is held
 //	wake slave=N [read-end=N] the held pull woke (and read up to read-end)
 //	leave slave=N [member=M] the slave asks to leave before it cuts its log
@@ -96,6 +99,9 @@ func (sc *trackerScript) run(t *testing.T, td *datadriven.TestData) string {
 		sc.summary(&out)
 	case "tick":
 		changes(&out, sc.tr.Tick(sc.end, sc.now))
+		for _, s := range sc.tr.Expire(sc.now) {
+			fmt.Fprintf(&out, "forgot slave %d: disconnected %s\n", s.BrokerID, sc.at(s.DisconnectedAt))
+		}
 		sc.summary(&out)
 	case "hold", "wake":
 		id := sc.slaveArg(t, td)
@@ -127,7 +133,7 @@ func (sc *trackerScript) run(t *testing.T, td *datadriven.TestData) string {
 	case "disconnect":
 		id := sc.slaveArg(t, td)
 		session := sc.sessionArg(t, td, id)
-		res := sc.tr.Disconnect(session, sc.end)
+		res := sc.tr.Disconnect(session, sc.end, sc.now)
 		if !res.Current {
 			fmt.Fprintf(&out, "session %d was not the slave's current one: nothing changed\n", session)
 		} else {
@@ -136,6 +142,9 @@ func (sc *trackerScript) run(t *testing.T, td *datadriven.TestData) string {
 		changes(&out, res.Changes)
 		if res.Removed {
 			out.WriteString("removed: never acknowledged anything\n")
+		}
+		for _, e := range res.Evicted {
+			fmt.Fprintf(&out, "evicted slave %d: disconnected %s\n", e.BrokerID, sc.at(e.DisconnectedAt))
 		}
 		sc.summary(&out)
 	case "commit":
@@ -166,15 +175,27 @@ func (sc *trackerScript) config(t *testing.T, td *datadriven.TestData) {
 	td.MaybeScanArgs(t, "max-lag-time", &cfg.Rules.MaxLagTime)
 	td.MaybeScanArgs(t, "rejoin-lag-bytes", &cfg.Rules.RejoinLagBytes)
 	td.MaybeScanArgs(t, "initial-confirmed", &cfg.InitialConfirmed)
+	td.MaybeScanArgs(t, "forget-after", &cfg.ForgetAfter)
+	td.MaybeScanArgs(t, "max-disconnected", &cfg.MaxDisconnected)
 	cfg.CommitSet = td.HasArg("commit")
-	if arg, ok := td.Arg("initial"); ok {
-		for _, v := range nonEmpty(arg.Vals) {
-			idStr, member, found := strings.Cut(v, ":")
-			id, err := strconv.ParseInt(idStr, 10, 64)
-			if !found || err != nil {
-				td.Fatalf(t, "initial member %q: want brokerId:member", v)
+	members := func(key string) []SyncMember {
+		var out []SyncMember
+		if arg, ok := td.Arg(key); ok {
+			for _, v := range nonEmpty(arg.Vals) {
+				idStr, member, found := strings.Cut(v, ":")
+				id, err := strconv.ParseInt(idStr, 10, 64)
+				if !found || err != nil {
+					td.Fatalf(t, "%s member %q: want brokerId:member", key, v)
+				}
+				out = append(out, SyncMember{MemberID: member, BrokerID: id, Addr: fmt.Sprintf("slave-%d:10911", id)})
 			}
-			cfg.InitialSet = append(cfg.InitialSet, SyncMember{MemberID: member, BrokerID: id, Addr: fmt.Sprintf("slave-%d:10911", id)})
+		}
+		return out
+	}
+	cfg.InitialSet = members("initial")
+	if known := members("known"); len(known) > 0 {
+		cfg.Known = func(brokerID int64, memberID string) bool {
+			return slices.Contains(known, SyncMember{MemberID: memberID, BrokerID: brokerID, Addr: fmt.Sprintf("slave-%d:10911", brokerID)})
 		}
 	}
 	sc.t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -273,6 +294,9 @@ func (sc *trackerScript) status(out *strings.Builder) {
 		}
 		if s.Leaving {
 			out.WriteString(" leaving")
+		}
+		if s.Session == 0 && !s.DisconnectedAt.IsZero() {
+			fmt.Fprintf(out, " disconnected=%s", sc.at(s.DisconnectedAt))
 		}
 		fmt.Fprintf(out, " in-sync=%v counted=%v lag=%dB/%s\n", s.InSync, s.Counted,
 			LagBytes(s.Progress(sc.now), sc.end), s.LagTime(sc.now, sc.end))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -170,6 +171,28 @@ func checkInvariants(t testing.TB, tb *routeTable) {
 			if _, ok := tb.topics[topic][name]; !ok {
 				t.Errorf("group %q lists topic %q without queue data", name, topic)
 			}
+		}
+	}
+	byPeer := map[*rpc.Peer]int{}
+	for _, lb := range tb.live {
+		if lb.peer != nil {
+			byPeer[lb.peer]++
+		}
+	}
+	if !maps.Equal(byPeer, tb.perPeer) {
+		t.Errorf("brokers counted per connection %v, live brokers per connection %v", tb.perPeer, byPeer)
+	}
+	if len(tb.gone) > maxGoneGroups {
+		t.Errorf("%d gone groups' master epochs kept, at most %d allowed", len(tb.gone), maxGoneGroups)
+	}
+	for name := range tb.gone {
+		if _, ok := tb.masterEpochs[name]; tb.groups[name] != nil || !ok {
+			t.Errorf("gone group %q has a group (%v) or no master epoch (%v)", name, tb.groups[name] != nil, !ok)
+		}
+	}
+	for name := range tb.masterEpochs {
+		if _, ok := tb.gone[name]; tb.groups[name] == nil && !ok {
+			t.Errorf("master epoch of group %q, neither live nor gone", name)
 		}
 	}
 	for addr, lb := range tb.live {

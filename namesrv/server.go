@@ -191,6 +191,7 @@ func (s *Server) scanExpired() {
 		s.log.Warn("broker expired: no registration in time", rmAttrs(rm,
 			slog.Duration("silentFor", now.Sub(rm.lastUpdate)),
 			slog.Duration("brokerExpiry", s.cfg.BrokerExpiry))...)
+		s.forgotEpochs(rm.epochsForgotten, "")
 	}
 }
 
@@ -201,6 +202,17 @@ func (s *Server) onDisconnect(p *rpc.Peer) {
 	}
 	for _, rm := range s.table.removePeer(p) {
 		s.log.Log(context.Background(), level, "broker removed: its connection closed", rmAttrs(rm, slog.String("remote", p.RemoteAddr()))...)
+		s.forgotEpochs(rm.epochsForgotten, p.RemoteAddr())
+	}
+}
+
+// forgotEpochs says, rate-limited, that n master epochs of groups with no member registered
+// were forgotten (routeTable.forgetGoneLocked); remote is the peer whose request or close
+// caused it ("" for the expiry scan).
+func (s *Server) forgotEpochs(n int, remote string) {
+	if n > 0 {
+		s.warn.Warn(s.log, "too many broker groups without a registered member: forgetting the master epochs of those gone longest",
+			"forgotten", n, "maxGoneGroups", maxGoneGroups, "remote", remote)
 	}
 }
 
@@ -287,7 +299,7 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 	}
 	if err != nil {
 		s.warn.Warn(s.log, "broker registration rejected", "cluster", r.hdr.ClusterName, "brokerName", r.hdr.BrokerName,
-			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "err", err)
+			"brokerId", r.hdr.BrokerID, "addr", r.hdr.BrokerAddr, "remote", req.Peer.RemoteAddr(), "err", err)
 		var stale *errStaleMaster
 		if errors.As(err, &stale) {
 			return rpc.Reply{Status: protocol.StatusNotMaster, Remark: err.Error(), MasterAddr: stale.current}
@@ -296,8 +308,12 @@ func (s *Server) registerBroker(req *rpc.Request) rpc.Reply {
 		if errors.As(err, &late) {
 			return rpc.Errorf(protocol.StatusServiceNotAvailable, "%v", err)
 		}
+		if errors.Is(err, errTooManyBrokers) {
+			return rpc.Errorf(protocol.StatusNoPermission, "%v", err)
+		}
 		return rpc.Errorf(protocol.StatusRequestMalformed, "%v", err)
 	}
+	s.forgotEpochs(res.epochsForgotten, req.Peer.RemoteAddr())
 	h := &r.hdr
 	attrs := []any{"cluster", h.ClusterName, "brokerName", h.BrokerName, "brokerId", h.BrokerID,
 		"addr", h.BrokerAddr, "haAddr", h.HAServerAddr, "dataVersion", h.DataVersion,
@@ -320,6 +336,7 @@ func (s *Server) unregisterBroker(req *rpc.Request) rpc.Reply {
 	}
 	if rm, ok := s.table.unregister(h.BrokerName, h.BrokerID, h.BrokerAddr); ok {
 		s.log.Info("broker unregistered", rmAttrs(rm, slog.String("remote", req.Peer.RemoteAddr()))...)
+		s.forgotEpochs(rm.epochsForgotten, req.Peer.RemoteAddr())
 	}
 	return rpc.Reply{}
 }

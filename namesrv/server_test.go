@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"reflect"
 	"strings"
@@ -656,4 +657,61 @@ func TestDeleteTopic(t *testing.T) {
 		t.Fatalf("an invalid topic name: %v, want TOPIC_INVALID", err)
 	}
 	checkInvariants(t, s.table)
+}
+
+// TestGoneGroupsBounded: registrations that name ever new broker groups (one address moving
+// from group to group, each left without a member) leave a bounded table: at most
+// maxGoneGroups master epochs of gone groups are kept, the longest gone forgotten first with a
+// line that says so, while a live group's epoch stays and still refuses a stale master.
+func TestGoneGroupsBounded(t *testing.T) {
+	var logs testutil.SyncBuffer
+	s := startServer(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	c := dial(t, s.Addr())
+	live := broker{cluster: "c", name: "live", id: 0, addr: "10.0.0.1:10911", epoch: 7}
+	mustRegister(t, c, live, nil)
+	const flood = maxGoneGroups + 500
+	for i := range flood {
+		mustRegister(t, c, broker{cluster: "c", name: fmt.Sprintf("flood-%d", i), id: 0, addr: "10.0.0.2:10911", epoch: 1}, nil)
+	}
+	s.table.mu.RLock()
+	epochs := len(s.table.masterEpochs)
+	s.table.mu.RUnlock()
+	// The live group, the flood's last group (its address is still registered) and the gone.
+	if want := maxGoneGroups + 2; epochs > want {
+		t.Fatalf("%d master epochs kept after %d groups came and went, want at most %d", epochs, flood, want)
+	}
+	if !strings.Contains(logs.String(), "forgetting the master epochs of those gone longest") {
+		t.Fatal("no line says gone groups' master epochs are forgotten")
+	}
+	if _, err := register(t, c, broker{cluster: "c", name: "live", id: 0, addr: "10.0.0.3:10911", epoch: 6}, nil); err == nil {
+		t.Fatal("a master of an older epoch than the live group's was accepted")
+	}
+}
+
+// TestBrokersPerConnectionBounded: registrations on one connection that each name a new broker
+// address are refused past maxBrokersPerConn, so that the tables stay bounded before the
+// entries expire; another connection registers as usual, and the connection's brokers go when
+// it closes.
+func TestBrokersPerConnectionBounded(t *testing.T) {
+	s := startServer(t, nil)
+	flood, other := dial(t, s.Addr()), dial(t, s.Addr())
+	const extra = 36
+	refused := 0
+	for i := range maxBrokersPerConn + extra {
+		b := broker{cluster: "c", name: fmt.Sprintf("flood-%d", i), id: 0, addr: fmt.Sprintf("10.0.%d.%d:10911", i/256, i%256)}
+		if _, err := register(t, flood, b, nil); err != nil {
+			if !errors.Is(err, protocol.StatusNoPermission) {
+				t.Fatalf("registration %d: %v", i, err)
+			}
+			refused++
+		}
+	}
+	if refused != extra || len(s.LiveBrokers()) != maxBrokersPerConn {
+		t.Fatalf("%d of %d registrations of new addresses on one connection refused, %d live; want %d refused, %d live",
+			refused, maxBrokersPerConn+extra, len(s.LiveBrokers()), extra, maxBrokersPerConn)
+	}
+	mustRegister(t, flood, broker{cluster: "c", name: "flood-0", id: 0, addr: "10.0.0.0:10911"}, nil) // a registered one goes on
+	mustRegister(t, other, g1m, nil)
+	_ = flood.Close()
+	testutil.Eventually(t, "the flood's brokers gone with its connection", func() bool { return len(s.LiveBrokers()) == 1 })
 }

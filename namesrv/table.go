@@ -59,9 +59,24 @@ type routeTable struct {
 	clusters map[string]map[string]struct{}  // cluster name -> group names
 	live     map[string]*liveBroker          // broker address -> live info
 	// masterEpochs is the newest master epoch registered per group name (kept when the group
-	// goes: a deposed master must not come back as master).
+	// goes: a deposed master must not come back as master). gone holds when each group that
+	// went had its last registration: at most maxGoneGroups of those epochs are kept, the
+	// longest gone forgotten first, so that registrations naming ever new groups leave a
+	// bounded table.
 	masterEpochs map[string]uint32
+	gone         map[string]time.Time
+	// perPeer counts the live brokers whose latest registration came on each connection: at
+	// most maxBrokersPerConn, so that one connection naming ever new addresses cannot grow the
+	// tables without bound before its entries expire or go with it.
+	perPeer map[*rpc.Peer]int
 }
+
+// maxBrokersPerConn caps the brokers registered on one connection (a broker registers its own
+// address on a connection of its own).
+const maxBrokersPerConn = 64
+
+// maxGoneGroups caps the master epochs kept of groups that have no member registered.
+const maxGoneGroups = 1024
 
 func newRouteTable() *routeTable {
 	return &routeTable{
@@ -71,6 +86,8 @@ func newRouteTable() *routeTable {
 		live:     make(map[string]*liveBroker),
 
 		masterEpochs: make(map[string]uint32),
+		gone:         make(map[string]time.Time),
+		perPeer:      make(map[*rpc.Peer]int),
 	}
 }
 
@@ -92,7 +109,14 @@ type registerResult struct {
 	displaced string
 	// queueDataUpdated is true when the registration replaced the group's queue data.
 	queueDataUpdated bool
+	// epochsForgotten counts the master epochs of gone groups forgotten (forgetGoneLocked) when
+	// the registration moved an address out of its last group.
+	epochsForgotten int
 }
+
+// errTooManyBrokers refuses a registration of a new address on a connection that registered
+// maxBrokersPerConn brokers.
+var errTooManyBrokers = fmt.Errorf("this connection registered %d brokers, the most one may: a broker registers its own address on a connection of its own", maxBrokersPerConn)
 
 // errClusterMismatch reports a registration into a group that belongs to another cluster.
 type errClusterMismatch struct{ group, have, want string }
@@ -132,6 +156,9 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 	defer t.mu.Unlock()
 	var res registerResult
 
+	if cur := t.live[h.BrokerAddr]; r.peer != nil && (cur == nil || cur.peer != r.peer) && t.perPeer[r.peer] >= maxBrokersPerConn {
+		return res, errTooManyBrokers
+	}
 	g := t.groups[h.BrokerName]
 	if h.BrokerID == 0 {
 		if cur := t.masterEpochs[h.BrokerName]; h.Epoch < cur && g != nil && g.addrs[0] != "" && g.addrs[0] != h.BrokerAddr {
@@ -173,6 +200,7 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 		}
 		t.groups[g.name] = g
 		t.addGroupToClusterLocked(g)
+		delete(t.gone, g.name)
 	}
 	if old, ok := g.addrs[h.BrokerID]; ok && old != h.BrokerAddr {
 		// Another address held this brokerId (a broker restarted on a new address, or two
@@ -182,6 +210,7 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 		if t.groups[g.name] == nil { // it was the last member
 			t.groups[g.name] = g
 			t.addGroupToClusterLocked(g)
+			delete(t.gone, g.name)
 		}
 	}
 	g.addrs[h.BrokerID] = h.BrokerAddr
@@ -189,6 +218,12 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 	if lb == nil {
 		lb = &liveBroker{}
 		t.live[h.BrokerAddr] = lb
+	}
+	if lb.peer != r.peer {
+		t.unpeerLocked(lb.peer)
+		if r.peer != nil {
+			t.perPeer[r.peer]++
+		}
 	}
 	*lb = liveBroker{
 		cluster:      h.ClusterName,
@@ -212,6 +247,7 @@ func (t *routeTable) register(r *registration) (registerResult, error) {
 			res.haServerAddr = ml.haServerAddr
 		}
 	}
+	res.epochsForgotten = t.forgetGoneLocked()
 	return res, nil
 }
 
@@ -273,6 +309,9 @@ type removed struct {
 	brokerID     int64
 	lastUpdate   time.Time
 	groupRemoved bool
+	// epochsForgotten is how many master epochs of gone groups the removal that this broker was
+	// the last of forgot to keep at most maxGoneGroups (forgetGoneLocked).
+	epochsForgotten int
 }
 
 // removeLocked takes the broker at addr out of the tables: its live entry, its membership and,
@@ -284,6 +323,7 @@ func (t *routeTable) removeLocked(addr string) (removed, bool) {
 		return removed{}, false
 	}
 	delete(t.live, addr)
+	t.unpeerLocked(lb.peer)
 	rm := removed{addr: addr, cluster: lb.cluster, brokerName: lb.brokerName, brokerID: lb.brokerID, lastUpdate: lb.lastUpdate}
 	g := t.groups[lb.brokerName]
 	if g == nil || g.addrs[lb.brokerID] != addr {
@@ -297,8 +337,45 @@ func (t *routeTable) removeLocked(addr string) (removed, bool) {
 		delete(t.groups, g.name)
 		t.removeGroupFromClusterLocked(g)
 		rm.groupRemoved = true
+		if _, ok := t.masterEpochs[g.name]; ok {
+			t.gone[g.name] = lb.lastUpdate
+		}
 	}
 	return rm, true
+}
+
+// unpeerLocked takes one broker off peer's count (nil: none counted). Caller holds mu for
+// writing.
+func (t *routeTable) unpeerLocked(peer *rpc.Peer) {
+	if peer == nil {
+		return
+	}
+	if t.perPeer[peer] <= 1 {
+		delete(t.perPeer, peer)
+		return
+	}
+	t.perPeer[peer]--
+}
+
+// forgetGoneLocked forgets the master epochs of the groups gone longest while more than
+// maxGoneGroups are kept, and returns how many it forgot. Caller holds mu for writing.
+func (t *routeTable) forgetGoneLocked() int {
+	n := len(t.gone) - maxGoneGroups
+	if n <= 0 {
+		return 0
+	}
+	names := slices.Collect(maps.Keys(t.gone))
+	slices.SortFunc(names, func(a, b string) int {
+		if c := t.gone[a].Compare(t.gone[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	for _, name := range names[:n] {
+		delete(t.gone, name)
+		delete(t.masterEpochs, name)
+	}
+	return n
 }
 
 // unregister removes the broker at addr if it is registered as brokerID of group brokerName.
@@ -309,7 +386,18 @@ func (t *routeTable) unregister(brokerName string, brokerID int64, addr string) 
 	if lb == nil || lb.brokerName != brokerName || lb.brokerID != brokerID {
 		return removed{}, false
 	}
-	return t.removeLocked(addr)
+	rm, ok := t.removeLocked(addr)
+	rm.epochsForgotten = t.forgetGoneLocked()
+	return rm, ok
+}
+
+// forgetGoneOf bounds the gone groups after the removals out and puts the count of master
+// epochs forgotten on the last of them. Caller holds mu for writing.
+func (t *routeTable) forgetGoneOf(out []removed) []removed {
+	if n := t.forgetGoneLocked(); n > 0 && len(out) > 0 {
+		out[len(out)-1].epochsForgotten = n
+	}
+	return out
 }
 
 // removePeer removes every broker whose latest registration came on peer.
@@ -324,7 +412,7 @@ func (t *routeTable) removePeer(peer *rpc.Peer) []removed {
 			}
 		}
 	}
-	return out
+	return t.forgetGoneOf(out)
 }
 
 // expire removes every broker whose last registration is older than now-expiry.
@@ -352,7 +440,7 @@ func (t *routeTable) expire(now time.Time, expiry time.Duration) []removed {
 			}
 		}
 	}
-	return out
+	return t.forgetGoneOf(out)
 }
 
 // deleteTopic removes the topic's queue data of every group and returns the groups that had

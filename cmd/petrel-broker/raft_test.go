@@ -269,31 +269,16 @@ func lastAckOn(s *sent, addr string) time.Time {
 // was given twice, and the three logs are byte-identical (so no (queue, offset) differs).
 func TestRaftPartitionedMaster(t *testing.T) {
 	c := newCluster(t)
-	real := testutil.FreePorts(t, 3)
-	// proxies[i][j] carries member i's Raft traffic to member j.
-	var proxies [3][3]*faultproxy.Proxy
-	for i := range 3 {
-		for j := range 3 {
-			if i == j {
-				continue
-			}
-			px, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", real[j]))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = px.Close() })
-			proxies[i][j] = px
-		}
+	mesh, err := faultproxy.StartMesh(testutil.FreeAddrs(t, 3)) // each member's Raft traffic to the others
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = mesh.Close() })
 	var ms []*proc
 	for i := range 3 {
 		var peers []string
 		for j := range 3 {
-			addr := fmt.Sprintf("127.0.0.1:%d", real[j])
-			if j != i {
-				addr = proxies[i][j].Addr()
-			}
-			peers = append(peers, fmt.Sprintf("b%d-%s", j+1, addr))
+			peers = append(peers, fmt.Sprintf("b%d-%s", j+1, mesh.Addr(i, j)))
 		}
 		ms = append(ms, c.addBroker("broker-r", int64(i+1), "SYNC_MASTER", "enableRaftHA=true", fmt.Sprintf("raftSelfId=b%d", i+1),
 			"raftPeers="+strings.Join(peers, ";"), "minInSyncReplicas=2"))
@@ -308,11 +293,8 @@ func TestRaftPartitionedMaster(t *testing.T) {
 
 	k := slices.Index(ms, old)
 	cutAt := time.Now()
-	for j := range 3 {
-		if j != k {
-			proxies[k][j].Partition()
-			proxies[j][k].Partition()
-		}
+	for _, p := range mesh.Of(k) {
+		p.Partition()
 	}
 	rest := slices.DeleteFunc(slices.Clone(ms), func(p *proc) bool { return p == old })
 	nm := masterOf(t, a, rest)
@@ -333,13 +315,7 @@ func TestRaftPartitionedMaster(t *testing.T) {
 	if lastAckOn(s, nm.addr).Before(cutAt) {
 		t.Fatalf("no send acknowledged by the new master")
 	}
-	for i := range 3 {
-		for j := range 3 {
-			if i != j {
-				proxies[i][j].Heal()
-			}
-		}
-	}
+	mesh.HealAll()
 	syncedMaster(t, a, ms)
 	time.Sleep(time.Second)
 	stopLoad()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,10 +62,27 @@ type Guarded struct {
 	refusedMsg, silentMsg, stalledMsg, writeMsg, junkMsg string
 	warn                                                 ratelog.Reasons
 
-	mu     sync.Mutex // a leaf: the accepted connections, closed with the listener
+	mu     sync.Mutex // a leaf: the accepted connections, closed with the listener, and pending
 	conns  map[*guardedConn]struct{}
 	closed bool
+	// pending holds the server's lines about a connection it did not name (ServerFailed), oldest
+	// first, until the server closes that connection.
+	pending []serverLine
 }
+
+// serverLine is a line of the server waiting for the connection it is about.
+type serverLine struct {
+	at   time.Time
+	msg  string
+	args []any
+}
+
+// Bounds of the lines waiting for their connection: a line no close claims within
+// serverLineWait is logged without an address, and at most maxPendingLines wait at once.
+const (
+	serverLineWait  = time.Second
+	maxPendingLines = 16
+)
 
 // Listen listens on addr (TCP) under cfg's rules.
 func Listen(addr string, cfg GuardConfig) (*Guarded, error) {
@@ -115,12 +133,40 @@ func (g *Guarded) Close() error {
 	for c := range g.conns {
 		conns = append(conns, c)
 	}
+	pending := g.pending
+	g.pending = nil
 	g.mu.Unlock()
 	err := g.ln.Close()
 	for _, c := range conns {
 		_ = c.Close()
 	}
+	for _, l := range pending {
+		g.warn.Warn(g.cfg.Logger, l.msg, l.args...)
+	}
 	return err
+}
+
+// ServerFailed takes a WARN line the server logs about a request it could not serve on one of
+// this listener's connections without naming that connection (hashicorp/raft's transport logs
+// that it failed to decode a peer's command, then closes the connection, on the connection's
+// goroutine): the line is logged, rate-limited, with "remote" the address of the next
+// connection the server closes that did not end at EOF, and otherwise waits for that close (at
+// most serverLineWait, after which it is logged without an address). Two such failures at the
+// same moment may swap their texts, never their addresses: each line names a connection the
+// server gave up on. Safe for concurrent use.
+func (g *Guarded) ServerFailed(msg string, args ...any) {
+	now := time.Now()
+	g.mu.Lock()
+	var stale []serverLine
+	for len(g.pending) > 0 && (now.Sub(g.pending[0].at) > serverLineWait || len(g.pending) >= maxPendingLines) {
+		stale = append(stale, g.pending[0])
+		g.pending = g.pending[1:]
+	}
+	g.pending = append(g.pending, serverLine{at: now, msg: msg, args: args})
+	g.mu.Unlock()
+	for _, l := range stale {
+		g.warn.Warn(g.cfg.Logger, l.msg, l.args...)
+	}
 }
 
 // Addr returns the address listened on.
@@ -147,12 +193,24 @@ type guardedConn struct {
 	head     [maxOpeningLen]byte
 	headN    int
 	screened bool
+	// eof is set once a read returned io.EOF (the peer closed, or the guard ended the
+	// connection and logged why): the server's close then is no failure of its own to report.
+	eof atomic.Bool
 }
 
 // Read reads within the request's deadline. A deadline passed, a probe, or the connection
 // closed here reads as io.EOF once the reason is logged: the server need not log a failed
 // decode as well.
 func (c *guardedConn) Read(p []byte) (int, error) {
+	n, err := c.read(p)
+	if err == io.EOF {
+		c.eof.Store(true)
+	}
+	return n, err
+}
+
+// read is Read but for noting the end of the connection.
+func (c *guardedConn) read(p []byte) (int, error) {
 	var deadline time.Time // zero: between requests, none
 	if !c.started.IsZero() {
 		deadline = c.started.Add(c.g.cfg.FrameTimeout)
@@ -218,10 +276,21 @@ func (c *guardedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the connection and forgets it.
+// Close closes the connection and forgets it. The server's first close of a connection that
+// did not end at EOF, while the listener is open, claims the oldest line of ServerFailed.
 func (c *guardedConn) Close() error {
+	var line serverLine
+	claimed := false
 	c.g.mu.Lock()
+	_, open := c.g.conns[c]
 	delete(c.g.conns, c)
+	if open && !c.g.closed && !c.eof.Load() && len(c.g.pending) > 0 {
+		line, claimed = c.g.pending[0], true
+		c.g.pending = c.g.pending[1:]
+	}
 	c.g.mu.Unlock()
+	if claimed {
+		c.g.warn.Warn(c.g.cfg.Logger, line.msg, append(line.args, "remote", c.remote)...)
+	}
 	return c.Conn.Close()
 }
