@@ -87,8 +87,8 @@ func headerGens() map[string]*rapid.Generator[codec] {
 			has, inc := incarnationGen(t)
 			return &OffsetHeader{Offset: rapid.Int64().Draw(t, "o"), Incarnation: inc, HasIncarnation: has}
 		}),
-		"TopicConfig":  c(func(t *rapid.T) codec { v := topicConfigGen().Draw(t, "tc"); return &v }),
-		"TopicHeader":  c(func(t *rapid.T) codec { return &TopicHeader{Topic: topicGen().Draw(t, "t")} }),
+		"TopicConfig": c(func(t *rapid.T) codec { v := topicConfigGen().Draw(t, "tc"); return &v }),
+		"TopicHeader": c(func(t *rapid.T) codec { return &TopicHeader{Topic: topicGen().Draw(t, "t")} }),
 		"GroupHeader": c(func(t *rapid.T) codec {
 			return &GroupHeader{ConsumerGroup: groupGen().Draw(t, "g"), Topic: topicGen().Draw(t, "t")}
 		}),
