@@ -71,7 +71,12 @@ type Handler func(ctx context.Context, msgs []MessageExt) error
 // every WithCommitInterval, with pulls, on release and when Run returns; a committed offset
 // never moves backwards, except that a pull answered OFFSET_MOVED by a master (the requested
 // offset is outside the queue: truncated or replaced) continues at, and commits, the offset the
-// broker gives, logged.
+// broker gives, logged. Positions and commits carry the queue's incarnation, the life of the
+// queue they belong to: a queue created again (its topic deleted and re-created, or its
+// master's store lost) starts at offset 0 again, and when a master answers with another life
+// than the position's, the consumer delivers nothing of that answer, logs "queue reborn"
+// (counted in Stats.QueuesReborn) and consumes the new life from its first stored message; the
+// brokers never apply a commit or committed offset of one life to another.
 //
 // Master and slaves: the consumer pulls each queue from the member of its broker group the last
 // pull response suggested (SuggestBrokerID; the master first), falling back to the master, then
