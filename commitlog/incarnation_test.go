@@ -18,6 +18,14 @@ func steppingClock() func() time.Time {
 	return func() time.Time { return time.UnixMilli(ms.Add(1)) }
 }
 
+// openClocked opens a store in a new directory with a steppingClock, and a model of it.
+func openClocked(t *testing.T) (Config, *Store, *model) {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	cfg.Now = steppingClock()
+	return cfg, mustOpen(t, cfg), newModel()
+}
+
 // incarnations returns the incarnation of every queue of s.
 func incarnations(s *Store) map[QueueID]uint64 {
 	out := map[QueueID]uint64{}
@@ -30,10 +38,7 @@ func incarnations(s *Store) map[QueueID]uint64 {
 // TestQueueIncarnation: a queue's incarnation is fixed by its first batch, served with every
 // read, kept across a restart, and another one when the topic is deleted and created again.
 func TestQueueIncarnation(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.Now = steppingClock()
-	s := mustOpen(t, cfg)
-	m := newModel()
+	cfg, s, m := openClocked(t)
 	if got := s.QueueIncarnation([]byte("T"), 0); got != 0 {
 		t.Fatalf("incarnation of a queue that does not exist: %#x, want 0", got)
 	}
@@ -112,10 +117,7 @@ func equalIncarnations(a, b map[QueueID]uint64) bool {
 // version) has incarnation 0, unless recovery indexes its first batch again (then it has the
 // value the batch fixes, the one every member computes).
 func TestQueueIncarnationLegacy(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.Now = steppingClock()
-	s := mustOpen(t, cfg)
-	m := newModel()
+	cfg, s, m := openClocked(t)
 	for i := range 20 {
 		appendRec(t, s, m, "L", int32(i%2), 1, []byte("legacy"))
 	}
