@@ -104,16 +104,19 @@ func (b *Broker) replyConsumerOffset(req request) rpc.Reply {
 		if h.Offset < 0 {
 			return rpc.Errorf(protocol.StatusRequestMalformed, "negative offset %d", h.Offset)
 		}
-		if err := b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset, req.cs.remote); err != nil {
+		if err := b.commitOffset([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID, h.Offset, h.Incarnation, req.cs.remote); err != nil {
 			return rpc.Errorf(protocol.StatusNoPermission, "%v", err)
 		}
 		return rpc.Reply{}
 	}
-	off, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)
+	// An offset of an earlier life of the queue comes back as the current life's min offset
+	// (offsetTable.get), for every client: the group starts over there, whatever its
+	// ConsumeFrom, since everything in the new life came after its old position.
+	c, ok := b.offsets.get([]byte(h.ConsumerGroup), []byte(h.Topic), h.QueueID)
 	if !ok {
 		return rpc.Errorf(protocol.StatusQueryNotFound, "no committed offset for group %s on %s queue %d", h.ConsumerGroup, h.Topic, h.QueueID)
 	}
-	return rpc.Reply{Header: &protocol.OffsetHeader{Offset: off}}
+	return rpc.Reply{Header: &protocol.OffsetHeader{Offset: c.off, Incarnation: c.inc, HasIncarnation: h.HasIncarnation}}
 }
 
 // replyTopicStats serves CodeGetTopicStatsInfo.

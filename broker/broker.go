@@ -84,6 +84,7 @@ type Broker struct {
 	syncConn  *rpc.Conn   // a slave's connection to its master for the config/offset sync
 	syncLog   ratelog.Limiter
 	offsetLog ratelog.Limiter // consumer offsets lowered to their queues' max offsets
+	lifeLog   ratelog.Limiter // consumer offsets of another life of their queue, left out
 
 	registrar *registrar
 	stop      chan struct{}
@@ -150,7 +151,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 	}
 	// Offsets are checked against the log from now on, those loaded too: recovery, or the
 	// truncation this start carries out, may have cut queues below what groups committed.
-	offsets.maxOffset = store.MaxOffset
+	offsets.log = store
 	offsets.maxGroups = cfg.MaxConsumerGroups
 	if n, first := offsets.clampToLog(); n > 0 {
 		logger.Warn("consumer offsets loaded beyond the max offsets of the recovered log were lowered to them", "lowered", n, "first", first)

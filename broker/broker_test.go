@@ -202,9 +202,15 @@ func TestSendPullRoundTrip(t *testing.T) {
 		if p.hdr.Result != protocol.PullNoNewMessage || p.hdr.MaxOffset != off {
 			t.Fatalf("queue %d at end: %+v", q, p.hdr)
 		}
+		// Past the end: to the max offset for a consumer of the queue's life (it read
+		// everything below), else to the min offset, skipping no stored message.
 		p = pull(t, c, "TopicA", q, off+10, 0)
-		if p.hdr.Result != protocol.PullOffsetMoved || p.hdr.NextQueueOffset != off {
+		if p.hdr.Result != protocol.PullOffsetMoved || p.hdr.NextQueueOffset != 0 || p.hdr.HasIncarnation {
 			t.Fatalf("queue %d past end: %+v", q, p.hdr)
+		}
+		inc := b.store.QueueIncarnation([]byte("TopicA"), q)
+		if h := pullLife(t, c, "TopicA", q, off+10, inc); h.Result != protocol.PullOffsetMoved || h.NextQueueOffset != off || h.Incarnation != inc || inc == 0 {
+			t.Fatalf("queue %d past end, of the queue's life %#x: %+v", q, inc, h)
 		}
 	}
 	// A pull from the middle of the batch returns the whole batch; the consumer skips.

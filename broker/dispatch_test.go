@@ -81,10 +81,14 @@ func TestDispatchDataPathAllocs(t *testing.T) {
 	commit := requestFrame(t, protocol.CodePullMessage, &protocol.PullRequestHeader{
 		ConsumerGroup: "g", Topic: "Hot", QueueOffset: 0, MaxMessages: 1, MaxBytes: 1 << 20, CommitOffset: 1,
 	}, nil)
+	withLife := requestFrame(t, protocol.CodePullMessage, &protocol.PullRequestHeader{
+		ConsumerGroup: "g", Topic: "Hot", QueueOffset: 0, MaxMessages: 1, MaxBytes: 1 << 20, CommitOffset: 1,
+		Incarnation: p.b.store.QueueIncarnation([]byte("Hot"), 0), HasIncarnation: true,
+	}, nil)
 	for _, tc := range []struct {
 		name string
 		f    protocol.Frame
-	}{{"send", p.send}, {"pull", p.pull}, {"pull with a commit", commit}} {
+	}{{"send", p.send}, {"pull", p.pull}, {"pull with a commit", commit}, {"pull with a commit and the queue's incarnation", withLife}} {
 		p.serve(tc.f) // scratch buffers grown once
 		if n := testing.AllocsPerRun(200, func() { p.serve(tc.f) }); n != 0 {
 			t.Errorf("dispatch of a %s: %v allocations, want 0", tc.name, n)

@@ -408,7 +408,11 @@ func (c *brokerCollector) consumerLags() []groupLag {
 			out = append(out, groupLag{group: o.ConsumerGroup, topic: o.Topic})
 		}
 		key = append(key[:0], o.Topic...)
-		out[len(out)-1].lag += max(c.b.store.MaxOffset(key, o.QueueID)-o.Offset, 0)
+		pos := o.Offset
+		if otherLife(o.Incarnation, c.b.store.QueueIncarnation(key, o.QueueID)) { // the queue was created again
+			pos = c.b.store.MinOffset(key, o.QueueID)
+		}
+		out[len(out)-1].lag += max(c.b.store.MaxOffset(key, o.QueueID)-pos, 0)
 	}
 	return out
 }

@@ -205,18 +205,34 @@ func TestClampLogged(t *testing.T) {
 	for i := 0; i < 50; i++ { // one line, not one per commit
 		commitOffset(t, c, "g", "T", 0, 100+int64(i))
 	}
+	// Of a life not known (an older client's commit): lowered to the min offset, skipping no
+	// stored message.
 	var o protocol.OffsetHeader
-	if err := c.CallDecode(ctx5s(t), protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "g", Topic: "T"}, nil, &o, nil); err != nil || o.Offset != 3 {
-		t.Fatalf("committed offset %d, %v; want 3 (the max offset)", o.Offset, err)
+	if err := c.CallDecode(ctx5s(t), protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: "g", Topic: "T"}, nil, &o, nil); err != nil || o.Offset != 0 {
+		t.Fatalf("committed offset %d, %v; want 0 (the min offset)", o.Offset, err)
 	}
 	commitOffset(t, c, "g", "T", 0, 3) // exactly the max: valid, not logged
 	if n := strings.Count(logs.String(), `msg="a consumer offset committed beyond its queue's max offset`); n != 1 {
 		t.Fatalf("%d log lines about the lowered commits; want 1:\n%s", n, logs.String())
 	}
-	// A pull beyond the master's max answers OFFSET_MOVED with the queue's range.
+	// Of the queue's life: lowered to the max offset (the group read everything below it).
+	inc := b.store.QueueIncarnation([]byte("T"), 0)
+	h := protocol.ConsumerOffsetHeader{ConsumerGroup: "g2", Topic: "T", Offset: 50, Incarnation: inc, HasIncarnation: true}
+	if err := c.CallDecode(ctx5s(t), protocol.CodeUpdateConsumerOffset, &h, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.Offset = 0
+	if err := c.CallDecode(ctx5s(t), protocol.CodeQueryConsumerOffset, &h, nil, &o, nil); err != nil || o.Offset != 3 || o.Incarnation != inc || !o.HasIncarnation {
+		t.Fatalf("committed offset %+v, %v; want 3 (the max offset) of %#x", o, err, inc)
+	}
+	// A pull beyond the master's max answers OFFSET_MOVED with the queue's range, moving to
+	// the min offset (the life not known) or, of the queue's life, to the max.
 	p := pull(t, c, "T", 0, 100, 0)
-	if p.hdr.Result != protocol.PullOffsetMoved || p.hdr.NextQueueOffset != 3 || p.hdr.MinOffset != 0 || p.hdr.MaxOffset != 3 {
+	if p.hdr.Result != protocol.PullOffsetMoved || p.hdr.NextQueueOffset != 0 || p.hdr.MinOffset != 0 || p.hdr.MaxOffset != 3 {
 		t.Fatalf("pull beyond the max: %+v", p.hdr)
+	}
+	if ph := pullLife(t, c, "T", 0, 100, inc); ph.Result != protocol.PullOffsetMoved || ph.NextQueueOffset != 3 {
+		t.Fatalf("pull beyond the max, of the queue's life: %+v", ph)
 	}
 }
 

@@ -42,15 +42,17 @@ func (b *Broker) handlePull(cs *connState, f *protocol.Frame) {
 			b.replyError(cs, f, protocol.StatusRequestMalformed, err.Error(), "")
 			return
 		}
-		_ = b.commitOffset(req.ConsumerGroup, req.Topic, req.QueueID, req.CommitOffset, cs.remote) // the pull is served all the same; the line says why nothing was recorded
+		_ = b.commitOffset(req.ConsumerGroup, req.Topic, req.QueueID, req.CommitOffset, req.Incarnation, cs.remote) // the pull is served all the same; the line says why nothing was recorded
 	}
 	p := pullParams{
-		id:       f.RequestID,
-		topic:    req.Topic,
-		queueID:  req.QueueID,
-		offset:   req.QueueOffset,
-		maxMsgs:  clamp32(req.MaxMessages, 1, int32(b.cfg.MaxPullMessages)),
-		maxBytes: int(clamp32(req.MaxBytes, 1, int32(b.cfg.MaxPullBytes))),
+		id:          f.RequestID,
+		topic:       req.Topic,
+		queueID:     req.QueueID,
+		offset:      req.QueueOffset,
+		maxMsgs:     clamp32(req.MaxMessages, 1, int32(b.cfg.MaxPullMessages)),
+		maxBytes:    int(clamp32(req.MaxBytes, 1, int32(b.cfg.MaxPullBytes))),
+		incarnation: req.Incarnation,
+		hasInc:      req.HasIncarnation,
 	}
 	if b.pullOnce(cs, &p, false) {
 		return
@@ -73,6 +75,10 @@ type pullParams struct {
 	offset   int64
 	maxMsgs  int32
 	maxBytes int
+	// incarnation is the life of the queue offset belongs to (0: not known); hasInc says the
+	// client reads the incarnation in the answer.
+	incarnation uint64
+	hasInc      bool
 }
 
 func clamp32(v, lo, hi int32) int32 {
@@ -100,7 +106,14 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 		MinOffset:       rr.MinOffset,
 		MaxOffset:       rr.MaxOffset,
 		NextQueueOffset: p.offset,
+		Incarnation:     rr.Incarnation,
+		HasIncarnation:  p.hasInc,
 	}
+	// The consumer's offset is of another life of the queue than this member's (the queue was
+	// created again: its topic deleted and re-created, or the store lost): the offset means
+	// nothing here, wherever it falls. A master moves the consumer to the first stored message
+	// of this life; a slave, whose log may be the stale one, sends it to the master (below).
+	reborn := rr.Status != commitlog.NoQueue && otherLife(p.incarnation, rr.Incarnation)
 	// A slave has only what it replicated: past its end the master may have more, so it never
 	// answers "nothing new" or "offset moved" for an offset beyond its end while the master is
 	// alive, nor "offset moved" to a lower offset ever: it sends the consumer to the master. A
@@ -114,7 +127,7 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 	// from it could send the consumer back over what it already consumed). Between roles it
 	// serves only what it holds below the high watermark.
 	moved := rr.Status == commitlog.OffsetTooSmall || rr.Status == commitlog.OffsetOverflow ||
-		(rr.Status == commitlog.NoQueue && p.offset != 0)
+		(rr.Status == commitlog.NoQueue && p.offset != 0) || reborn
 	notMaster := r.master == nil && (moved || (r.slave == nil && rr.Status != commitlog.Found))
 	// A master of a Raft-elected SYNC group moves an offset only while its in-sync slaves are
 	// heard from: one that was stalled or cut off may be deposed without knowing it yet, and its
@@ -130,6 +143,9 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 		return false
 	case slaveBehind, notMaster:
 		hdr.Result = protocol.PullNotHere
+	case reborn:
+		hdr.Result = protocol.PullOffsetMoved
+		hdr.NextQueueOffset = rr.MinOffset
 	case rr.Status == commitlog.Found:
 		hdr.Result = protocol.PullFound
 		hdr.NextQueueOffset = rr.NextQueueOffset
@@ -149,9 +165,18 @@ func (b *Broker) pullOnce(cs *connState, p *pullParams, final bool) bool {
 			hdr.Result = protocol.PullOffsetMoved
 			hdr.NextQueueOffset = 0
 		}
-	default: // OffsetTooSmall, OffsetOverflow
+	case rr.Status == commitlog.OffsetOverflow:
+		// The log holds less than the consumer's position: this member lost entries (or the
+		// position is of another log). Move to a position that skips no stored message.
+		hdr.Result = protocol.PullOffsetMoved
+		hdr.NextQueueOffset = overflowTarget(p.incarnation, queueLife{min: rr.MinOffset, max: rr.MaxOffset, inc: rr.Incarnation})
+	default: // OffsetTooSmall: retention removed the offset; the min offset is the next stored
 		hdr.Result = protocol.PullOffsetMoved
 		hdr.NextQueueOffset = rr.NextQueueOffset
+	}
+	if hdr.Result != protocol.PullFound && len(rr.Slices) > 0 { // found, but not to be served
+		rr.Release()
+		rr.Bytes, rr.Messages = 0, 0
 	}
 	if hdr.Result != protocol.PullNotHere && (r.master != nil || r.slave != nil) {
 		hdr.SuggestBrokerID = b.readSuggestion(r, p.topic, p.queueID, hdr.NextQueueOffset)

@@ -390,7 +390,21 @@ func pullQueue(t testing.TB, c *rpc.Conn, topic string, qid int32, end int64) ma
 // dropped).
 func pullSome(t testing.TB, c *rpc.Conn, topic string, qid int32, off int64, maxMsgs int32, pollMs int32) protocol.PullResponseHeader {
 	t.Helper()
-	req := protocol.PullRequestHeader{ConsumerGroup: "g", Topic: topic, QueueID: qid, QueueOffset: off, MaxMessages: maxMsgs, MaxBytes: 1 << 20, PollTimeoutMs: pollMs, CommitOffset: -1}
+	return pullRequest(t, c, protocol.PullRequestHeader{ConsumerGroup: "g", Topic: topic, QueueID: qid, QueueOffset: off, MaxMessages: maxMsgs,
+		MaxBytes: 1 << 20, PollTimeoutMs: pollMs, CommitOffset: -1})
+}
+
+// pullLife is pullSome (at most 100 messages, no wait) of a client that knows the position to
+// be of the queue's incarnation inc (0: it knows none).
+func pullLife(t testing.TB, c *rpc.Conn, topic string, qid int32, off int64, inc uint64) protocol.PullResponseHeader {
+	t.Helper()
+	return pullRequest(t, c, protocol.PullRequestHeader{ConsumerGroup: "g", Topic: topic, QueueID: qid, QueueOffset: off, MaxMessages: 100,
+		MaxBytes: 1 << 20, CommitOffset: -1, Incarnation: inc, HasIncarnation: true})
+}
+
+// pullRequest sends req and returns the answer's header, checking its body.
+func pullRequest(t testing.TB, c *rpc.Conn, req protocol.PullRequestHeader) protocol.PullResponseHeader {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := c.Call(ctx, protocol.CodePullMessage, &req, nil)

@@ -584,7 +584,9 @@ func TestPullSuggestions(t *testing.T) {
 	expect("master, far behind", pullSome(t, mc, "Sug", 0, 0, 1, 0), protocol.PullFound, 10, 1)
 	expect("master, near the end", pullSome(t, mc, "Sug", 0, max0-5, 100, 0), protocol.PullFound, max0, 0)
 	expect("master, at the end", pullSome(t, mc, "Sug", 0, max0, 100, 0), protocol.PullNoNewMessage, max0, 0)
-	expect("master, past the end", pullSome(t, mc, "Sug", 0, max0+5, 100, 0), protocol.PullOffsetMoved, max0, 0)
+	expect("master, past the end", pullSome(t, mc, "Sug", 0, max0+5, 100, 0), protocol.PullOffsetMoved, 0, 1) // the min: life not known
+	expect("master, past the end, of the queue's life", pullLife(t, mc, "Sug", 0, max0+5, m.store.QueueIncarnation([]byte("Sug"), 0)),
+		protocol.PullOffsetMoved, max0, 0)
 	expect("master, empty queue", pullSome(t, mc, "Sug", 1, 0, 100, 0), protocol.PullNoNewMessage, 0, 0)
 	expect("master, past an empty queue", pullSome(t, mc, "Sug", 1, 3, 100, 0), protocol.PullOffsetMoved, 0, 0)
 
@@ -702,10 +704,11 @@ func (w *offsetWatch) sample() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for id, b := range bs {
-		off, ok := b.offsets.get(w.group, w.topic, w.qid)
+		c, ok := b.offsets.get(w.group, w.topic, w.qid)
 		if !ok {
 			continue
 		}
+		off := c.off
 		if prev, seen := w.last[b]; seen && off < prev {
 			w.backwards = append(w.backwards, fmt.Sprintf("member %d: %d -> %d", id, prev, off))
 		}
@@ -763,11 +766,11 @@ func TestConfigAndOffsetSync(t *testing.T) {
 	hc.waitCaughtUp(1)
 	w := watchOffsets(hc, "grp", "Synced", 2)
 	query := func(b *Broker) int64 {
-		off, ok := b.offsets.get([]byte("grp"), []byte("Synced"), 2)
+		c, ok := b.offsets.get([]byte("grp"), []byte("Synced"), 2)
 		if !ok {
 			return -1
 		}
-		return off
+		return c.off
 	}
 	commitOffset(t, mc, "grp", "Synced", 2, 40)
 	testutil.Eventually(t, "slave has the master's commit", func() bool { return query(s) == 40 })
@@ -1209,8 +1212,8 @@ func TestConsumeFromSlavesWhenMasterDown(t *testing.T) {
 	m = hc.start(0)
 	for q, msgs := range want {
 		testutil.Eventually(t, fmt.Sprintf("master has queue %d's committed offset", q), func() bool {
-			off, ok := m.offsets.get([]byte("orphans"), []byte("Orphan"), q)
-			return ok && off == int64(len(msgs))
+			c, ok := m.offsets.get([]byte("orphans"), []byte("Orphan"), q)
+			return ok && c.off == int64(len(msgs))
 		})
 	}
 }

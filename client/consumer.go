@@ -71,7 +71,12 @@ type Handler func(ctx context.Context, msgs []MessageExt) error
 // every WithCommitInterval, with pulls, on release and when Run returns; a committed offset
 // never moves backwards, except that a pull answered OFFSET_MOVED by a master (the requested
 // offset is outside the queue: truncated or replaced) continues at, and commits, the offset the
-// broker gives, logged.
+// broker gives, logged. Positions and commits carry the queue's incarnation, the life of the
+// queue they belong to: a queue created again (its topic deleted and re-created, or its
+// master's store lost) starts at offset 0 again, and when a master answers with another life
+// than the position's, the consumer delivers nothing of that answer, logs "queue reborn"
+// (counted in Stats.QueuesReborn) and consumes the new life from its first stored message; the
+// brokers never apply a commit or committed offset of one life to another.
 //
 // Master and slaves: the consumer pulls each queue from the member of its broker group the last
 // pull response suggested (SuggestBrokerID; the master first), falling back to the master, then
@@ -108,7 +113,7 @@ type Consumer struct {
 	queues map[MessageQueue]*queueState
 	// left holds, for each queue released and not assigned again since, the position this
 	// consumer had reached (queueState.resumeAt).
-	left map[MessageQueue]int64
+	left map[MessageQueue]leftAt
 	// running holds the puller of every assigned queue (stopped ones included): its keys are
 	// the assignment.
 	running map[MessageQueue]*puller
@@ -118,8 +123,9 @@ type Consumer struct {
 	pullErrors atomic.Int64
 	rebalances atomic.Int64
 	// offsetMoved counts the OFFSET_MOVED answers followed, offsetMovedBack those that moved
-	// the position to a lower offset.
+	// the position to a lower offset; reborn the queues found created again.
 	offsetMoved, offsetMovedBack atomic.Int64
+	reborn                       atomic.Int64
 	served                       servedCounts
 }
 
@@ -170,8 +176,18 @@ type queueState struct {
 	// resumeAt is where this consumer stopped when it last released the queue (-1: never): its
 	// puller starts there when the group's committed offset is lower (the commit at the
 	// release failed, or the broker lost it), so taking a queue back redelivers nothing this
-	// consumer already handled. Set before the puller starts.
-	resumeAt int64
+	// consumer already handled; but not when the committed offset is of another life of the
+	// queue than resumeInc, resumeAt's (the queue was created again meanwhile). Set before the
+	// puller starts.
+	resumeAt  int64
+	resumeInc uint64
+}
+
+// leftAt is where this consumer stopped on a queue it released, and the incarnation of the
+// queue that position belongs to.
+type leftAt struct {
+	off int64
+	inc uint64
 }
 
 type puller struct {
@@ -467,7 +483,7 @@ func (co *Consumer) startPullerLocked(ctx context.Context, qs *queueState, h Han
 // so the position carries over unchanged from one member to the next.
 func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 	mq := qs.mq
-	offset := qs.offsets.consumed.Load()
+	offset, _, _ := qs.offsets.position()
 	st := newPullState(co.cfg.readBrokerID)
 	// fail counts and logs a failure involving broker (an address, or the broker group's name
 	// when no address is known) and waits before the retry; false means ctx ended.
@@ -487,15 +503,17 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		return sleepCtx(ctx, st.backoff)
 	}
 	for offset < 0 {
-		off, committed, err := co.startOffset(ctx, mq, true)
+		off, committed, inc, err := co.startOffset(ctx, mq, true)
 		if err == nil {
-			if qs.resumeAt > off {
-				// Queue offsets are assigned once: everything below resumeAt was handled here.
+			if qs.resumeAt > off && !otherLife(qs.resumeInc, inc) {
+				// Queue offsets are assigned once in a life: everything below resumeAt was
+				// handled here.
 				co.log.Info("resuming a queue taken back where this consumer left it, past the group's committed offset",
 					"queue", mq.String(), "committed", off, "resumeAt", qs.resumeAt)
 				off, committed = qs.resumeAt, false
+				inc = max(inc, qs.resumeInc) // the one known, if only one is
 			}
-			qs.offsets.start(off, committed)
+			qs.offsets.start(off, committed, inc)
 			offset = off
 			break
 		}
@@ -545,19 +563,27 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 		if pick.wait > 0 && !sleepCtx(ctx, pick.wait) {
 			return
 		}
+		// The position and the commit carry the incarnation of the queue they belong to, so
+		// that neither is applied to another life of the queue.
+		v, inc, commit := qs.offsets.toCommit()
+		if !commit {
+			_, _, inc = qs.offsets.position()
+		}
 		hdr := protocol.PullRequestHeader{
-			ConsumerGroup: co.group,
-			Topic:         co.topic,
-			QueueID:       mq.QueueID,
-			QueueOffset:   offset,
-			MaxMessages:   co.cfg.maxMessages,
-			MaxBytes:      co.cfg.maxBytes,
-			PollTimeoutMs: int32(co.cfg.pollTimeout / time.Millisecond),
-			CommitOffset:  -1,
+			ConsumerGroup:  co.group,
+			Topic:          co.topic,
+			QueueID:        mq.QueueID,
+			QueueOffset:    offset,
+			MaxMessages:    co.cfg.maxMessages,
+			MaxBytes:       co.cfg.maxBytes,
+			PollTimeoutMs:  int32(co.cfg.pollTimeout / time.Millisecond),
+			CommitOffset:   -1,
+			Incarnation:    inc,
+			HasIncarnation: true,
 		}
 		// The commit rides with the pull to whichever member serves it: a slave merges the
 		// offsets it receives into its master's (the larger wins).
-		if v, ok := qs.offsets.toCommit(); ok {
+		if commit {
 			hdr.CommitOffset = v
 		}
 		conn, err := co.c.pool.get(ctx, addr)
@@ -584,12 +610,12 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			continue
 		}
 		var rh protocol.PullResponseHeader
-		o := pullOutcome{kind: pullAnswered, id: brokerID, offset: offset}
+		o := pullOutcome{kind: pullAnswered, id: brokerID, offset: offset, known: inc}
 		derr := rh.ReadFrom(resp.Header)
 		if derr != nil {
 			o.kind = pullGarbled
 		} else {
-			o.result, o.suggest, o.next = rh.Result, rh.SuggestBrokerID, rh.NextQueueOffset
+			o.result, o.suggest, o.next, o.incarnation = rh.Result, rh.SuggestBrokerID, rh.NextQueueOffset, rh.Incarnation
 		}
 		var r pullReaction
 		st, r = st.after(o)
@@ -597,7 +623,26 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			co.c.memberOK(addr)
 		}
 		if hdr.CommitOffset >= 0 && r.commitHeld {
-			qs.offsets.confirm(hdr.CommitOffset)
+			qs.offsets.confirm(hdr.CommitOffset, hdr.Incarnation)
+		}
+		if r.learn {
+			qs.offsets.learn(rh.Incarnation)
+		}
+		if r.reborn {
+			// The master holds another life of the queue than the one the position belongs
+			// to (the queue was created again: its topic deleted and re-created, or the
+			// broker's store lost). Nothing of the old position applies: everything the new
+			// life holds came after it, so the consumer starts at its first stored message,
+			// and the answer's messages, if any, are not delivered.
+			resp.Release()
+			co.reborn.Add(1)
+			co.log.Warn("queue reborn: the broker holds a new life of the queue; consuming it from its first stored message",
+				"queue", mq.String(), "from", offset, "to", rh.MinOffset, "incarnation", fmt.Sprintf("%#x", inc),
+				"newIncarnation", fmt.Sprintf("%#x", rh.Incarnation), "max", rh.MaxOffset, "broker", addr)
+			offset = rh.MinOffset
+			qs.offsets.reborn(offset, rh.Incarnation)
+			qs.maxOffset.Store(rh.MaxOffset)
+			continue
 		}
 		if derr != nil {
 			resp.Release()
@@ -758,10 +803,10 @@ func (co *Consumer) deliver(ctx context.Context, h Handler, msgs []MessageExt, m
 // startOffset returns where the group starts on mq: its committed offset (committed true), or
 // the min or max offset per ConsumeFrom. It asks the pinned member (WithReadBrokerID), else the
 // group's master, falling back to the other members when it does not answer.
-func (co *Consumer) startOffset(ctx context.Context, mq MessageQueue, logIt bool) (int64, bool, error) {
+func (co *Consumer) startOffset(ctx context.Context, mq MessageQueue, logIt bool) (int64, bool, uint64, error) {
 	route, err := co.c.route(ctx, co.topic)
 	if err != nil {
-		return 0, false, err
+		return 0, false, 0, err
 	}
 	bd := route.groups[mq.BrokerName]
 	var members []protocol.BrokerAddr
@@ -775,37 +820,41 @@ func (co *Consumer) startOffset(ctx context.Context, mq MessageQueue, logIt bool
 	if len(members) == 0 {
 		_, _ = co.c.refreshRoute(ctx, co.topic, route)
 		if co.cfg.readBrokerID >= 0 {
-			return 0, false, fmt.Errorf("%w: broker group %s has no live member with brokerId %d", ErrNoQueue, mq.BrokerName, co.cfg.readBrokerID)
+			return 0, false, 0, fmt.Errorf("%w: broker group %s has no live member with brokerId %d", ErrNoQueue, mq.BrokerName, co.cfg.readBrokerID)
 		}
-		return 0, false, fmt.Errorf("%w: broker group %s has no live member", ErrNoQueue, mq.BrokerName)
+		return 0, false, 0, fmt.Errorf("%w: broker group %s has no live member", ErrNoQueue, mq.BrokerName)
 	}
 	var errs []error
 	for _, m := range members {
-		off, committed, err := co.startOffsetOn(ctx, m.Addr, mq, logIt)
+		off, committed, inc, err := co.startOffsetOn(ctx, m.Addr, mq, logIt)
 		if err == nil {
 			co.c.memberOK(m.Addr)
-			return off, committed, nil
+			return off, committed, inc, nil
 		}
 		if ctx.Err() != nil {
-			return 0, false, err
+			return 0, false, 0, err
 		}
 		if _, answered := StatusOf(err); !answered {
 			co.c.memberFailed(m.Addr)
 		}
 		errs = append(errs, err)
 	}
-	return 0, false, errors.Join(errs...)
+	return 0, false, 0, errors.Join(errs...)
 }
 
-// startOffsetOn is startOffset asking the member at addr.
-func (co *Consumer) startOffsetOn(ctx context.Context, addr string, mq MessageQueue, logIt bool) (int64, bool, error) {
+// startOffsetOn is startOffset asking the member at addr. The committed offset comes with the
+// incarnation of the queue it belongs to (a broker translates one of an earlier life of the
+// queue into the current life's min offset); the min or max offset with none (0), which the
+// first pull's answer gives.
+func (co *Consumer) startOffsetOn(ctx context.Context, addr string, mq MessageQueue, logIt bool) (int64, bool, uint64, error) {
 	var oh protocol.OffsetHeader
-	err := co.c.callAddr(ctx, addr, protocol.CodeQueryConsumerOffset, &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil)
+	err := co.c.callAddr(ctx, addr, protocol.CodeQueryConsumerOffset,
+		&protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: mq.QueueID, HasIncarnation: true}, nil, &oh, nil)
 	if err == nil && oh.Offset >= 0 {
-		return oh.Offset, true, nil
+		return oh.Offset, true, oh.Incarnation, nil
 	}
 	if err != nil && !errors.Is(err, protocol.StatusQueryNotFound) {
-		return 0, false, fmt.Errorf("cannot query the consumer offset of %s from %s: %w", mq, addr, err)
+		return 0, false, 0, fmt.Errorf("cannot query the consumer offset of %s from %s: %w", mq, addr, err)
 	}
 	code := protocol.CodeGetMinOffset
 	if co.cfg.consumeFrom == ConsumeFromLast {
@@ -813,12 +862,12 @@ func (co *Consumer) startOffsetOn(ctx context.Context, addr string, mq MessageQu
 	}
 	err = co.c.callAddr(ctx, addr, code, &protocol.QueueHeader{Topic: co.topic, QueueID: mq.QueueID}, nil, &oh, nil)
 	if err != nil {
-		return 0, false, fmt.Errorf("cannot query the %s of %s from %s: %w", code, mq, addr, err)
+		return 0, false, 0, fmt.Errorf("cannot query the %s of %s from %s: %w", code, mq, addr, err)
 	}
 	if logIt {
 		co.log.Info("no committed offset; starting from "+[]string{"the first", "the last"}[co.cfg.consumeFrom]+" offset", "queue", mq.String(), "offset", oh.Offset, "broker", addr)
 	}
-	return oh.Offset, false, nil
+	return oh.Offset, false, 0, nil
 }
 
 // commitLoop commits consumed offsets every CommitInterval until ctx ends. Failures are logged
@@ -867,6 +916,7 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 	type pending struct {
 		qs      *queueState
 		v       int64
+		inc     uint64                // the incarnation v belongs to
 		members []protocol.BrokerAddr // still to try, the next first
 		call    *pendingCall
 		addr    string
@@ -882,7 +932,7 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 	var todo []*pending
 	var errs []error
 	for _, qs := range states {
-		v, ok := qs.offsets.toCommit()
+		v, inc, ok := qs.offsets.toCommit()
 		if !ok {
 			continue
 		}
@@ -891,7 +941,7 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 			errs = append(errs, fmt.Errorf("cannot commit offset %d of %s: its broker group has no live member", v, qs.mq))
 			continue
 		}
-		todo = append(todo, &pending{qs: qs, v: v, members: members})
+		todo = append(todo, &pending{qs: qs, v: v, inc: inc, members: members})
 	}
 	for len(todo) > 0 {
 		// Send to each queue's next member; a member that cannot be reached at once is
@@ -909,7 +959,8 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 					p.errs = append(p.errs, fmt.Errorf("%s: %w", m.Addr, err))
 					continue
 				}
-				hdr := &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: p.qs.mq.QueueID, Offset: p.v}
+				hdr := &protocol.ConsumerOffsetHeader{ConsumerGroup: co.group, Topic: co.topic, QueueID: p.qs.mq.QueueID, Offset: p.v,
+					Incarnation: p.inc, HasIncarnation: true}
 				p.addr = m.Addr
 				p.call = co.c.pool.startCall(conn, protocol.CodeUpdateConsumerOffset, hdr, nil)
 			}
@@ -926,7 +977,7 @@ func (co *Consumer) commitQueues(ctx context.Context, states []*queueState) erro
 			if state == callOK {
 				resp.Release()
 				co.c.memberOK(p.addr)
-				p.qs.offsets.confirm(p.v)
+				p.qs.offsets.confirm(p.v, p.inc)
 				continue
 			}
 			p.errs = append(p.errs, fmt.Errorf("%s: %w", p.addr, err))
@@ -963,10 +1014,11 @@ func (co *Consumer) Progress() []QueueProgress {
 	co.mu.Lock()
 	out := make([]QueueProgress, 0, len(co.queues))
 	for _, qs := range co.queues {
+		consumed, committed, _ := qs.offsets.position()
 		qp := QueueProgress{
 			Queue:     qs.mq,
-			Consumed:  qs.offsets.consumed.Load(),
-			Committed: qs.offsets.committed.Load(),
+			Consumed:  consumed,
+			Committed: committed,
 			MaxOffset: qs.maxOffset.Load(),
 		}
 		if e := qs.err.Load(); e != nil {
@@ -1014,6 +1066,12 @@ type ConsumerStats struct {
 	// again, holding other messages or the same ones. A slave's backwards OFFSET_MOVED is taken
 	// as "not here" instead (ServedCount.NotHere) and not counted.
 	OffsetMovedBack int64
+	// QueuesReborn counts the times a queue's master answered with another life of the queue
+	// than the one the consumer's position belonged to (the queue was created again: its topic
+	// deleted and re-created, or the broker's store lost; logged as "queue reborn"): the
+	// consumer went on at the new life's first stored message, delivering nothing of the
+	// answer. Not counted in OffsetMoved.
+	QueuesReborn int64
 }
 
 // Stats returns the consumer's counters.
@@ -1026,6 +1084,7 @@ func (co *Consumer) Stats() ConsumerStats {
 		ServedBy:        co.served.snapshot(),
 		OffsetMoved:     co.offsetMoved.Load(),
 		OffsetMovedBack: co.offsetMovedBack.Load(),
+		QueuesReborn:    co.reborn.Load(),
 	}
 }
 
@@ -1066,10 +1125,10 @@ func (co *Consumer) Lag(ctx context.Context) (int64, error) {
 		co.mu.Unlock()
 		pos := int64(-1)
 		if qs != nil {
-			pos = qs.offsets.consumed.Load()
+			pos, _, _ = qs.offsets.position()
 		}
 		if pos < 0 {
-			if pos, _, err = co.startOffset(ctx, mq, false); err != nil {
+			if pos, _, _, err = co.startOffset(ctx, mq, false); err != nil {
 				return 0, err
 			}
 		}

@@ -163,7 +163,7 @@
 //	                held across a network call; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
 //	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.detectMu,
-//	servedCounts.mu: leaves
+//	servedCounts.mu, offsetTracker.mu: leaves
 //
 // poolConn.live is owned by the pool's watch goroutine and needs no lock; the watcher takes
 // connPool.mu (read) to list the slots, releases it, then takes rpc Conn.mu (Waiting, the

@@ -344,42 +344,65 @@ func TestFaultTrackerNewMaster(t *testing.T) {
 }
 
 func TestOffsetTracker(t *testing.T) {
+	const x, y = 0xa1, 0xb2 // two lives of the queue
 	ot := newOffsetTracker()
-	if _, ok := ot.toCommit(); ok {
+	if _, _, ok := ot.toCommit(); ok {
 		t.Fatal("nothing to commit before the start")
 	}
-	ot.start(10, true)
-	if _, ok := ot.toCommit(); ok {
+	ot.start(10, true, x)
+	if _, _, ok := ot.toCommit(); ok {
 		t.Fatal("the start offset is already committed")
 	}
 	ot.advance(15)
-	if v, ok := ot.toCommit(); !ok || v != 15 {
-		t.Fatalf("toCommit = %d %v", v, ok)
+	if v, inc, ok := ot.toCommit(); !ok || v != 15 || inc != x {
+		t.Fatalf("toCommit = %d %#x %v", v, inc, ok)
 	}
-	ot.confirm(15)
-	ot.confirm(12) // a late confirmation of an older commit
-	if got := ot.committed.Load(); got != 15 {
+	ot.confirm(15, x)
+	ot.confirm(12, x) // a late confirmation of an older commit
+	if _, got, _ := ot.position(); got != 15 {
 		t.Fatalf("committed moved back to %d", got)
 	}
 	ot.advance(11) // OFFSET_MOVED backwards
-	if _, ok := ot.toCommit(); ok {
+	if _, _, ok := ot.toCommit(); ok {
 		t.Fatal("a commit must never move backwards")
 	}
 	ot.advance(20)
-	if v, ok := ot.toCommit(); !ok || v != 20 {
+	if v, _, ok := ot.toCommit(); !ok || v != 20 {
 		t.Fatalf("toCommit = %d %v", v, ok)
 	}
-	ot.confirm(20)
+	ot.confirm(20, x)
 	ot.reset(3) // OFFSET_MOVED: the broker's position wins
-	if v, ok := ot.toCommit(); !ok || v != 3 {
-		t.Fatalf("after reset toCommit = %d %v", v, ok)
+	if v, inc, ok := ot.toCommit(); !ok || v != 3 || inc != x {
+		t.Fatalf("after reset toCommit = %d %#x %v", v, inc, ok)
+	}
+	// The queue is reborn: the new life's position, with its incarnation; a late confirmation
+	// of the old life's commit changes nothing.
+	ot.reborn(0, y)
+	ot.confirm(20, x)
+	if v, inc, ok := ot.toCommit(); !ok || v != 0 || inc != y { // the new life's start is committed
+		t.Fatalf("after reborn at 0 toCommit = %d %#x %v", v, inc, ok)
+	}
+	if c, cm, inc := ot.position(); c != 0 || cm != -1 || inc != y {
+		t.Fatalf("after reborn: consumed %d committed %d incarnation %#x", c, cm, inc)
+	}
+	ot.advance(4)
+	if v, inc, ok := ot.toCommit(); !ok || v != 4 || inc != y {
+		t.Fatalf("new life toCommit = %d %#x %v", v, inc, ok)
+	}
+	ot.learn(x) // one is known: learn keeps it
+	if _, _, inc := ot.position(); inc != y {
+		t.Fatalf("learn replaced the known incarnation: %#x", inc)
 	}
 
 	fresh := newOffsetTracker()
-	fresh.start(0, false) // from ConsumeFromFirst: not committed yet
+	fresh.start(0, false, 0) // from ConsumeFromFirst: not committed yet, no incarnation
 	fresh.advance(0)
-	if v, ok := fresh.toCommit(); !ok || v != 0 {
-		t.Fatalf("an uncommitted start offset is committed: %d %v", v, ok)
+	if v, inc, ok := fresh.toCommit(); !ok || v != 0 || inc != 0 {
+		t.Fatalf("an uncommitted start offset is committed: %d %#x %v", v, inc, ok)
+	}
+	fresh.learn(x)
+	if _, inc, _ := fresh.toCommit(); inc != x {
+		t.Fatalf("learnt incarnation %#x", inc)
 	}
 }
 

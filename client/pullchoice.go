@@ -117,12 +117,15 @@ type pullOutcome struct {
 	id int64
 	// status is the error status of a pullRefused answer.
 	status protocol.Status
-	// result, suggest and next are an answer's Result, SuggestBrokerID and NextQueueOffset;
-	// offset is the offset pulled.
-	result  protocol.PullResult
-	suggest int64
-	next    int64
-	offset  int64
+	// result, suggest, next and incarnation are an answer's Result, SuggestBrokerID,
+	// NextQueueOffset and Incarnation; offset is the offset pulled, known the incarnation of
+	// the queue it belongs to (0: not known).
+	result      protocol.PullResult
+	suggest     int64
+	next        int64
+	offset      int64
+	incarnation uint64
+	known       uint64
 }
 
 // pullReaction is what the pull loop does about a pull's outcome, besides delivering what was
@@ -144,6 +147,10 @@ type pullReaction struct {
 	// offset beyond its queue's max offset and lowers the commit to it: the commit is not
 	// taken as done and goes again, to the master or with the next pull.
 	commitHeld bool
+	// reborn: the master answered with another life of the queue than the position's; the
+	// loop delivers nothing of the answer and goes on at the new life's min offset. learn: the
+	// answer names the queue's incarnation and the position has none yet.
+	reborn, learn bool
 }
 
 // after returns the state after a pull that ended as o, and what the loop must do about it.
@@ -156,7 +163,9 @@ type pullReaction struct {
 // committed messages): its OFFSET_MOVED below the offset pulled is taken as "not here", which
 // sends the next pull to the member the slave suggests, the master when that is itself, without
 // moving the offset; "not here" from the master, which holds everything it acknowledged, is a
-// failure.
+// failure. An answer of another life of the queue (its incarnation is not the position's) is
+// the queue reborn when the master gives it, and "not here" when a slave does (its log may be
+// the stale one; only a master moves a consumer).
 func (s pullState) after(o pullOutcome) (pullState, pullReaction) {
 	var r pullReaction
 	switch o.kind {
@@ -188,6 +197,14 @@ func (s pullState) after(o pullOutcome) (pullState, pullReaction) {
 		if o.result == protocol.PullOffsetMoved && o.id != 0 && o.next < o.offset {
 			r.result, suggest = protocol.PullNotHere, 0
 		}
+		if otherLife(o.known, o.incarnation) {
+			if o.id == 0 {
+				r.result, r.reborn = protocol.PullOffsetMoved, true
+			} else {
+				r.result, suggest = protocol.PullNotHere, 0
+			}
+		}
+		r.learn = o.known == 0 && o.incarnation != 0 && r.result != protocol.PullNotHere
 		r.commitHeld = r.result == protocol.PullFound || r.result == protocol.PullNoNewMessage
 		switch {
 		case r.result != protocol.PullNotHere:
@@ -212,6 +229,10 @@ func (s pullState) after(o pullOutcome) (pullState, pullReaction) {
 	}
 	return s, r
 }
+
+// otherLife reports whether incarnations a and b name different lives of a queue: both are
+// known and they differ (0, an older broker's, is never taken for another life).
+func otherLife(a, b uint64) bool { return a != 0 && b != 0 && a != b }
 
 // toMaster sends the next pull to the master, unless reads are pinned.
 func (s pullState) toMaster() pullState {

@@ -76,6 +76,12 @@ func TestPullStateAfter(t *testing.T) {
 	moved := func(id, next int64) pullOutcome {
 		return pullOutcome{kind: pullAnswered, id: id, result: protocol.PullOffsetMoved, suggest: 1, offset: 10, next: next}
 	}
+	// life is an answer whose incarnation is got, to a pull whose position belongs to known.
+	life := func(o pullOutcome, known, got uint64) pullOutcome {
+		o.known, o.incarnation = known, got
+		return o
+	}
+	const x, y = 0xa1, 0xb2
 	for _, tc := range []struct {
 		name  string
 		state pullState
@@ -127,6 +133,23 @@ func TestPullStateAfter(t *testing.T) {
 			pullReaction{markOK: true, result: protocol.PullNotHere}},
 		{"not here from the master: a failure", slaveNotHere, answered(0, protocol.PullNotHere, 0), slaveNotHere,
 			pullReaction{markOK: true, result: protocol.PullNotHere, failure: "the master answered NOT_HERE"}},
+		// The queue's incarnation against the position's.
+		{"found, same life", follow, life(answered(0, protocol.PullFound, 1), x, x), with(follow, func(s *pullState) { s.want = 1 }),
+			pullReaction{markOK: true, result: protocol.PullFound, commitHeld: true}},
+		{"found, the position's life not known yet: learnt", follow, life(answered(0, protocol.PullFound, 0), 0, x), follow,
+			pullReaction{markOK: true, result: protocol.PullFound, commitHeld: true, learn: true}},
+		{"found, an older broker names no life", follow, life(answered(0, protocol.PullFound, 0), x, 0), follow,
+			pullReaction{markOK: true, result: protocol.PullFound, commitHeld: true}},
+		{"found, another life, from the master: reborn", follow, life(answered(0, protocol.PullFound, 1), x, y), with(follow, func(s *pullState) { s.want = 1 }),
+			pullReaction{markOK: true, result: protocol.PullOffsetMoved, reborn: true}},
+		{"moved, another life, from the master: reborn", follow, life(moved(0, 0), x, y), with(follow, func(s *pullState) { s.want = 1 }),
+			pullReaction{markOK: true, result: protocol.PullOffsetMoved, reborn: true}},
+		{"no new message, another life, from the master: reborn", follow, life(answered(0, protocol.PullNoNewMessage, 0), x, y), follow,
+			pullReaction{markOK: true, result: protocol.PullOffsetMoved, reborn: true}},
+		{"found, another life, from a slave: not here, to the master", follow, life(answered(1, protocol.PullFound, 1), x, y), with(follow, func(s *pullState) { s.notHereID, s.notHere = 1, 1 }),
+			pullReaction{markOK: true, result: protocol.PullNotHere}},
+		{"not here from a slave of another life: nothing learnt", follow, life(answered(1, protocol.PullNotHere, 0), 0, y), with(follow, func(s *pullState) { s.notHereID, s.notHere = 1, 1 }),
+			pullReaction{markOK: true, result: protocol.PullNotHere}},
 		{"an unknown result: a failure, the suggestion followed", slaveNotHere, answered(1, protocol.PullResult(99), 2), with(slaveNotHere, func(s *pullState) { s.want, s.notHere = 2, 0 }),
 			pullReaction{markOK: true, result: protocol.PullResult(99), failure: "unknown pull result"}},
 	} {

@@ -439,7 +439,7 @@ func (co *Consumer) applyAssignment(ctx context.Context, next []MessageQueue, he
 		// committed it (or where this consumer left the queue, when that is further).
 		qs := &queueState{mq: mq, offsets: newOffsetTracker(), resumeAt: -1}
 		if at, ok := co.left[mq]; ok {
-			qs.resumeAt = at
+			qs.resumeAt, qs.resumeInc = at.off, at.inc
 			delete(co.left, mq)
 		}
 		qs.maxOffset.Store(-1)
@@ -472,11 +472,11 @@ func (co *Consumer) applyAssignment(ctx context.Context, next []MessageQueue, he
 		if co.queues[qs.mq] == qs {
 			delete(co.queues, qs.mq)
 		}
-		if at := qs.offsets.consumed.Load(); at >= 0 && co.running[qs.mq] == nil {
+		if at, _, inc := qs.offsets.position(); at >= 0 && co.running[qs.mq] == nil {
 			if co.left == nil {
-				co.left = map[MessageQueue]int64{}
+				co.left = map[MessageQueue]leftAt{}
 			}
-			co.left[qs.mq] = at
+			co.left[qs.mq] = leftAt{off: at, inc: inc}
 		}
 	}
 	co.mu.Unlock()

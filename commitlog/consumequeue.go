@@ -97,6 +97,9 @@ type consumeQueue struct {
 	lastTS     atomic.Int64 // store time of the newest batch, Unix ms
 	flushedIdx atomic.Int64 // entries below are durable (queue flusher)
 	deleted    atomic.Bool
+	// born is the queue's incarnation (incarnation.go), 0 when not known; set before the
+	// queue's first entry is published.
+	born atomic.Uint64
 
 	cnt  int64       // (mu) == count
 	next int64       // (mu) == maxOffset

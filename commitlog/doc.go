@@ -60,6 +60,10 @@
 // whose record the recovered log no longer holds (cut, or lost with the tail in a crash) is
 // undone: the topic's batches are indexed again, as the log's history has them.
 //
+// Each life of a queue has an incarnation (Store.QueueIncarnation, ReadResult.Incarnation),
+// fixed by the life's first batch, so that readers can tell a queue created again, whose
+// offsets start at 0 again, from the one they read before (incarnation.go).
+//
 // # On-disk layout
 //
 //	<Dir>/
@@ -73,6 +77,7 @@
 //	    <escaped topic>/<queueId>/
 //	      00000000000000000000               entries with index [0, QueueFileEntries)
 //	      00000000000000300000               entries with index [300000, 600000)
+//	      incarnation                        the queue's incarnation: "PINC", u64, crc32c (incarnation.go)
 //
 // File names are the 20-digit decimal start offset (segments) or first entry index (consume
 // queue files). Topic directory names escape every byte outside [A-Za-z0-9._-] (and a leading

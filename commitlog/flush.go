@@ -180,6 +180,9 @@ func (s *Store) flushQueuesAndCheckpoint(clean bool) error {
 			q.prefaultAhead()
 		}
 	}
+	if err := s.syncFiles(); err != nil {
+		return err
+	}
 	s.dirMu.Lock()
 	dirs := s.dirtyDirs
 	s.dirtyDirs = make(map[string]struct{})

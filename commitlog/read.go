@@ -64,6 +64,9 @@ type ReadResult struct {
 	NextQueueOffset int64
 	// MinOffset and MaxOffset are the queue's bounds at the time of the read.
 	MinOffset, MaxOffset int64
+	// Incarnation is the queue's incarnation (Store.QueueIncarnation), 0 for NoQueue or when
+	// not known.
+	Incarnation uint64
 }
 
 // Release releases every Slice and empties Slices. It is safe on an empty result.
@@ -136,6 +139,7 @@ func (s *Store) readQueue(q *consumeQueue, off int64, maxMessages int32, maxByte
 		return err
 	}
 	r.MinOffset, r.MaxOffset = b.minOff, b.maxOff
+	r.Incarnation = q.born.Load()
 	switch {
 	case off < b.minOff:
 		r.Status, r.NextQueueOffset = OffsetTooSmall, b.minOff

@@ -473,6 +473,7 @@ func (s *Store) loadQueue(topic, dirName string, id int32, dir string) (int64, e
 	slices.Sort(bases)
 	q := s.newQueue(topic, dirName, id)
 	q.dir = dir
+	s.loadBorn(q)
 	var files []*mappedFile
 	damaged := false
 	for i, b := range bases {
@@ -713,6 +714,9 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 		if q.confirm < q.cnt {
 			if e, ok := q.rawEntry(q.confirm); ok && e.phys == pos && e.base == base && e.size == size &&
 				e.count == count && e.tag == info.TagHash {
+				if q.confirm == 0 && base == 0 {
+					s.setBorn(q, pos, info.StoreTimestamp) // the queue's first batch is at hand
+				}
 				q.confirm++
 				q.prev, q.hasPrev = e, true
 				q.lastTS.Store(info.StoreTimestamp)
@@ -723,6 +727,9 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 	}
 	if err := q.ensureRoomLocked(); err != nil {
 		return false, "", err
+	}
+	if q.cnt == 0 && base == 0 {
+		s.setBorn(q, pos, info.StoreTimestamp)
 	}
 	q.writeEntryLocked(pos, info.Size, base, info.Count, info.TagHash, info.StoreTimestamp)
 	q.last.dirty = true
@@ -833,6 +840,9 @@ func (s *Store) reindexTopics(topics map[string]bool, logMin, end int64) (int, e
 				}
 				if err := q.ensureRoomLocked(); err != nil {
 					return n, err
+				}
+				if q.cnt == 0 && info.BaseQueueOffset == 0 {
+					s.setBorn(q, pos, info.StoreTimestamp)
 				}
 				q.writeEntryLocked(pos, info.Size, info.BaseQueueOffset, info.Count, info.TagHash, info.StoreTimestamp)
 				q.last.dirty = true
@@ -952,6 +962,9 @@ func (s *Store) finishQueues(logMin int64) (int, error) {
 			q.lastTS.Store(s.parseStoreTS(q))
 		}
 	}
+	if err := s.syncFiles(); err != nil {
+		return 0, err
+	}
 	s.dirMu.Lock()
 	dirs := s.dirtyDirs
 	s.dirtyDirs = make(map[string]struct{})
@@ -998,6 +1011,7 @@ func (s *Store) dropQueueRecovery(q *consumeQueue) {
 		f.release()
 	}
 	q.files.Store(&[]*mappedFile{})
+	_ = os.Remove(filepath.Join(q.dir, incarnationName))
 	_ = os.Remove(q.dir)
 	topicDir := filepath.Dir(q.dir)
 	s.qmu.Lock()

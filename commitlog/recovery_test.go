@@ -186,7 +186,9 @@ func queueFiles(t *testing.T, dir, topic string, qid int32) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		out = append(out, filepath.Join(qdir, e.Name()))
+		if _, ok := parseFileName(e.Name()); ok { // not the queue's incarnation file
+			out = append(out, filepath.Join(qdir, e.Name()))
+		}
 	}
 	sort.Strings(out)
 	return out

@@ -195,6 +195,9 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		}
 		if q.cnt == 0 {
 			q.next = ri.BaseQueueOffset
+			if ri.BaseQueueOffset == 0 { // the queue's first batch, as the master stored it
+				s.setBorn(q, ri.pos, ri.StoreTimestamp)
+			}
 		}
 		q.writeEntryLocked(ri.pos, ri.Size, ri.BaseQueueOffset, ri.Count, ri.TagHash, ri.StoreTimestamp)
 		seg.newestTS.Store(ri.StoreTimestamp)

@@ -92,6 +92,7 @@ type Store struct {
 	qflushKick chan struct{}
 	dirMu      sync.Mutex
 	dirtyDirs  map[string]struct{} // (dirMu) directories with unsynced creations
+	dirtyFiles map[string]struct{} // (dirMu) small files written without fsync (setBorn)
 	lastCkpt   checkpoint          // queue flusher goroutine only
 
 	stop chan struct{}
@@ -143,6 +144,7 @@ func Open(cfg Config) (*Store, error) {
 		retentionKick: make(chan struct{}, 1),
 		qflushKick:    make(chan struct{}, 1),
 		dirtyDirs:     make(map[string]struct{}),
+		dirtyFiles:    make(map[string]struct{}),
 		stop:          make(chan struct{}),
 		gcInline:      true,
 	}
@@ -231,6 +233,9 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	base := q.next
 	if stamp != nil {
 		stamp(dst, pos, base, ts, epoch)
+	}
+	if q.cnt == 0 && base == 0 { // the queue's first batch: a new life
+		s.setBorn(q, pos, ts)
 	}
 	q.writeEntryLocked(pos, size, base, count, tagHash, ts)
 	end := s.advanceLocked(seg, pos, size, ts, epoch, lastEpoch)
@@ -504,6 +509,7 @@ func removeTrash(dirs []string) []string {
 	for _, d := range dirs {
 		subs, _ := os.ReadDir(d)
 		for _, sub := range subs {
+			_ = os.Remove(filepath.Join(d, sub.Name(), incarnationName))
 			_ = os.Remove(filepath.Join(d, sub.Name()))
 		}
 		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {

@@ -4,6 +4,8 @@ package protocol
 // same binary encoding: a u32 element count (checked against the bytes left before anything is
 // allocated), then the elements.
 
+import "fmt"
+
 // TopicConfigList is the body of CodeRegisterBroker and of CodeGetAllTopicConfig's response.
 type TopicConfigList struct {
 	Topics []TopicConfig
@@ -341,13 +343,25 @@ type ConsumerOffset struct {
 	Topic         string
 	QueueID       int32
 	Offset        int64
+	// Incarnation is the incarnation of the queue Offset belongs to (PullResponseHeader), 0
+	// when not known.
+	Incarnation uint64
 }
 
 // ConsumerOffsetTable is a set of committed offsets (CodeGetAllConsumerOffset response body,
 // CodeMergeConsumerOffsets request body).
+//
+// The incarnations follow the list as a trailing section (a version byte 1, then one u64 per
+// offset, in order), present when HasIncarnations: a table from a broker that predates them
+// decodes with every Incarnation 0.
 type ConsumerOffsetTable struct {
 	Offsets []ConsumerOffset
+	// HasIncarnations says the encoding carries the incarnations section.
+	HasIncarnations bool
 }
+
+// offsetTableIncarnations is the version byte that opens ConsumerOffsetTable's incarnations.
+const offsetTableIncarnations = 1
 
 // AppendTo appends the encoded table.
 func (t *ConsumerOffsetTable) AppendTo(dst []byte) []byte {
@@ -357,6 +371,12 @@ func (t *ConsumerOffsetTable) AppendTo(dst []byte) []byte {
 		dst = AppendString(dst, o.Topic)
 		dst = AppendI32(dst, o.QueueID)
 		dst = AppendI64(dst, o.Offset)
+	}
+	if t.HasIncarnations {
+		dst = append(dst, offsetTableIncarnations)
+		for _, o := range t.Offsets {
+			dst = AppendU64(dst, o.Incarnation)
+		}
 	}
 	return dst
 }
@@ -372,6 +392,15 @@ func (t *ConsumerOffsetTable) ReadFrom(src []byte) error {
 		o.Topic = r.Str(MaxTopicLength)
 		o.QueueID = r.I32()
 		o.Offset = r.I64()
+	}
+	t.HasIncarnations = r.More()
+	if t.HasIncarnations {
+		if v := r.U8(); v != offsetTableIncarnations && r.Err() == nil {
+			r.Fail(fmt.Errorf("%w: offset table section version %d", ErrBadValue, v))
+		}
+		for i := range t.Offsets {
+			t.Offsets[i].Incarnation = r.U64()
+		}
 	}
 	return r.Done()
 }

@@ -377,11 +377,17 @@ func TestHeaderErrors(t *testing.T) {
 		if err := fresh().ReadFrom(enc); err != nil {
 			t.Fatalf("%T: %v", v, err)
 		}
-		if err := fresh().ReadFrom(append(enc, 0)); !errors.Is(err, ErrTrailingBytes) {
+		// An optional trailing part (see headers.go) may be absent: the encoding cut right
+		// before it decodes, and a byte after a value without it starts it short.
+		var base []byte
+		if b, ok := withoutExtension(v); ok {
+			base = b.AppendTo(nil)
+		}
+		if err := fresh().ReadFrom(append(enc, 0)); !errors.Is(err, ErrTrailingBytes) && !(len(base) == len(enc) && err != nil) {
 			t.Fatalf("%T with a trailing byte: %v", v, err)
 		}
 		for n := 0; n < len(enc); n++ {
-			if err := fresh().ReadFrom(enc[:n]); !errors.Is(err, ErrShort) {
+			if err := fresh().ReadFrom(enc[:n]); !errors.Is(err, ErrShort) && !(n == len(base) && err == nil) {
 				t.Fatalf("%T cut to %d of %d bytes: %v", v, n, len(enc), err)
 			}
 		}

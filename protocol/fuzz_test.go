@@ -394,6 +394,7 @@ func FuzzHeaders(f *testing.F) {
 			if ok && (string(pv.ConsumerGroup) != ph.ConsumerGroup || string(pv.Topic) != ph.Topic ||
 				pv.QueueID != ph.QueueID || pv.QueueOffset != ph.QueueOffset || pv.MaxMessages != ph.MaxMessages ||
 				pv.MaxBytes != ph.MaxBytes || pv.PollTimeoutMs != ph.PollTimeoutMs || pv.CommitOffset != ph.CommitOffset ||
+				pv.Incarnation != ph.Incarnation || pv.HasIncarnation != ph.HasIncarnation ||
 				!within(data, pv.ConsumerGroup) || !within(data, pv.Topic)) {
 				t.Fatalf("PullRequestView %+v disagrees with PullRequestHeader %+v", pv, ph)
 			}

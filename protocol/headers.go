@@ -3,6 +3,12 @@ package protocol
 // Fixed headers, one per request code and one per success response. Each has AppendTo and
 // ReadFrom; ReadFrom takes exactly the header bytes and rejects trailing bytes. String fields are
 // u16-length prefixed; names are bounded by MaxTopicLength/MaxGroupLength/maxNameLength.
+//
+// A header that gained a field after its first version has it at the end, present or absent as
+// a whole (HasIncarnation): ReadFrom takes the header with or without it, so a peer of an older
+// version is understood, and a header is sent with it only to a peer known to read it (the
+// broker answers it only to a request that carried its own), since older decoders refuse the
+// bytes they do not know.
 
 import (
 	"errors"
@@ -141,6 +147,12 @@ type PullRequestHeader struct {
 	// CommitOffset, when >= 0, commits the group's offset of this queue with the pull (as
 	// RocketMQ's commitOffset flag).
 	CommitOffset int64
+	// Incarnation is the incarnation of the queue (PullResponseHeader.Incarnation) that
+	// QueueOffset and CommitOffset belong to; 0 when the consumer knows none yet.
+	Incarnation uint64
+	// HasIncarnation says the header carries Incarnation (a client of this version): the broker
+	// then answers with the queue's incarnation. An older client's header ends before it.
+	HasIncarnation bool
 }
 
 // AppendTo implements Header.
@@ -152,7 +164,8 @@ func (h *PullRequestHeader) AppendTo(dst []byte) []byte {
 	dst = AppendI32(dst, h.MaxMessages)
 	dst = AppendI32(dst, h.MaxBytes)
 	dst = AppendI32(dst, h.PollTimeoutMs)
-	return AppendI64(dst, h.CommitOffset)
+	dst = AppendI64(dst, h.CommitOffset)
+	return appendIncarnation(dst, h.HasIncarnation, h.Incarnation)
 }
 
 // ReadFrom implements Header.
@@ -166,7 +179,25 @@ func (h *PullRequestHeader) ReadFrom(src []byte) error {
 	h.MaxBytes = r.I32()
 	h.PollTimeoutMs = r.I32()
 	h.CommitOffset = r.I64()
+	h.HasIncarnation, h.Incarnation = readIncarnation(&r)
 	return r.Done()
+}
+
+// appendIncarnation appends the optional trailing incarnation field when has is set.
+func appendIncarnation(dst []byte, has bool, v uint64) []byte {
+	if !has {
+		return dst
+	}
+	return AppendU64(dst, v)
+}
+
+// readIncarnation reads the optional trailing incarnation field: absent in the header of a
+// peer that predates it.
+func readIncarnation(r *Reader) (bool, uint64) {
+	if !r.More() {
+		return false, 0
+	}
+	return true, r.U64()
 }
 
 // PullRequestView is PullRequestHeader decoded without copying strings: ConsumerGroup and Topic
@@ -180,6 +211,9 @@ type PullRequestView struct {
 	MaxBytes      int32
 	PollTimeoutMs int32
 	CommitOffset  int64
+	// Incarnation and HasIncarnation are PullRequestHeader's.
+	Incarnation    uint64
+	HasIncarnation bool
 }
 
 // ReadFrom decodes a PullRequestHeader's bytes.
@@ -193,6 +227,7 @@ func (h *PullRequestView) ReadFrom(src []byte) error {
 	h.MaxBytes = r.I32()
 	h.PollTimeoutMs = r.I32()
 	h.CommitOffset = r.I64()
+	h.HasIncarnation, h.Incarnation = readIncarnation(&r)
 	return r.Done()
 }
 
@@ -208,9 +243,19 @@ type PullResponseHeader struct {
 	MaxOffset int64
 	// SuggestBrokerID is the brokerId to pull this queue from next (0: the master).
 	SuggestBrokerID int64
+	// Incarnation identifies the queue's current life on this broker: fixed when the queue was
+	// created by its first batch, the same on every member that holds that batch, and another
+	// one after the queue was created again (its topic deleted and re-created, or the broker's
+	// store lost). 0: unknown (the queue does not exist here, or its store predates
+	// incarnations). Queue offsets of one life mean nothing in another.
+	Incarnation uint64
+	// HasIncarnation says the header carries Incarnation; a broker sets it only in answer to
+	// a request that carried its own (older clients refuse the longer header).
+	HasIncarnation bool
 }
 
-// PullResponseHeaderSize is the encoded size of PullResponseHeader (bytes).
+// PullResponseHeaderSize is the encoded size of PullResponseHeader without its incarnation
+// (bytes); 8 more with it.
 const PullResponseHeaderSize = 33
 
 // AppendTo implements Header.
@@ -219,7 +264,8 @@ func (h *PullResponseHeader) AppendTo(dst []byte) []byte {
 	dst = AppendI64(dst, h.NextQueueOffset)
 	dst = AppendI64(dst, h.MinOffset)
 	dst = AppendI64(dst, h.MaxOffset)
-	return AppendI64(dst, h.SuggestBrokerID)
+	dst = AppendI64(dst, h.SuggestBrokerID)
+	return appendIncarnation(dst, h.HasIncarnation, h.Incarnation)
 }
 
 // ReadFrom implements Header.
@@ -230,6 +276,7 @@ func (h *PullResponseHeader) ReadFrom(src []byte) error {
 	h.MinOffset = r.I64()
 	h.MaxOffset = r.I64()
 	h.SuggestBrokerID = r.I64()
+	h.HasIncarnation, h.Incarnation = readIncarnation(&r)
 	return r.Done()
 }
 
@@ -261,6 +308,12 @@ type ConsumerOffsetHeader struct {
 	QueueID       int32
 	// Offset is the next queue offset the group will consume; ignored by queries.
 	Offset int64
+	// Incarnation, in a commit, is the incarnation of the queue (PullResponseHeader.Incarnation)
+	// Offset belongs to (0: not known); ignored by queries.
+	Incarnation uint64
+	// HasIncarnation says the header carries Incarnation (a client of this version); a query
+	// that carries it is answered with the incarnation of the offset returned.
+	HasIncarnation bool
 }
 
 // AppendTo implements Header.
@@ -268,7 +321,8 @@ func (h *ConsumerOffsetHeader) AppendTo(dst []byte) []byte {
 	dst = AppendString(dst, h.ConsumerGroup)
 	dst = AppendString(dst, h.Topic)
 	dst = AppendI32(dst, h.QueueID)
-	return AppendI64(dst, h.Offset)
+	dst = AppendI64(dst, h.Offset)
+	return appendIncarnation(dst, h.HasIncarnation, h.Incarnation)
 }
 
 // ReadFrom implements Header.
@@ -278,21 +332,32 @@ func (h *ConsumerOffsetHeader) ReadFrom(src []byte) error {
 	h.Topic = r.Str(MaxTopicLength)
 	h.QueueID = r.I32()
 	h.Offset = r.I64()
+	h.HasIncarnation, h.Incarnation = readIncarnation(&r)
 	return r.Done()
 }
 
 // OffsetHeader answers offset queries (min, max, consumer offset).
 type OffsetHeader struct {
 	Offset int64
+	// Incarnation, in the answer to a consumer offset query that carried
+	// ConsumerOffsetHeader.HasIncarnation, is the incarnation of the queue Offset belongs to (0:
+	// not known).
+	Incarnation uint64
+	// HasIncarnation says the header carries Incarnation.
+	HasIncarnation bool
 }
 
 // AppendTo implements Header.
-func (h *OffsetHeader) AppendTo(dst []byte) []byte { return AppendI64(dst, h.Offset) }
+func (h *OffsetHeader) AppendTo(dst []byte) []byte {
+	dst = AppendI64(dst, h.Offset)
+	return appendIncarnation(dst, h.HasIncarnation, h.Incarnation)
+}
 
 // ReadFrom implements Header.
 func (h *OffsetHeader) ReadFrom(src []byte) error {
 	r := NewReader(src)
 	h.Offset = r.I64()
+	h.HasIncarnation, h.Incarnation = readIncarnation(&r)
 	return r.Done()
 }
 

@@ -32,10 +32,12 @@ func sampleErrorHeaders() []*ErrorHeader {
 func sampleHeaders() []codec {
 	return []codec{
 		&SendResponseHeader{QueueID: 3, QueueOffset: 1 << 40, Count: 100, PhysicalOffset: 1<<33 + 17, StoreTimestamp: 1732890000000},
-		&PullRequestHeader{ConsumerGroup: "cg-orders", Topic: "TopicA", QueueID: 2, QueueOffset: 12345, MaxMessages: 32, MaxBytes: 1 << 20, PollTimeoutMs: 15000, CommitOffset: -1},
-		&PullResponseHeader{Result: PullFound, NextQueueOffset: 12377, MinOffset: 0, MaxOffset: 99999, SuggestBrokerID: 1},
+		&PullRequestHeader{ConsumerGroup: "cg-orders", Topic: "TopicA", QueueID: 2, QueueOffset: 12345, MaxMessages: 32, MaxBytes: 1 << 20, PollTimeoutMs: 15000, CommitOffset: -1,
+			Incarnation: 0x5eed_f00d_1234_5678, HasIncarnation: true},
+		&PullResponseHeader{Result: PullFound, NextQueueOffset: 12377, MinOffset: 0, MaxOffset: 99999, SuggestBrokerID: 1,
+			Incarnation: 0x5eed_f00d_1234_5678, HasIncarnation: true},
 		&QueueHeader{Topic: "TopicA", QueueID: 7},
-		&ConsumerOffsetHeader{ConsumerGroup: "cg-orders", Topic: "TopicA", QueueID: 1, Offset: 42},
+		&ConsumerOffsetHeader{ConsumerGroup: "cg-orders", Topic: "TopicA", QueueID: 1, Offset: 42, HasIncarnation: true},
 		&OffsetHeader{Offset: -1},
 		&TopicConfig{Topic: "TopicA", ReadQueueNums: 8, WriteQueueNums: 8, Perm: PermReadWrite},
 		&TopicHeader{Topic: "%RETRY%cg-orders"},
@@ -153,7 +155,9 @@ func sampleConsumeStats() []*ConsumeStats {
 func sampleOffsetTables() []*ConsumerOffsetTable {
 	return []*ConsumerOffsetTable{
 		{Offsets: []ConsumerOffset{}},
-		{Offsets: []ConsumerOffset{{"cg-a", "TopicA", 0, 42}, {"cg-a", "TopicA", 7, 1 << 40}, {"cg-b", "T", 1, 0}}},
+		{Offsets: []ConsumerOffset{{"cg-a", "TopicA", 0, 42, 0}, {"cg-a", "TopicA", 7, 1 << 40, 0}, {"cg-b", "T", 1, 0, 0}}},
+		{Offsets: []ConsumerOffset{{"cg-a", "TopicA", 0, 42, 7}, {"cg-b", "T", 1, 0, 0}}, HasIncarnations: true},
+		{Offsets: []ConsumerOffset{}, HasIncarnations: true},
 	}
 }
 

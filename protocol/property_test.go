@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,24 +63,32 @@ func headerGens() map[string]*rapid.Generator[codec] {
 				Count: rapid.Int32().Draw(t, "n"), PhysicalOffset: rapid.Int64().Draw(t, "po"), StoreTimestamp: rapid.Int64().Draw(t, "ts")}
 		}),
 		"PullRequestHeader": c(func(t *rapid.T) codec {
+			has, inc := incarnationGen(t)
 			return &PullRequestHeader{ConsumerGroup: groupGen().Draw(t, "g"), Topic: topicGen().Draw(t, "t"),
 				QueueID: rapid.Int32().Draw(t, "q"), QueueOffset: rapid.Int64().Draw(t, "qo"), MaxMessages: rapid.Int32().Draw(t, "mm"),
-				MaxBytes: rapid.Int32().Draw(t, "mb"), PollTimeoutMs: rapid.Int32().Draw(t, "pt"), CommitOffset: rapid.Int64().Draw(t, "co")}
+				MaxBytes: rapid.Int32().Draw(t, "mb"), PollTimeoutMs: rapid.Int32().Draw(t, "pt"), CommitOffset: rapid.Int64().Draw(t, "co"),
+				Incarnation: inc, HasIncarnation: has}
 		}),
 		"PullResponseHeader": c(func(t *rapid.T) codec {
+			has, inc := incarnationGen(t)
 			return &PullResponseHeader{Result: PullResult(rapid.Uint8().Draw(t, "r")), NextQueueOffset: rapid.Int64().Draw(t, "n"),
-				MinOffset: rapid.Int64().Draw(t, "min"), MaxOffset: rapid.Int64().Draw(t, "max"), SuggestBrokerID: rapid.Int64().Draw(t, "s")}
+				MinOffset: rapid.Int64().Draw(t, "min"), MaxOffset: rapid.Int64().Draw(t, "max"), SuggestBrokerID: rapid.Int64().Draw(t, "s"),
+				Incarnation: inc, HasIncarnation: has}
 		}),
 		"QueueHeader": c(func(t *rapid.T) codec {
 			return &QueueHeader{Topic: topicGen().Draw(t, "t"), QueueID: rapid.Int32().Draw(t, "q")}
 		}),
 		"ConsumerOffsetHeader": c(func(t *rapid.T) codec {
+			has, inc := incarnationGen(t)
 			return &ConsumerOffsetHeader{ConsumerGroup: groupGen().Draw(t, "g"), Topic: topicGen().Draw(t, "t"),
-				QueueID: rapid.Int32().Draw(t, "q"), Offset: rapid.Int64().Draw(t, "o")}
+				QueueID: rapid.Int32().Draw(t, "q"), Offset: rapid.Int64().Draw(t, "o"), Incarnation: inc, HasIncarnation: has}
 		}),
-		"OffsetHeader": c(func(t *rapid.T) codec { return &OffsetHeader{Offset: rapid.Int64().Draw(t, "o")} }),
-		"TopicConfig":  c(func(t *rapid.T) codec { v := topicConfigGen().Draw(t, "tc"); return &v }),
-		"TopicHeader":  c(func(t *rapid.T) codec { return &TopicHeader{Topic: topicGen().Draw(t, "t")} }),
+		"OffsetHeader": c(func(t *rapid.T) codec {
+			has, inc := incarnationGen(t)
+			return &OffsetHeader{Offset: rapid.Int64().Draw(t, "o"), Incarnation: inc, HasIncarnation: has}
+		}),
+		"TopicConfig": c(func(t *rapid.T) codec { v := topicConfigGen().Draw(t, "tc"); return &v }),
+		"TopicHeader": c(func(t *rapid.T) codec { return &TopicHeader{Topic: topicGen().Draw(t, "t")} }),
 		"GroupHeader": c(func(t *rapid.T) codec {
 			return &GroupHeader{ConsumerGroup: groupGen().Draw(t, "g"), Topic: topicGen().Draw(t, "t")}
 		}),
@@ -106,6 +115,37 @@ func headerGens() map[string]*rapid.Generator[codec] {
 				Epoch: rapid.Uint32().Draw(t, "e"), TruncateTo: rapid.Int64().Draw(t, "to")}
 		}),
 	}
+}
+
+// incarnationGen draws an optional trailing incarnation field: absent (an older peer's header)
+// or present with any value, 0 included.
+func incarnationGen(t *rapid.T) (bool, uint64) {
+	if !rapid.Bool().Draw(t, "hasIncarnation") {
+		return false, 0
+	}
+	return true, rapid.Uint64().Draw(t, "incarnation")
+}
+
+// withoutExtension returns v as a peer that predates its optional trailing part (see
+// headers.go) would send it, the incarnation fields zeroed, which the encoding cut before the
+// part decodes to; false for a type without such a part.
+func withoutExtension(v codec) (codec, bool) {
+	if t, ok := v.(*ConsumerOffsetTable); ok {
+		c := ConsumerOffsetTable{Offsets: slices.Clone(t.Offsets)}
+		for i := range c.Offsets {
+			c.Offsets[i].Incarnation = 0
+		}
+		return &c, true
+	}
+	p := reflect.New(reflect.TypeOf(v).Elem())
+	p.Elem().Set(reflect.ValueOf(v).Elem())
+	has := p.Elem().FieldByName("HasIncarnation")
+	if !has.IsValid() {
+		return nil, false
+	}
+	has.SetBool(false)
+	p.Elem().FieldByName("Incarnation").SetUint(0)
+	return p.Interface().(codec), true
 }
 
 func topicConfigGen() *rapid.Generator[TopicConfig] {
@@ -158,6 +198,18 @@ func bodyGens() map[string]*rapid.Generator[codec] {
 			})
 			return &ConsumeStats{Queues: sliceGen(qs, 16).Draw(t, "queues")}
 		}),
+		"ConsumerOffsetTable": c(func(t *rapid.T) codec {
+			has := rapid.Bool().Draw(t, "hasIncarnations")
+			o := rapid.Custom(func(t *rapid.T) ConsumerOffset {
+				v := ConsumerOffset{ConsumerGroup: groupGen().Draw(t, "g"), Topic: topicGen().Draw(t, "t"),
+					QueueID: rapid.Int32().Draw(t, "q"), Offset: rapid.Int64().Draw(t, "o")}
+				if has {
+					v.Incarnation = rapid.Uint64().Draw(t, "i")
+				}
+				return v
+			})
+			return &ConsumerOffsetTable{Offsets: sliceGen(o, 8).Draw(t, "offsets"), HasIncarnations: has}
+		}),
 		"KVTable": c(func(t *rapid.T) codec {
 			kv := rapid.Custom(func(t *rapid.T) KV {
 				return KV{Key: strGen(MaxStringLen).Draw(t, "k"), Value: strGen(MaxStringLen).Draw(t, "v")}
@@ -186,14 +238,26 @@ func checkRoundTrip(t *rapid.T, v codec) {
 	if !reflect.DeepEqual(v, w) {
 		t.Fatalf("%T round trip: got %+v, want %+v", v, w, v)
 	}
-	// Every strict prefix of the encoding fails to decode, and so does one trailing byte.
+	// Every strict prefix of the encoding fails to decode, and so does one trailing byte;
+	// except the encoding cut right before an optional trailing part, which decodes to the
+	// value without it.
 	cut := rapid.IntRange(0, len(body)).Draw(t, "cut")
 	if cut < len(body) {
-		if err := reflect.New(reflect.TypeOf(v).Elem()).Interface().(codec).ReadFrom(body[:cut]); err == nil {
-			t.Fatalf("%T decoded a %d-byte prefix of %d bytes", v, cut, len(body))
+		p := reflect.New(reflect.TypeOf(v).Elem()).Interface().(codec)
+		if err := p.ReadFrom(body[:cut]); err == nil {
+			base, ok := withoutExtension(v)
+			if !ok || !bytes.Equal(body[:cut], base.AppendTo(nil)) || !reflect.DeepEqual(p, base) {
+				t.Fatalf("%T decoded a %d-byte prefix of %d bytes", v, cut, len(body))
+			}
 		}
 	}
-	if err := w.ReadFrom(append(body, 0)); !errors.Is(err, ErrTrailingBytes) {
+	err := w.ReadFrom(append(body, 0))
+	if base, ok := withoutExtension(v); ok && reflect.DeepEqual(v, base) {
+		// The byte starts an optional part that is cut short.
+		if err == nil {
+			t.Fatalf("%T with a trailing byte decoded", v)
+		}
+	} else if !errors.Is(err, ErrTrailingBytes) {
 		t.Fatalf("%T with a trailing byte: %v", v, err)
 	}
 }
@@ -216,7 +280,8 @@ func TestPropertyPullRequestView(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := PullRequestHeader{ConsumerGroup: string(v.ConsumerGroup), Topic: string(v.Topic), QueueID: v.QueueID,
-			QueueOffset: v.QueueOffset, MaxMessages: v.MaxMessages, MaxBytes: v.MaxBytes, PollTimeoutMs: v.PollTimeoutMs, CommitOffset: v.CommitOffset}
+			QueueOffset: v.QueueOffset, MaxMessages: v.MaxMessages, MaxBytes: v.MaxBytes, PollTimeoutMs: v.PollTimeoutMs, CommitOffset: v.CommitOffset,
+			Incarnation: v.Incarnation, HasIncarnation: v.HasIncarnation}
 		if got != *h {
 			t.Fatalf("view %+v, want %+v", got, *h)
 		}
