@@ -180,7 +180,7 @@ func startRaftAnswerer(t *testing.T, addr string) *raftAnswerer {
 	}
 	a := &raftAnswerer{done: make(chan struct{})}
 	a.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 3, Timeout: 2 * time.Second, Logger: raftLogger(slog.New(slog.DiscardHandler)),
+		Stream: stream, MaxPool: 3, Timeout: 2 * time.Second, Logger: raftLogger(slog.New(slog.DiscardHandler), stream.Guarded),
 	})
 	a.wg.Go(func() {
 		for {
