@@ -105,7 +105,7 @@ func TestControlBatchStamp(t *testing.T) {
 		t.Fatalf("a stamped record: %v", err)
 	}
 	for _, c := range []struct {
-		name string
+		name  string
 		patch func(b []byte)
 	}{
 		{"physical offset", func(b []byte) { StampBatch(b, 8192, 0, 99, 3) }},
