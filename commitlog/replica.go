@@ -110,9 +110,11 @@ func (s *Store) readBatches(seg *mappedFile, start, limit int64, maxBytes int, f
 // continue the log's history (package documentation, "History": its base queue offset is its
 // queue's next offset, its epoch is not below the previous batch's). A deletion record
 // (BatchInfo.DeletesTopic) deletes its topic's queues there, as DeleteTopic did on the master;
-// the topic's batches after it start new queues. It returns the new log
-// end. Errors wrap ErrReplicaMismatch, ErrDiskFull, ErrClosed, or the Parser's. Master and
-// slave must use the same segment size. Slave only: the log must not take Appends meanwhile.
+// the topic's batches after it start new queues, at queue offset 0. A store timestamp below
+// the previous batch's is taken, and where the order restarts recorded first (it makes a file
+// write). It returns the new log end. Errors wrap ErrReplicaMismatch, ErrDiskFull, ErrClosed, or
+// the Parser's. Master and slave must use the same segment size. Slave only: the log must not
+// take Appends meanwhile.
 func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
