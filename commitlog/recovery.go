@@ -122,7 +122,7 @@ func (s *Store) recover() error {
 		cut, history        bool // stopped at bytes that are not the end; at a whole batch that does not continue
 		batches, dispatched int
 		deletionsHealed     bool // a deletion record the deletions file lacked
-		afresh              = afreshQueues{}
+		afresh              afreshQueues
 	)
 	for {
 		seg := segs[k]
@@ -305,7 +305,7 @@ func (s *Store) recover() error {
 	if s.lastOrdered {
 		newFrom = min(orderedFrom, end)
 	}
-	if !ordered || newFrom != orderedFrom {
+	if !orderedOK || newFrom != orderedFrom {
 		if err := writeOrdered(s.cfg.Dir, newFrom); err != nil {
 			return err
 		}
@@ -927,14 +927,17 @@ type afreshQueues map[string]map[int32]bool
 // check notes the batch at pos and returns why it does not continue its topic's history after a
 // deletion ("" when it does): a deletion record starts the topic's queues afresh, and a queue's
 // first batch after it must have base queue offset 0.
-func (a afreshQueues) check(pos int64, info *BatchInfo) string {
+func (a *afreshQueues) check(pos int64, info *BatchInfo) string {
 	if info.Control {
 		if info.DeletesTopic {
-			a[string(info.Topic)] = map[int32]bool{}
+			if *a == nil {
+				*a = afreshQueues{}
+			}
+			(*a)[string(info.Topic)] = map[int32]bool{}
 		}
 		return ""
 	}
-	seen, ok := a[string(info.Topic)]
+	seen, ok := (*a)[string(info.Topic)]
 	if !ok || seen[info.QueueID] {
 		return ""
 	}
