@@ -486,7 +486,8 @@ func FuzzRecoveryTail(f *testing.F) {
 	stale := storedBatch(f, tmpl, cfg.SegmentSize, m.all[5])
 	f.Add(stale)
 	f.Add(patched(stale, end, -1, -1))
-	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 2)) // continues the log
+	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 2)) // continues the queue and the epochs
+	f.Add(patched(storedBatch(f, tmpl, cfg.SegmentSize, lastRec(m)), end, m.maxOffset(qkey{"a", lastRec(m).qid}), 2)) // the newest: continues the log
 	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 1)) // an older epoch
 	f.Add(append(make([]byte, 64), patched(stale, end+64, -1, -1)...))
 	f.Add([]byte("\x7fgarbage"))
@@ -560,12 +561,13 @@ type historyState struct {
 }
 
 // checkHistory checks that the store holds every batch of m intact and that what follows
-// continues the log's history: every batch where it says it is, epochs never going down, each
-// queue's offsets contiguous from the model's.
+// continues the log's history: every batch where it says it is, epochs and store timestamps
+// never going down, each queue's offsets contiguous from the model's.
 func checkHistory(t tb, s *Store, m *model) historyState {
 	t.Helper()
 	next := map[qkey]int64{}
 	var epoch uint32
+	var ts int64
 	pos, i := int64(0), 0
 	for pos < s.LogEndOffset() {
 		sl, err := s.ReadLog(pos, 0)
@@ -586,12 +588,12 @@ func checkHistory(t tb, s *Store, m *model) historyState {
 		if i < len(m.all) {
 			checkBatch(t, b[:info.Size], m.all[i])
 			i++
-		} else if want, ok := next[k]; ok && info.BaseQueueOffset != want || info.Epoch < epoch {
-			t.Fatalf("batch at %d after the written ones (%+v) does not continue %v at %d after epoch %d", pos, info, k, want, epoch)
+		} else if want, ok := next[k]; ok && info.BaseQueueOffset != want || info.Epoch < epoch || info.StoreTimestamp < ts {
+			t.Fatalf("batch at %d after the written ones (%+v) does not continue %v at %d after epoch %d, store timestamp %d", pos, info, k, want, epoch, ts)
 		}
 		sl.Release()
 		next[k] = info.BaseQueueOffset + int64(info.Count)
-		epoch = info.Epoch
+		epoch, ts = info.Epoch, info.StoreTimestamp
 		pos += int64(info.Size)
 	}
 	if i < len(m.all) {
