@@ -487,7 +487,8 @@ func FuzzRecoveryTail(f *testing.F) {
 	f.Add(stale)
 	f.Add(patched(stale, end, -1, -1))
 	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 2)) // continues the queue and the epochs
-	f.Add(patched(storedBatch(f, tmpl, cfg.SegmentSize, lastRec(m)), end, m.maxOffset(qkey{"a", lastRec(m).qid}), 2)) // the newest: continues the log
+	// A copy of the newest batch continues the store timestamps too.
+	f.Add(patched(storedBatch(f, tmpl, cfg.SegmentSize, lastRec(m)), end, m.maxOffset(qkey{"a", lastRec(m).qid}), 2))
 	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 1)) // an older epoch
 	f.Add(append(make([]byte, 64), patched(stale, end+64, -1, -1)...))
 	f.Add([]byte("\x7fgarbage"))

@@ -25,6 +25,19 @@ func (c *testClock) now() time.Time { return time.UnixMilli(c.ms.Load()) }
 
 func (c *testClock) add(ms int64) { c.ms.Add(ms) }
 
+// clockedStore opens a store in a new directory, with segments of segSize bytes (0: the test
+// default), whose store timestamps come from a test clock.
+func clockedStore(t *testing.T, segSize int64) (Config, *testClock, *Store, *model) {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	if segSize > 0 {
+		cfg.SegmentSize = segSize
+	}
+	clock := newTestClock()
+	cfg.Now = clock.now
+	return cfg, clock, mustOpen(t, cfg), newModel()
+}
+
 // asPreviousVersion leaves the store's files as a version that does not order store timestamps
 // leaves them: a checkpoint (if there is one) without checkpointOrdered and, unless this version
 // opened the store before that one (a downgrade and back), no ordered file.
@@ -70,12 +83,8 @@ func TestRecoveryStaleBatchOfDeletedTopic(t *testing.T) {
 	for _, variant := range []string{"queue's first batch", "later batch", "queue's first batch, after a crash",
 		"later batch, checkpoint of the previous version"} {
 		t.Run(variant, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := testConfig(dir)
-			clock := newTestClock()
-			cfg.Now = clock.now
-			s := mustOpen(t, cfg)
-			m := newModel()
+			cfg, clock, s, m := clockedStore(t, 0)
+			dir := cfg.Dir
 			for i := range 20 {
 				clock.add(1)
 				appendRec(t, s, m, "T", int32(i%2), 2, make([]byte, 60+i))
@@ -135,12 +144,8 @@ func TestRecoveryStaleBatchOfDeletedTopic(t *testing.T) {
 func TestRecoveryStaleCopyContinuingItsQueue(t *testing.T) {
 	for _, variant := range []string{"clean shutdown", "after a crash", "a retry stored before the copy"} {
 		t.Run(variant, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := testConfig(dir)
-			clock := newTestClock()
-			cfg.Now = clock.now
-			s := mustOpen(t, cfg)
-			m := newModel()
+			cfg, clock, s, m := clockedStore(t, 0)
+			dir := cfg.Dir
 			// 300 messages on 2 queues, 10 per batch, one millisecond apart.
 			for i := range 30 {
 				clock.add(1)
@@ -184,13 +189,9 @@ func TestRecoveryStaleCopyContinuingItsQueue(t *testing.T) {
 func TestRecoveryLegacyLogOutOfOrder(t *testing.T) {
 	for _, variant := range []string{"clean shutdown", "crash", "no checkpoint", "downgraded and back"} {
 		t.Run(variant, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := testConfig(dir)
-			cfg.SegmentSize = 4096 // the log spans segments: recovery scans only the last ones
-			clock := newTestClock()
-			cfg.Now = clock.now
-			s := mustOpen(t, cfg)
-			m := newModel()
+			// The log spans segments: recovery scans only the last ones.
+			cfg, clock, s, m := clockedStore(t, 4096)
+			dir := cfg.Dir
 			now := clock.ms.Load()
 			stamps := []int64{now, now - 5, now + 10, now - 3600_000, now - 3600_000 + 1, now - 2*3600_000}
 			for i := range 40 {
