@@ -198,7 +198,8 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 
 // parseStoredBatch is the commit log's recovery parser: it validates a stored batch (CRC and
 // structure) and checks that it sits where it says it does. A control batch is a topic's
-// deletion record (protocol.ControlDeleteTopic, the only control type).
+// deletion record (protocol.ControlDeleteTopic, the only control type), whose copy of its
+// broker-assigned fields under its CRC must match them (protocol.StampControlBatch).
 func parseStoredBatch(b []byte, phys int64) (commitlog.BatchInfo, error) {
 	h, tagHash, err := protocol.ValidateBatch(b, protocol.BatchLimits{MaxMessageSize: 1 << 30, AllowControl: true})
 	if err != nil {

@@ -53,7 +53,7 @@ func (b *Broker) deleteTopic(name, remote string) rpc.Reply {
 		return rep
 	}
 	record := protocol.AppendControlBatch(nil, name, protocol.ControlDeleteTopic, time.Now().UnixMilli())
-	res, err := b.store.DeleteTopic([]byte(name), record, r.Epoch, stampBatch)
+	res, err := b.store.DeleteTopic([]byte(name), record, r.Epoch, protocol.StampControlBatch)
 	if err != nil {
 		b.warn.Error(b.log, "cannot delete a topic", "topic", name, "remote", remote, "err", err)
 		return rpc.Errorf(appendStatus(err), "cannot delete topic %s: %v", name, err)

@@ -35,34 +35,17 @@ func TestRestartCutsStaleBatchAtEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	seg := filepath.Join(dir, "commitlog", fmt.Sprintf("%020d", 0))
-	data, err := os.ReadFile(seg)
+	batches, end := storedBatches(t, dir)
+	if len(batches) != 30 {
+		t.Fatalf("%d batches in the log, want 30", len(batches))
+	}
+	stale := batches[10]
+	h, err := protocol.ReadBatchHeader(stale)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var starts []int
-	end := 0
-	for protocol.PeekBatchSize(data[end:]) != 0 {
-		starts = append(starts, end)
-		end += protocol.PeekBatchSize(data[end:])
-	}
-	if len(starts) != 30 {
-		t.Fatalf("%d batches in the log, want 30", len(starts))
-	}
-	h, err := protocol.ReadBatchHeader(data[starts[10]:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale := append([]byte(nil), data[starts[10]:starts[10]+h.Size]...)
 	protocol.StampBatch(stale, int64(end), h.BaseQueueOffset, h.StoreTimestamp, h.Epoch) // only the physical offset changes
-	f, err := os.OpenFile(seg, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(stale, int64(end)); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	writeLogAt(t, dir, int64(end), stale)
 
 	b = startBroker(t, cfg)
 	defer b.Close()
@@ -89,11 +72,7 @@ func TestRestartCutsStaleBatchAtEnd(t *testing.T) {
 	if r := send(t, c, "S", h.QueueID, "after"); r.QueueOffset != 150 {
 		t.Fatalf("the next send to queue %d got offset %d, want 150", h.QueueID, r.QueueOffset)
 	}
-	info := map[string]string{}
-	for _, kv := range b.runtimeInfo().Entries {
-		info[kv.Key] = kv.Value
-	}
-	if cut := info["commitLogRecoveryCut"]; !strings.Contains(cut, fmt.Sprintf("from=%d ", end)) {
+	if cut := recoveryCut(b); !strings.Contains(cut, fmt.Sprintf("from=%d ", end)) {
 		t.Fatalf("brokerStatus commitLogRecoveryCut = %q, want the cut from %d", cut, end)
 	}
 }
@@ -127,5 +106,165 @@ func TestStaticMasterStartsInItsLogsEpoch(t *testing.T) {
 	defer b.Close()
 	if got := b.store.MaxOffset([]byte("T"), 0); got != 2 || b.store.Recovery().Cut {
 		t.Fatalf("after the restart: max offset %d, recovery %+v", got, b.store.Recovery())
+	}
+}
+
+// storedBatches returns a copy of every batch of the first commit-log segment, in log order,
+// and where the log ends (the first segment holds the whole log).
+func storedBatches(t *testing.T, dir string) ([][]byte, int) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "commitlog", fmt.Sprintf("%020d", 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	end := 0
+	for n := protocol.PeekBatchSize(data[end:]); n != 0; n = protocol.PeekBatchSize(data[end:]) {
+		out = append(out, append([]byte(nil), data[end:end+n]...))
+		end += n
+	}
+	return out, end
+}
+
+// writeLogAt writes b into the first commit-log segment at offset off.
+func writeLogAt(t *testing.T, dir string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, "commitlog", fmt.Sprintf("%020d", 0)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recoveryCut returns brokerStatus's commitLogRecoveryCut.
+func recoveryCut(b *Broker) string {
+	for _, kv := range b.runtimeInfo().Entries {
+		if kv.Key == "commitLogRecoveryCut" {
+			return kv.Value
+		}
+	}
+	return ""
+}
+
+// TestRestartCutsStaleBatchOfDeletedTopic: a topic is deleted, and a copy of the first batch of
+// one of its queues (queue offset 0) is placed at the log end with its physical offset patched.
+// The topic's queues are empty after the deletion record, so no queue offset gives the copy
+// away; its store timestamp does (the record is stamped after every batch before it, and no
+// batch after it goes below it): the restart cuts it, and once the topic is created again its
+// queue serves only what was sent to it afresh. (Recovery used to index the copy in the empty
+// queue: consumers of the topic created again read the deleted message.)
+func TestRestartCutsStaleBatchOfDeletedTopic(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	b := startBroker(t, cfg)
+	c := dial(t, b.Addr())
+	createTopic(t, c, "D", 2)
+	createTopic(t, c, "K", 1)
+	for i := range 10 {
+		send(t, c, "D", int32(i%2), fmt.Sprintf("deleted-%d", i))
+		send(t, c, "K", 0, "kept")
+	}
+	if existed, err := deleteTopicOn(t, c, "D"); err != nil || !existed {
+		t.Fatalf("delete: %v, existed %t", err, existed)
+	}
+	send(t, c, "K", 0, "after the deletion")
+	c.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	batches, end := storedBatches(t, dir)
+	var stale []byte
+	for _, sb := range batches {
+		if h, err := protocol.ReadBatchHeader(sb); err == nil && string(h.Topic) == "D" && h.QueueID == 1 && h.BaseQueueOffset == 0 {
+			stale = sb
+			protocol.StampBatch(stale, int64(end), 0, h.StoreTimestamp, h.Epoch) // only the physical offset changes
+		}
+	}
+	if stale == nil {
+		t.Fatal("no batch of D/1 at queue offset 0")
+	}
+	writeLogAt(t, dir, int64(end), stale)
+
+	b = startBroker(t, cfg)
+	defer b.Close()
+	c = dial(t, b.Addr())
+	createTopic(t, c, "D", 2)
+	if p := pull(t, c, "D", 1, 0, 0); len(p.bodies) != 0 {
+		t.Fatalf("queue 1 of the topic created again serves %q at offsets %v before anything was sent to it", p.bodies, p.offs)
+	}
+	if cut := recoveryCut(b); !strings.Contains(cut, fmt.Sprintf("from=%d ", end)) || !strings.Contains(cut, "store timestamp") {
+		t.Fatalf("brokerStatus commitLogRecoveryCut = %q, want the cut from %d", cut, end)
+	}
+	if r := send(t, c, "D", 1, "afresh"); r.QueueOffset != 0 {
+		t.Fatalf("the first send to the topic created again got offset %d, want 0", r.QueueOffset)
+	}
+	if p := pull(t, c, "D", 1, 0, 0); len(p.bodies) != 1 || p.bodies[0] != "afresh" {
+		t.Fatalf("queue 1 of the topic created again serves %q, want only what was sent to it", p.bodies)
+	}
+	if got := b.store.MaxOffset([]byte("K"), 0); got != 11 {
+		t.Fatalf("the other topic's max offset %d, want 11", got)
+	}
+}
+
+// TestRestartCutsStaleDeletionRecord: a copy of a topic's deletion record is placed at the log
+// end, with its physical offset and store timestamp patched to pass there. Applied, it would
+// delete the topic created again since, and the messages acknowledged to it. The record carries
+// its broker-assigned fields under its CRC, so the copy fails the parser: the restart cuts it
+// and the topic keeps its messages.
+func TestRestartCutsStaleDeletionRecord(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	b := startBroker(t, cfg)
+	c := dial(t, b.Addr())
+	createTopic(t, c, "D", 1)
+	send(t, c, "D", 0, "deleted")
+	if existed, err := deleteTopicOn(t, c, "D"); err != nil || !existed {
+		t.Fatalf("delete: %v, existed %t", err, existed)
+	}
+	createTopic(t, c, "D", 1)
+	if r := send(t, c, "D", 0, "acknowledged after the re-creation"); r.QueueOffset != 0 {
+		t.Fatalf("send to the topic created again: offset %d", r.QueueOffset)
+	}
+	c.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	batches, end := storedBatches(t, dir)
+	last, err := protocol.ReadBatchHeader(batches[len(batches)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stale []byte
+	for _, sb := range batches {
+		if a, _ := protocol.BatchAttributes(sb); a&protocol.AttrControl != 0 {
+			stale = sb
+		}
+	}
+	if stale == nil {
+		t.Fatal("no deletion record in the log")
+	}
+	h, err := protocol.ReadBatchHeader(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	protocol.StampBatch(stale, int64(end), 0, last.StoreTimestamp, h.Epoch) // in order, where it lies
+	writeLogAt(t, dir, int64(end), stale)
+
+	b = startBroker(t, cfg)
+	defer b.Close()
+	c = dial(t, b.Addr())
+	if got := b.store.MaxOffset([]byte("D"), 0); got != 1 {
+		t.Fatalf("the topic created again has max offset %d after the restart, want 1", got)
+	}
+	if p := pull(t, c, "D", 0, 0, 0); len(p.bodies) != 1 || p.bodies[0] != "acknowledged after the re-creation" {
+		t.Fatalf("the topic created again serves %q", p.bodies)
+	}
+	if cut := recoveryCut(b); !strings.Contains(cut, fmt.Sprintf("from=%d ", end)) {
+		t.Fatalf("brokerStatus commitLogRecoveryCut = %q, want the cut from %d", cut, end)
 	}
 }

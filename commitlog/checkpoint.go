@@ -17,12 +17,17 @@ const (
 	checkpointSize    = 40
 	checkpointName    = "checkpoint"
 	checkpointClean   = 1 // flags: written by Close after a complete flush
+	// checkpointOrdered (flags) says the store was last opened by a version that keeps its
+	// store timestamps in order and the ordered file current (History); versions that do not
+	// know the flag write their checkpoints without it before they append anything.
+	checkpointOrdered = 2
 )
 
 type checkpoint struct {
 	logDurable   int64 // the log is durable below this physical offset
 	queueDurable int64 // every batch below this offset has a durable consume-queue entry
 	clean        bool  // a clean shutdown: nothing was written after it
+	ordered      bool  // checkpointOrdered
 }
 
 // writeCheckpoint replaces dir/checkpoint atomically: write a temporary file, fsync it, rename
@@ -34,9 +39,14 @@ func writeCheckpoint(dir string, ck checkpoint, now time.Time) error {
 	binary.BigEndian.PutUint64(b[8:], uint64(ck.logDurable))
 	binary.BigEndian.PutUint64(b[16:], uint64(ck.queueDurable))
 	binary.BigEndian.PutUint64(b[24:], uint64(now.UnixMilli()))
+	var flags uint32
 	if ck.clean {
-		binary.BigEndian.PutUint32(b[32:], checkpointClean)
+		flags |= checkpointClean
 	}
+	if ck.ordered {
+		flags |= checkpointOrdered
+	}
+	binary.BigEndian.PutUint32(b[32:], flags)
 	binary.BigEndian.PutUint32(b[36:], crc32.Checksum(b[:36], castagnoli))
 	path := filepath.Join(dir, checkpointName)
 	tmp := path + ".tmp"
@@ -79,6 +89,7 @@ func readCheckpoint(dir string) (checkpoint, error) {
 		logDurable:   int64(binary.BigEndian.Uint64(b[8:])),
 		queueDurable: int64(binary.BigEndian.Uint64(b[16:])),
 		clean:        binary.BigEndian.Uint32(b[32:])&checkpointClean != 0,
+		ordered:      binary.BigEndian.Uint32(b[32:])&checkpointOrdered != 0,
 	}
 	if ck.logDurable < 0 || ck.queueDurable < 0 {
 		return checkpoint{}, fmt.Errorf("cannot read checkpoint %q: negative offset: %w", path, ErrCorrupt)

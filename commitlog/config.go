@@ -45,7 +45,8 @@ type BatchInfo struct {
 	Count int32
 	// TagHash is stored in the consume-queue entry for server-side tag filtering.
 	TagHash uint32
-	// StoreTimestamp is the store time stamped by Append, in Unix milliseconds.
+	// StoreTimestamp is the store time stamped by Append, in Unix milliseconds. Store
+	// timestamps never go down along the log from where the ordered file says (History).
 	StoreTimestamp int64
 	// Epoch is the epoch stamped by Append (the master epoch that stored the batch); 0 for a
 	// format without epochs. Epochs never go down along the log.
@@ -116,7 +117,9 @@ type Config struct {
 	// Logger receives recovery reports, flush errors and retention actions
 	// (default slog.Default()).
 	Logger *slog.Logger
-	// Now is the clock used for store timestamps and retention (default time.Now).
+	// Now is the clock used for store timestamps and retention (default time.Now). A store
+	// timestamp is the clock's time, but not below the log's newest while the clock is at most
+	// a second behind it (History).
 	Now func() time.Time
 	// OnFlush, when not nil, is called after every successful flush of the log by the flusher
 	// (periodic, group commit, or the final flush of Close) with the time the msyncs took and the

@@ -40,21 +40,42 @@
 //
 //   - its physical offset is its position (the Parser checks it);
 //   - its base queue offset is its queue's next offset (a queue without entries takes the
-//     first batch's: a log reset to a master's min offset, or a re-created queue);
-//   - its epoch is not below the previous batch's.
+//     first batch's: a log reset to a master's min offset starts its queues where the master's
+//     are), and 0 for a queue's first batch after its topic's deletion record (the queue is
+//     created afresh);
+//   - its epoch is not below the previous batch's;
+//   - its store timestamp is not below the previous batch's, from the position the ordered
+//     file records on.
 //
 // Append assigns the first two and refuses an epoch below LastEpoch (ErrStaleEpoch);
-// AppendReplicated refuses a chunk with any batch that breaks a rule (ErrReplicaMismatch);
-// recovery cuts the log at the first batch that breaks one (below). So a queue's max offset
-// never goes back across a restart unless the log was cut, and a cut is reported: logged with
-// its range and reason, in Store.Recovery, and per queue whose max offset went back.
+// AppendReplicated refuses a chunk with any batch that breaks one of the first three rules
+// (ErrReplicaMismatch); recovery cuts the log at the first batch that breaks one (below). So a
+// queue's max offset never goes back across a restart unless the log was cut, and a cut is
+// reported: logged with its range and reason, in Store.Recovery, and per queue whose max
+// offset went back.
+//
+// Store timestamps order the log because nothing else tells a copy of a batch from the batch
+// a producer's retry stored again (same content, same producer sequence): the retry was stored
+// later. Append stamps the clock's time, but not below the log's newest store timestamp, and
+// DeleteTopic stamps its record above every batch before it, so a copy of a deleted queue's
+// batch is below the record. A clock more than a second behind the newest gets its own time
+// (holding the newest would freeze every later timestamp until the clock caught up): the order
+// restarts at that batch, and the ordered file records the position before the batch is
+// written. AppendReplicated takes a timestamp that goes down (the master restarted its order,
+// or a master of an earlier version does not keep it) and records the restart the same way.
+// Recovery checks timestamps only where this version vouches for them: its checkpoint carries
+// a flag earlier versions do not write (they rewrite the checkpoint when they open the store),
+// and the ordered file says from where. A store another version wrote last is recovered
+// without the check, and its order starts at the end recovery found.
 //
 // A topic is deleted at a position of the log: DeleteTopic appends a deletion record (a control
 // batch the Parser reports as BatchInfo.DeletesTopic, indexed in no consume queue) and removes
 // the topic's queues; AppendReplicated applies a replicated record at the same position, and
 // recovery applies a record it scans. The topic's batches before the record belong to the
 // deleted queues (never indexed again), the ones after to new queues, whose offsets start
-// afresh: the second rule's "queue without entries". Each member records the record's position
+// afresh at 0: the second rule. Recovery checks it after the records its scan met (it saw every
+// batch since, whatever the consume queues hold), AppendReplicated after a record in the same
+// chunk or one it applied since the store opened. Each member records the record's position
 // in the deletions file before it removes the queues, so recovery need not find the record to
 // know it; a record the file lacks is applied when recovery scans it, and a recorded deletion
 // whose record the recovered log no longer holds (cut, or lost with the tail in a crash) is
@@ -70,6 +91,7 @@
 //	  LOCK                                   flock(2)ed while a Store has the directory open
 //	  checkpoint                             40 bytes, see below (written as checkpoint.tmp, renamed)
 //	  deletions                              "<escaped topic> <record's offset>\n" per deleted topic (History)
+//	  ordered                                "<offset>\n": store timestamps never go down from there on (History)
 //	  commitlog/
 //	    00000000000000000000                 segment: physical offsets [0, SegmentSize)
 //	    00000000001073741824                 next segment: [SegmentSize, 2*SegmentSize)
@@ -132,7 +154,8 @@
 //
 // "log durable" is a log offset up to which the commit log was msync'd; "queues durable" is a
 // log offset such that the consume-queue entries of every batch below it were msync'd. Flag bit 0
-// says the checkpoint was written by Close after a complete flush (a clean shutdown). The file is
+// says the checkpoint was written by Close after a complete flush (a clean shutdown); bit 1, set
+// by every checkpoint of this version, that the ordered file is current (History). The file is
 // replaced atomically (write tmp, fsync, rename, fsync dir) on every queue-flush tick and on
 // Close. crc32c covers bytes [0, 36). A missing or bad checkpoint only costs a longer recovery.
 //
@@ -141,8 +164,8 @@
 // Open scans the log from the start of the segment holding the checkpoint's durable offset (the
 // first segment without a usable checkpoint), calling Parser on each batch, and stops at zeros,
 // at a parser error, at a batch running past its segment or at a batch that does not continue
-// the log's history (History: epochs are checked from the scan's start, continuing the epoch
-// of the batch before it; queue offsets from D, below); a marker continues at the next
+// the log's history (History: epochs and store timestamps are checked from the scan's start,
+// continuing the batch before it; queue offsets from D, below); a marker continues at the next
 // segment. It then zeroes the rest of that segment and msyncs it (after a clean shutdown only
 // when the scan stopped at something else than zeros, or the first 64 KiB after the end are not
 // all zero), and only then deletes later segment files (newest first), so a crash at any point

@@ -197,7 +197,7 @@ func (s *Store) flushQueuesAndCheckpoint(clean bool) error {
 			return err
 		}
 	}
-	ck := checkpoint{logDurable: logDurable, queueDurable: end, clean: clean && logDurable == end}
+	ck := checkpoint{logDurable: logDurable, queueDurable: end, clean: clean && logDurable == end, ordered: true}
 	if ck == s.lastCkpt {
 		return nil
 	}

@@ -170,6 +170,7 @@ type rec struct {
 	size    int
 	payload []byte
 	epoch   uint32
+	ts      int64 // store timestamp
 }
 
 type qkey struct {
@@ -270,6 +271,7 @@ func deleteRec(t tb, s *Store, m *model, topic string, epoch uint32) AppendResul
 		t.Fatalf("DeleteTopic(%s): %v", topic, err)
 	}
 	m.deleteTopic(topic, res.PhysicalOffset, res.Size, epoch)
+	m.all[len(m.all)-1].ts = res.StoreTimestamp
 	s.AllowTopic([]byte(topic))
 	return res
 }
@@ -282,8 +284,19 @@ func appendRec(t tb, s *Store, m *model, topic string, qid int32, count int32, p
 // appendRecEpoch is appendRec in a master epoch.
 func appendRecEpoch(t tb, s *Store, m *model, topic string, qid int32, count int32, payload []byte, epoch uint32) rec {
 	t.Helper()
+	return appendRecAt(t, s, m, topic, qid, count, payload, epoch, -1)
+}
+
+// appendRecAt is appendRecEpoch, with ts (when not negative) stamped into the batch in place of
+// the store timestamp Append chose, as an earlier version's clock may have stamped it.
+func appendRecAt(t tb, s *Store, m *model, topic string, qid int32, count int32, payload []byte, epoch uint32, ts int64) rec {
+	t.Helper()
 	tag := uint32(len(payload)) * 7
-	res, err := s.Append([]byte(topic), qid, makeBatch(topic, qid, count, tag, payload), count, tag, epoch, testStamp)
+	stamp := testStamp
+	if ts >= 0 {
+		stamp = stampAt(ts)
+	}
+	res, err := s.Append([]byte(topic), qid, makeBatch(topic, qid, count, tag, payload), count, tag, epoch, stamp)
 	if err != nil {
 		t.Fatalf("Append(%s/%d): %v", topic, qid, err)
 	}
@@ -291,9 +304,17 @@ func appendRecEpoch(t tb, s *Store, m *model, topic string, qid int32, count int
 	if want := m.maxOffset(k); res.BaseQueueOffset != want {
 		t.Fatalf("Append(%s/%d): base %d, want %d", topic, qid, res.BaseQueueOffset, want)
 	}
-	r := rec{topic: topic, qid: qid, base: res.BaseQueueOffset, count: count, tag: tag, phys: res.PhysicalOffset, size: res.Size, payload: payload, epoch: epoch}
+	if ts < 0 {
+		ts = res.StoreTimestamp
+	}
+	r := rec{topic: topic, qid: qid, base: res.BaseQueueOffset, count: count, tag: tag, phys: res.PhysicalOffset, size: res.Size, payload: payload, epoch: epoch, ts: ts}
 	m.add(r)
 	return r
+}
+
+// stampAt is testStamp with the store timestamp ts in place of the one the store passes.
+func stampAt(ts int64) StampFunc {
+	return func(dst []byte, phys, base, _ int64, epoch uint32) { testStamp(dst, phys, base, ts, epoch) }
 }
 
 func randPayload(r *rand.Rand, lo, hi int) []byte {

@@ -310,11 +310,12 @@ type tailItem struct {
 }
 
 // TestRecoveryTailProperty: whatever is placed after the last good batch (stale copies, copies
-// with patched fields, garbage, zeros then a copy, several of them), recovery keeps every batch
-// written before it intact, queue offsets contiguous, and accepts from the tail only batches
-// that continue the log's history (a copy whose patched fields happen to continue it is such a
-// batch): the recovered log is the written one plus a prefix of those. A second reopen finds
-// the same, and appends continue.
+// with patched fields, copies of a deleted topic's batches, copies whose base queue offset
+// continues their queue, garbage, zeros then a copy, several of them), recovery keeps every
+// batch written before it intact, queue offsets contiguous, and accepts from the tail only
+// batches that continue the log's history (a copy whose patched fields happen to continue it,
+// store timestamp included, is such a batch): the recovered log is the written one plus a
+// prefix of those. A second reopen finds the same, and appends continue.
 func TestRecoveryTailProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		dir, err := os.MkdirTemp("", "commitlog-tail-")
@@ -325,13 +326,27 @@ func TestRecoveryTailProperty(t *testing.T) {
 		cfg := testConfig(dir)
 		cfg.SegmentSize = int64(rapid.SampledFrom([]int{4096, 8192}).Draw(rt, "segmentSize"))
 		cfg.QueueFileEntries = rapid.IntRange(1, 9).Draw(rt, "queueFileEntries")
+		clock := newTestClock() // batches stored in the same millisecond share a store timestamp
+		cfg.Now = clock.now
 		s := mustOpen(rt, cfg)
 		m := newModel()
 		epoch := uint32(rapid.IntRange(0, 2).Draw(rt, "firstEpoch"))
 		keys := []qkey{{"a", 0}, {"a", 1}, {"b", 0}}
+		var deletedLife []rec // batches of b before its last deletion
 		for range rapid.IntRange(1, 30).Draw(rt, "batches") {
 			if rapid.IntRange(0, 4).Draw(rt, "newEpoch") == 0 {
 				epoch++
+			}
+			clock.add(int64(rapid.IntRange(0, 2).Draw(rt, "ms")))
+			if rapid.IntRange(0, 7).Draw(rt, "deleteB") == 0 {
+				deletedLife = deletedLife[:0]
+				for _, r := range m.all {
+					if r.topic == "b" && !r.control {
+						deletedLife = append(deletedLife, r)
+					}
+				}
+				deleteRec(rt, s, m, "b", epoch)
+				continue
 			}
 			k := rapid.SampledFrom(keys).Draw(rt, "queue")
 			appendRecEpoch(rt, s, m, k.topic, k.qid, int32(rapid.IntRange(1, 3).Draw(rt, "count")),
@@ -352,34 +367,61 @@ func TestRecoveryTailProperty(t *testing.T) {
 		}
 		stopped, wantCut := false, false
 		pos := end
+		lastTS := lastRec(m).ts // store timestamps never go down along the log
 		for range rapid.IntRange(1, 4).Draw(rt, "tailItems") {
 			if segEnd-pos < 16 {
 				break
 			}
 			r := rapid.SampledFrom(m.all).Draw(rt, "copyOf")
+			kinds := []string{"stale copy", "offset patched", "fields patched", "base patched", "garbage", "zeros then a copy"}
+			if len(deletedLife) > 0 {
+				kinds = append(kinds, "copy of a deleted queue's batch")
+			}
+			it := tailItem{kind: rapid.SampledFrom(kinds).Draw(rt, "kind")}
+			if it.kind == "copy of a deleted queue's batch" {
+				r = rapid.SampledFrom(deletedLife).Draw(rt, "deletedBatch")
+			}
 			b := storedBatch(rt, dir, cfg.SegmentSize, r)
-			it := tailItem{kind: rapid.SampledFrom([]string{"stale copy", "offset patched", "fields patched", "garbage", "zeros then a copy"}).Draw(rt, "kind")}
-			accept := false
+			k := qkey{r.topic, r.qid}
+			base, e, copied := r.base, r.epoch, false
 			switch it.kind {
 			case "stale copy":
 				it.bytes = b
-			case "offset patched":
-				it.bytes = patched(b, pos, -1, -1)
+			case "offset patched", "copy of a deleted queue's batch":
+				// A deleted queue's batch is older than the deletion record after it.
+				copied = true
+			case "base patched": // continues its queue (a queue without entries takes 0)
+				base, e, copied = next[k], epoch, true
 			case "fields patched":
-				k := qkey{r.topic, r.qid}
-				base := rapid.SampledFrom([]int64{next[k], r.base, next[k] + 1, 0}).Draw(rt, "base")
-				e := rapid.SampledFrom([]uint32{epoch, epoch + 1, r.epoch, max(epoch, 1) - 1}).Draw(rt, "epoch")
+				base = rapid.SampledFrom([]int64{next[k], r.base, next[k] + 1, 0}).Draw(rt, "base")
+				e = rapid.SampledFrom([]uint32{epoch, epoch + 1, r.epoch, max(epoch, 1) - 1}).Draw(rt, "epoch")
+				copied = true
+			}
+			// A copy is taken only if it continues the log: its queue (a deletion record has
+			// none), the epochs, and the store timestamps, which it does only when the batch
+			// copied was stored in the log's newest millisecond.
+			accept := copied && (r.control || base == next[k]) && e >= epoch && r.ts >= lastTS && pos+int64(len(b)) <= segEnd
+			if copied {
 				it.bytes = patched(b, pos, base, int64(e))
-				if base == next[k] && e >= epoch && pos+int64(len(b)) <= segEnd {
-					accept = true
-					if !stopped {
-						c := r
-						c.phys, c.base, c.epoch = pos, base, e
-						m.add(c)
-						next[k] = base + int64(c.count)
-						epoch = e
+			}
+			if accept && !stopped {
+				c := r
+				c.phys, c.base, c.epoch = pos, base, e
+				if r.control {
+					m.deleteTopic(r.topic, pos, r.size, e)
+					m.all[len(m.all)-1].ts = r.ts
+					for q := range next {
+						if q.topic == r.topic {
+							delete(next, q)
+						}
 					}
+				} else {
+					m.add(c)
+					next[k] = base + int64(c.count)
 				}
+				epoch, lastTS = e, r.ts
+			}
+			switch it.kind {
 			case "garbage":
 				it.bytes = []byte(rapid.StringN(1, 400, -1).Draw(rt, "garbage"))
 				it.bytes[0] |= 1 // not the end of the log
@@ -444,7 +486,9 @@ func FuzzRecoveryTail(f *testing.F) {
 	stale := storedBatch(f, tmpl, cfg.SegmentSize, m.all[5])
 	f.Add(stale)
 	f.Add(patched(stale, end, -1, -1))
-	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 2)) // continues the log
+	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 2)) // continues the queue and the epochs
+	// A copy of the newest batch continues the store timestamps too.
+	f.Add(patched(storedBatch(f, tmpl, cfg.SegmentSize, lastRec(m)), end, m.maxOffset(qkey{"a", lastRec(m).qid}), 2))
 	f.Add(patched(stale, end, m.maxOffset(qkey{"a", 1}), 1)) // an older epoch
 	f.Add(append(make([]byte, 64), patched(stale, end+64, -1, -1)...))
 	f.Add([]byte("\x7fgarbage"))
@@ -518,12 +562,13 @@ type historyState struct {
 }
 
 // checkHistory checks that the store holds every batch of m intact and that what follows
-// continues the log's history: every batch where it says it is, epochs never going down, each
-// queue's offsets contiguous from the model's.
+// continues the log's history: every batch where it says it is, epochs and store timestamps
+// never going down, each queue's offsets contiguous from the model's.
 func checkHistory(t tb, s *Store, m *model) historyState {
 	t.Helper()
 	next := map[qkey]int64{}
 	var epoch uint32
+	var ts int64
 	pos, i := int64(0), 0
 	for pos < s.LogEndOffset() {
 		sl, err := s.ReadLog(pos, 0)
@@ -544,12 +589,12 @@ func checkHistory(t tb, s *Store, m *model) historyState {
 		if i < len(m.all) {
 			checkBatch(t, b[:info.Size], m.all[i])
 			i++
-		} else if want, ok := next[k]; ok && info.BaseQueueOffset != want || info.Epoch < epoch {
-			t.Fatalf("batch at %d after the written ones (%+v) does not continue %v at %d after epoch %d", pos, info, k, want, epoch)
+		} else if want, ok := next[k]; ok && info.BaseQueueOffset != want || info.Epoch < epoch || info.StoreTimestamp < ts {
+			t.Fatalf("batch at %d after the written ones (%+v) does not continue %v at %d after epoch %d, store timestamp %d", pos, info, k, want, epoch, ts)
 		}
 		sl.Release()
 		next[k] = info.BaseQueueOffset + int64(info.Count)
-		epoch = info.Epoch
+		epoch, ts = info.Epoch, info.StoreTimestamp
 		pos += int64(info.Size)
 	}
 	if i < len(m.all) {

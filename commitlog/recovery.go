@@ -48,6 +48,14 @@ func (s *Store) recover() error {
 	if ckErr != nil && !errors.Is(ckErr, os.ErrNotExist) {
 		s.logger.Warn("commitlog: ignoring bad checkpoint; scanning the whole log", "err", ckErr)
 	}
+	// Store timestamps are checked only where this version vouches for their order: its
+	// checkpoint, and the ordered file it keeps (History). A store another version wrote last
+	// (an upgrade, a downgrade and back) is recovered without the check.
+	orderedFrom, orderedOK, err := readOrdered(s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	ordered := ckOK && ck.ordered && orderedOK
 	fresh := len(segs) == 0 && !ckOK // a new store: nothing to recover
 	if len(segs) == 0 {
 		seg, err := s.createSegment(0)
@@ -104,12 +112,17 @@ func (s *Store) recover() error {
 	scanStart := segs[k].base
 	pos := scanStart
 	segs[k].newestTS.Store(0)
-	epoch := s.epochBefore(scanStart)
+	before, beforeAt, hasBefore := s.batchBefore(scanStart)
+	epoch := before.Epoch
+	// floor is the store timestamp the next batch must not go below when floorSet: that of
+	// the batch before it (a lower bound for the first one scanned) lying in the ordered part.
+	floor, floorSet := before.StoreTimestamp, ordered && hasBefore && beforeAt >= orderedFrom
 	var (
 		reason              string
 		cut, history        bool // stopped at bytes that are not the end; at a whole batch that does not continue
 		batches, dispatched int
 		deletionsHealed     bool // a deletion record the deletions file lacked
+		afresh              afreshQueues
 	)
 	for {
 		seg := segs[k]
@@ -164,6 +177,16 @@ func (s *Store) recover() error {
 			history = true
 			break
 		}
+		if floorSet && info.StoreTimestamp < floor {
+			reason = fmt.Sprintf("batch of %s/%d (base queue offset %d) has store timestamp %d, below the previous batch's %d",
+				info.Topic, info.QueueID, info.BaseQueueOffset, info.StoreTimestamp, floor)
+			history = true
+			break
+		}
+		if why := afresh.check(pos, &info); why != "" {
+			reason, history = why, true
+			break
+		}
 		if info.Control {
 			if info.DeletesTopic && s.recoverDeletion(pos, info.Topic) {
 				deletionsHealed = true
@@ -186,6 +209,7 @@ func (s *Store) recover() error {
 			seg.newestTS.Store(info.StoreTimestamp)
 		}
 		epoch = info.Epoch
+		floor, floorSet = info.StoreTimestamp, ordered && pos >= orderedFrom
 		pos += int64(info.Size)
 		batches++
 	}
@@ -273,7 +297,22 @@ func (s *Store) recover() error {
 		return err
 	}
 	s.lastEpoch.Store(epoch)
-	ck = checkpoint{logDurable: end, queueDurable: end}
+	// From here on this version stamps the log: the next batch keeps the order of the last one
+	// when it is known exactly (a batch scanned) and in the ordered part; otherwise the order
+	// starts at the end. The ordered file is durable before the checkpoint that vouches for it.
+	s.lastTS, s.lastOrdered = floor, batches > 0 && floorSet
+	newFrom := end
+	if s.lastOrdered {
+		newFrom = min(orderedFrom, end)
+	}
+	if !orderedOK || newFrom != orderedFrom {
+		if err := writeOrdered(s.cfg.Dir, newFrom); err != nil {
+			return err
+		}
+	}
+	s.orderedFrom = newFrom
+	s.runFrom = end
+	ck = checkpoint{logDurable: end, queueDurable: end, ordered: true}
 	if err := writeCheckpoint(s.cfg.Dir, ck, s.cfg.Now()); err != nil {
 		return err
 	}
@@ -862,10 +901,11 @@ func (s *Store) reindexTopics(topics map[string]bool, logMin, end int64) (int, e
 	return n, nil
 }
 
-// epochBefore returns the epoch of the log's last batch before off as the consume queues index
-// it (0 when none is, or it does not parse): where the scan starts in the middle of the log, the
-// history it checks continues that batch's. Recovery only.
-func (s *Store) epochBefore(off int64) uint32 {
+// batchBefore returns the log's last batch before off as the consume queues index it, and its
+// position; ok is false when none is, or it does not parse. Where the scan starts in the middle
+// of the log, the history it checks continues that batch's: its epoch, and its store timestamp
+// as a lower bound (a deletion record after it, indexed nowhere, may be later). Recovery only.
+func (s *Store) batchBefore(off int64) (info BatchInfo, at int64, ok bool) {
 	var last entry
 	found := false
 	for _, q := range s.allQueues() {
@@ -882,10 +922,41 @@ func (s *Store) epochBefore(off int64) uint32 {
 		}
 	}
 	if !found {
-		return 0
+		return BatchInfo{}, 0, false
 	}
-	info, _ := s.parseEntry(last)
-	return info.Epoch
+	info, ok = s.parseEntry(last)
+	return info, last.phys, ok
+}
+
+// afreshQueues tracks, for each topic whose deletion record recovery scanned, the queues that
+// have had a batch since: the first batch of any other queue of the topic starts a queue created
+// afresh, at queue offset 0 (History). Only records the scan met count: the scan saw every batch
+// after them, whatever the consume queues hold.
+type afreshQueues map[string]map[int32]bool
+
+// check notes the batch at pos and returns why it does not continue its topic's history after a
+// deletion ("" when it does): a deletion record starts the topic's queues afresh, and a queue's
+// first batch after it must have base queue offset 0.
+func (a *afreshQueues) check(pos int64, info *BatchInfo) string {
+	if info.Control {
+		if info.DeletesTopic {
+			if *a == nil {
+				*a = afreshQueues{}
+			}
+			(*a)[string(info.Topic)] = map[int32]bool{}
+		}
+		return ""
+	}
+	seen, ok := (*a)[string(info.Topic)]
+	if !ok || seen[info.QueueID] {
+		return ""
+	}
+	if info.BaseQueueOffset != 0 {
+		return fmt.Sprintf("batch of %s/%d at %d has base queue offset %d, but it is the queue's first since the topic's deletion record, and a queue created afresh starts at 0",
+			info.Topic, info.QueueID, pos, info.BaseQueueOffset)
+	}
+	seen[info.QueueID] = true
+	return ""
 }
 
 // queuesBack reports the queues whose max offset is below what their consume queue held when

@@ -110,9 +110,11 @@ func (s *Store) readBatches(seg *mappedFile, start, limit int64, maxBytes int, f
 // continue the log's history (package documentation, "History": its base queue offset is its
 // queue's next offset, its epoch is not below the previous batch's). A deletion record
 // (BatchInfo.DeletesTopic) deletes its topic's queues there, as DeleteTopic did on the master;
-// the topic's batches after it start new queues. It returns the new log
-// end. Errors wrap ErrReplicaMismatch, ErrDiskFull, ErrClosed, or the Parser's. Master and
-// slave must use the same segment size. Slave only: the log must not take Appends meanwhile.
+// the topic's batches after it start new queues, at queue offset 0. A store timestamp below
+// the previous batch's is taken, and where the order restarts recorded first (it makes a file
+// write). It returns the new log end. Errors wrap ErrReplicaMismatch, ErrDiskFull, ErrClosed, or
+// the Parser's. Master and slave must use the same segment size. Slave only: the log must not
+// take Appends meanwhile.
 func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -139,6 +141,10 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 	// Check everything before writing anything.
 	s.replInfos = s.replInfos[:0]
 	epoch := s.lastEpoch.Load()
+	// A store timestamp below the previous batch's is taken, not refused: the master's clock
+	// stepped back further than it stamps ahead, or the master does not order them (History);
+	// the order restarts at the last such batch, recorded before it is written.
+	ts, tsOrdered, restartAt := s.lastTS, s.lastOrdered, int64(-1)
 	for pos := 0; pos < len(data); {
 		at := start + int64(pos)
 		info, err := s.cfg.Parser(data[pos:], at)
@@ -157,9 +163,20 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		if info.Epoch < epoch {
 			return 0, fmt.Errorf("replicated batch at %d is of epoch %d, after one of epoch %d: %w", at, info.Epoch, epoch, ErrReplicaMismatch)
 		}
+		if tsOrdered && info.StoreTimestamp < ts {
+			restartAt = at
+		}
 		epoch = info.Epoch
+		ts, tsOrdered = info.StoreTimestamp, true
 		s.replInfos = append(s.replInfos, replInfo{BatchInfo: info, pos: at})
 		pos += info.Size
+	}
+	if restartAt >= 0 {
+		if err := s.restartOrderLocked(restartAt); err != nil {
+			return 0, err
+		}
+		s.logger.Warn("commitlog: a replicated batch's store timestamp is below the previous batch's; the log's timestamp order restarts there",
+			"at", restartAt)
 	}
 	// The data starts the next segment: after a marker the master wrote, or right at the end of
 	// a segment the master filled exactly (start == writePos == seg.end()).
@@ -181,6 +198,7 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 			}
 			seg.newestTS.Store(ri.StoreTimestamp)
 			s.lastEpoch.Store(ri.Epoch)
+			s.lastTS, s.lastOrdered = ri.StoreTimestamp, true
 			continue
 		}
 		q := s.queueLocked(ri.Topic, ri.QueueID)
@@ -202,6 +220,7 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		q.writeEntryLocked(ri.pos, ri.Size, ri.BaseQueueOffset, ri.Count, ri.TagHash, ri.StoreTimestamp)
 		seg.newestTS.Store(ri.StoreTimestamp)
 		s.lastEpoch.Store(ri.Epoch)
+		s.lastTS, s.lastOrdered = ri.StoreTimestamp, true
 	}
 	return s.publishReplicatedLocked(seg, start+int64(len(data))), nil
 }
@@ -231,9 +250,11 @@ type replInfo struct {
 }
 
 // pendingNext returns where the queue of info continues, counting the batches of this call
-// already checked; known is false for a queue without entries (its first batch sets its
-// offsets: a log reset to the master's min offset starts its queues where the master's are, and
-// a topic deleted earlier in the call starts its queues afresh).
+// already checked. A queue created afresh after its topic's deletion record starts at 0: a
+// record earlier in the call, or one applied in this run (after runFrom, so the queue's batches
+// since would have entries). known is false for another queue without entries: its first batch
+// sets its offsets (a log reset to the master's min offset starts its queues where the master's
+// are).
 func (s *Store) pendingNext(info BatchInfo) (next int64, known bool) {
 	for i := len(s.replInfos) - 1; i >= 0; i-- { // the queue's latest batch in this call
 		ri := &s.replInfos[i]
@@ -241,7 +262,7 @@ func (s *Store) pendingNext(info BatchInfo) (next int64, known bool) {
 			continue
 		}
 		if ri.DeletesTopic {
-			return 0, false
+			return 0, true
 		}
 		if !ri.Control && ri.QueueID == info.QueueID {
 			return ri.BaseQueueOffset + int64(ri.Count), true
@@ -249,6 +270,11 @@ func (s *Store) pendingNext(info BatchInfo) (next int64, known bool) {
 	}
 	if q := s.queueLocked(info.Topic, info.QueueID); q != nil && q.cnt > 0 {
 		return q.next, true
+	}
+	if len(s.deleted) != 0 {
+		if d, ok := s.deleted[string(info.Topic)]; ok && d >= s.runFrom {
+			return 0, true
+		}
 	}
 	return 0, false
 }
@@ -346,6 +372,10 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 		return "", fmt.Errorf("cannot reset the log: %w", err)
 	}
 	s.lastEpoch.Store(0)
+	// The first batch of the new log follows none of it (the ordered file may stay as it is:
+	// the batch at the log's min offset is never compared with one before it).
+	s.lastTS, s.lastOrdered = 0, false
+	s.runFrom = base
 	kick(s.allocKick)
 	kick(s.qflushKick)
 	s.logger.Warn("commitlog: log reset for a resync", "base", base, "segmentsDropped", len(old), "keptIn", kept)

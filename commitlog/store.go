@@ -43,6 +43,17 @@ type Store struct {
 	// fenced holds the topics DeleteTopic deleted and AllowTopic has not allowed again: Append
 	// refuses them. Memory only. (mu)
 	fenced map[string]struct{}
+	// lastTS is the store timestamp of the log's newest batch, and lastOrdered says that batch
+	// lies at or after orderedFrom, so the next batch must not go below lastTS (History). (mu)
+	lastTS      int64
+	lastOrdered bool
+	// orderedFrom is the position from which the log's store timestamps never go down, as the
+	// ordered file records it. (mu)
+	orderedFrom int64
+	// runFrom is where this run's writes began (the log end Open recovered, or a reset's base):
+	// every batch after it was indexed by Append or AppendReplicated, so a queue of a topic
+	// deleted after it that has no entry holds no batch since the deletion. (mu)
+	runFrom int64
 
 	// lastEpoch is the epoch of the log's newest batch, written under mu.
 	lastEpoch atomic.Uint32
@@ -179,13 +190,17 @@ func Open(cfg Config) (*Store, error) {
 // The batch must follow the batch contract (package documentation); count is its number of
 // messages (>= 1) and tagHash goes into the consume-queue entry. epoch is the master epoch
 // the batch is stored in: never below LastEpoch. stamp (may be nil) is called with the stored
-// copy to write the assigned fields. The batch is visible to Read when Append returns; it is
-// durable once WaitFlushed(result.EndOffset) completes.
+// copy to write the assigned fields. The store timestamp is the clock's time (Config.Now), but
+// never below the log's newest unless the clock is more than a second behind it (History). The
+// batch is visible to Read when Append returns; it is durable once WaitFlushed(result.EndOffset)
+// completes.
 //
 // Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrStaleEpoch, ErrTopicDeleted, ErrClosed, ErrDiskFull (no space for the next
 // segment or consume-queue file: nothing was written and a later Append retries) or an I/O
 // error. Any goroutine (typically event loops); appends are serialised by the store mutex and
-// make no syscall and no allocation except when a segment, queue or queue file is created.
+// make no syscall and no allocation except when a segment, queue or queue file is created, or
+// when the clock is more than a second behind the log's newest store timestamp (the ordered
+// file records where the order restarts).
 func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, tagHash uint32, epoch uint32, stamp StampFunc) (AppendResult, error) {
 	size := len(batch)
 	if size < minBatchSize || int64(size) > s.cfg.SegmentSize || binary.BigEndian.Uint32(batch) == 0 || count <= 0 {
@@ -226,10 +241,13 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 		seg = s.active
 	}
 	pos := s.writePos
+	ts, err := s.storeTimeLocked(pos, s.lastTS)
+	if err != nil {
+		return AppendResult{}, err
+	}
 	rel := pos - seg.base
 	dst := seg.data[rel : rel+int64(size) : rel+int64(size)]
 	copy(dst, batch)
-	ts := s.cfg.Now().UnixMilli()
 	base := q.next
 	if stamp != nil {
 		stamp(dst, pos, base, ts, epoch)
@@ -253,6 +271,7 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 // Append and DeleteTopic call it once the batch is in place. s.mu must be held.
 func (s *Store) advanceLocked(seg *mappedFile, pos int64, size int, ts int64, epoch, lastEpoch uint32) int64 {
 	seg.newestTS.Store(ts)
+	s.lastTS, s.lastOrdered = ts, true
 	if epoch != lastEpoch {
 		s.lastEpoch.Store(epoch)
 	}
@@ -352,8 +371,8 @@ func (s *Store) Queues() []QueueID {
 // position), so that recovery never indexes the deleted queues' batches again and takes the
 // topic's later batches, whose queue offsets start afresh, for the new queues they are. Append
 // then refuses the topic (ErrTopicDeleted) until AllowTopic. epoch and stamp are Append's; the
-// record is durable once WaitFlushed(result.EndOffset) completes, and its bytes go with
-// retention.
+// record's store timestamp is above every earlier batch's (History). The record is durable
+// once WaitFlushed(result.EndOffset) completes, and its bytes go with retention.
 //
 // Errors wrap ErrInvalidBatch (record is not a deletion record of topic), ErrInvalidTopic,
 // ErrStaleEpoch, ErrDiskFull, ErrClosed, or the deletions file's write error; nothing is
@@ -382,7 +401,10 @@ func (s *Store) DeleteTopic(topic []byte, record []byte, epoch uint32, stamp Sta
 		}
 	}
 	seg, pos := s.active, s.writePos
-	ts := s.cfg.Now().UnixMilli()
+	ts, err := s.storeTimeLocked(pos, s.lastTS+1)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", string(topic), err)
+	}
 	// Check the record as recovery will read it before anything is recorded or written.
 	check := append([]byte(nil), record...)
 	if stamp != nil {

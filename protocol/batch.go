@@ -332,19 +332,84 @@ type BatchLimits struct {
 	AllowControl bool
 }
 
+// A control batch's body is its type (u16) and, from this version on, a copy of the fields the
+// broker assigns it (controlStampSize bytes: physical offset i64, store timestamp i64, epoch
+// u32), under the CRC: a copy of the record anywhere else fails the check, whichever of its
+// fields outside the CRC were patched (see the package documentation, "Control batches"). A
+// body of the type alone is a record of an earlier version, accepted as it is.
+const (
+	controlTypeSize  = 2
+	controlStampSize = 8 + 8 + 4
+)
+
 // AppendControlBatch appends a control batch of type typ for topic to dst, with the store time
 // ts (Unix ms) as its message timestamp, and returns the extended slice; the batch starts at
-// len(dst) before the call and is finished (size and CRC set, broker-assigned fields zero). The
-// topic must pass ValidateTopic.
+// len(dst) before the call and is finished (size and CRC set, broker-assigned fields zero, as
+// their copy in the body). Stamp it with StampControlBatch. The topic must pass ValidateTopic.
 func AppendControlBatch(dst []byte, topic string, typ ControlType, ts int64) []byte {
 	start := len(dst)
 	dst = AppendBatchHeader(dst, topic, 0, 0, 0)
 	binary.BigEndian.PutUint16(dst[start+offAttributes:], AttrControl)
-	var body [2]byte
+	var body [controlTypeSize + controlStampSize]byte
 	binary.BigEndian.PutUint16(body[:], uint16(typ))
 	dst = AppendMessage(dst, start, &Message{Body: body[:], Timestamp: ts})
 	FinishBatch(dst, start)
 	return dst
+}
+
+// StampControlBatch writes the broker-assigned fields into the control batch b (from
+// AppendControlBatch) as StampBatch does, and their copy into its body, and computes its CRC
+// again: the broker wrote the whole record, so it owns the CRC. A control batch without the
+// copy (an earlier version's) is stamped as StampBatch stamps it.
+func StampControlBatch(b []byte, physicalOffset, baseQueueOffset, storeTimestamp int64, epoch uint32) {
+	StampBatch(b, physicalOffset, baseQueueOffset, storeTimestamp, epoch)
+	stamp := controlStampOf(b)
+	if stamp == nil {
+		return
+	}
+	binary.BigEndian.PutUint64(stamp, uint64(physicalOffset))
+	binary.BigEndian.PutUint64(stamp[8:], uint64(storeTimestamp))
+	binary.BigEndian.PutUint32(stamp[16:], epoch)
+	size := int(binary.BigEndian.Uint32(b[offBatchSize:]))
+	binary.BigEndian.PutUint32(b[offCRC:], CRC32C(b[BatchCRCStart:size]))
+}
+
+// controlStampOf returns the copy of the broker-assigned fields in the body of the control
+// batch b (a view of b), or nil when its body holds none (or b is not a whole control batch
+// of one message).
+func controlStampOf(b []byte) []byte {
+	h, err := ReadBatchHeader(b)
+	if err != nil || h.Attributes&AttrControl == 0 || h.Count != 1 {
+		return nil
+	}
+	it := NewMessageIterator(b, h)
+	m, ok := it.Next()
+	if !ok || len(m.Body) < controlTypeSize+controlStampSize {
+		return nil
+	}
+	return m.Body[controlTypeSize : controlTypeSize+controlStampSize]
+}
+
+// checkControlStamp reports whether the copy of the broker-assigned fields in the body of the
+// control batch b (header h; its message body is body) matches its header: a record whose body
+// is its type alone (an earlier version's) has nothing to check, and any other length short of
+// the copy is malformed.
+func checkControlStamp(h BatchHeader, body []byte) error {
+	switch {
+	case len(body) == controlTypeSize:
+		return nil
+	case len(body) < controlTypeSize+controlStampSize:
+		return fmt.Errorf("%w: %w: body of %d bytes", ErrBatchMalformed, ErrControlBatch, len(body))
+	}
+	stamp := body[controlTypeSize:]
+	phys := int64(binary.BigEndian.Uint64(stamp))
+	ts := int64(binary.BigEndian.Uint64(stamp[8:]))
+	epoch := binary.BigEndian.Uint32(stamp[16:])
+	if phys != h.PhysicalOffset || ts != h.StoreTimestamp || epoch != h.Epoch || h.BaseQueueOffset != 0 {
+		return fmt.Errorf("%w: %w: stamped at physical offset %d, store timestamp %d, epoch %d, but its header says %d, %d, %d (base queue offset %d): a copy of a record written elsewhere",
+			ErrBatchMalformed, ErrControlBatch, phys, ts, epoch, h.PhysicalOffset, h.StoreTimestamp, h.Epoch, h.BaseQueueOffset)
+	}
+	return nil
 }
 
 // ControlOf returns the control type of the batch b (its header h from ReadBatchHeader or
@@ -406,7 +471,7 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 	}
 	it := NewMessageIterator(b, h)
 	var tagHash uint32
-	var firstTags []byte
+	var firstTags, firstBody []byte
 	mixed := false
 	n := int32(0)
 	for {
@@ -418,7 +483,7 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 			return h, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), maxBody)
 		}
 		if n == 0 {
-			firstTags = m.Tags
+			firstTags, firstBody = m.Tags, m.Body
 		} else if !mixed && string(m.Tags) != string(firstTags) {
 			mixed = true
 		}
@@ -433,6 +498,9 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 	if control {
 		if typ, ok := ControlOf(b, h); !ok || typ != ControlDeleteTopic || h.QueueID != 0 {
 			return h, 0, fmt.Errorf("%w: %w: type %d, %d messages, queue %d", ErrBatchMalformed, ErrControlBatch, typ, h.Count, h.QueueID)
+		}
+		if err := checkControlStamp(h, firstBody); err != nil {
+			return h, 0, err
 		}
 		return h, 0, nil
 	}

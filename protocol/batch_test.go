@@ -58,7 +58,7 @@ func TestBatchRoundTrip(t *testing.T) {
 // allowed (a stored log), names its topic and type, and its shape is checked.
 func TestControlBatch(t *testing.T) {
 	b := AppendControlBatch([]byte("prefix"), "Gone", ControlDeleteTopic, 1234)[len("prefix"):]
-	StampBatch(b, 4096, 0, 99, 3)
+	StampControlBatch(b, 4096, 0, 99, 3)
 	if _, _, err := ValidateBatch(b, BatchLimits{}); !errors.Is(err, ErrControlBatch) || !errors.Is(err, ErrBatchMalformed) {
 		t.Fatalf("a control batch as a producer's send: %v, want ErrControlBatch", err)
 	}
@@ -90,5 +90,54 @@ func TestControlBatch(t *testing.T) {
 	odd := AppendControlBatch(nil, "Gone", ControlType(77), 1)
 	if _, _, err := ValidateBatch(odd, BatchLimits{AllowControl: true}); !errors.Is(err, ErrControlBatch) {
 		t.Fatalf("control type 77: %v", err)
+	}
+}
+
+// TestControlBatchStamp: a deletion record carries a copy of its broker-assigned fields under
+// its CRC (StampControlBatch), so a copy of it placed elsewhere is refused whichever of its
+// fields outside the CRC were patched to pass there; a record of an earlier version (its type
+// alone in its body) is taken as it is.
+func TestControlBatchStamp(t *testing.T) {
+	lim := BatchLimits{AllowControl: true}
+	rec := AppendControlBatch(nil, "Gone", ControlDeleteTopic, 1234)
+	StampControlBatch(rec, 4096, 0, 99, 3)
+	if _, _, err := ValidateBatch(rec, lim); err != nil {
+		t.Fatalf("a stamped record: %v", err)
+	}
+	for _, c := range []struct {
+		name  string
+		patch func(b []byte)
+	}{
+		{"physical offset", func(b []byte) { StampBatch(b, 8192, 0, 99, 3) }},
+		{"physical offset and store timestamp", func(b []byte) { StampBatch(b, 8192, 0, 150, 3) }},
+		{"physical offset, store timestamp and epoch", func(b []byte) { StampBatch(b, 8192, 0, 150, 4) }},
+		{"base queue offset", func(b []byte) { StampBatch(b, 4096, 7, 99, 3) }},
+	} {
+		b := append([]byte(nil), rec...)
+		c.patch(b)
+		if _, _, err := ValidateBatch(b, lim); !errors.Is(err, ErrControlBatch) || !errors.Is(err, ErrBatchMalformed) {
+			t.Errorf("a copy with its %s patched: %v, want ErrControlBatch", c.name, err)
+		}
+	}
+	// A record whose body is its type alone, as earlier versions write it, has no copy to check.
+	var legacy BatchBuilder
+	legacy.Reset("Gone", 0, 0, 0)
+	legacy.Add(&Message{Body: []byte{0, byte(ControlDeleteTopic)}, Timestamp: 1})
+	old := append([]byte(nil), legacy.Finish()...)
+	putU16(old, offAttributes, AttrControl)
+	putU32(old, offCRC, CRC32C(old[BatchCRCStart:]))
+	StampControlBatch(old, 8192, 0, 5, 1) // as StampBatch
+	if h, _, err := ValidateBatch(old, lim); err != nil || h.PhysicalOffset != 8192 || h.StoreTimestamp != 5 {
+		t.Fatalf("an earlier version's record: %+v, %v", h, err)
+	}
+	// A body between the type and the full copy is malformed.
+	var bb BatchBuilder
+	bb.Reset("Gone", 0, 0, 0)
+	bb.Add(&Message{Body: []byte{0, byte(ControlDeleteTopic), 1, 2, 3}, Timestamp: 1})
+	short := append([]byte(nil), bb.Finish()...)
+	putU16(short, offAttributes, AttrControl)
+	putU32(short, offCRC, CRC32C(short[BatchCRCStart:]))
+	if _, _, err := ValidateBatch(short, lim); !errors.Is(err, ErrControlBatch) {
+		t.Fatalf("a record body of 5 bytes: %v, want ErrControlBatch", err)
 	}
 }

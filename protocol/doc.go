@@ -79,7 +79,19 @@
 //	                            its batches before the record belong to the deleted queues,
 //	                            the ones after to a topic of the same name created afresh
 //
-// Unknown control types are refused like any malformed batch.
+// Unknown control types are refused like any malformed batch. The broker writes the whole
+// record, so, unlike a producer's batch, its broker-assigned fields are under its CRC too: the
+// body goes on with a copy of them (StampControlBatch), and a record whose copy differs from its
+// header is refused (a copy of the record placed elsewhere, whatever fields outside the CRC were
+// patched to pass there, would delete the queues of a topic created again since):
+//
+//	 0  2  control type     u16
+//	 2  8  physicalOffset   i64  as the header's
+//	10  8  storeTimestamp   i64  as the header's
+//	18  4  epoch            u32  as the header's (its base queue offset is 0)
+//
+// A body of the control type alone is a record of an earlier version, taken as it is; earlier
+// versions read the type only, so they take these records too.
 //
 // # Decoders
 //

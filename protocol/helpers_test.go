@@ -340,3 +340,4 @@ func appendBatchHeaderFields(dst []byte, h *BatchHeader) []byte {
 
 // putU32 overwrites a big-endian u32 at off (test corruption helper).
 func putU32(b []byte, off int, v uint32) { binary.BigEndian.PutUint32(b[off:], v) }
+func putU16(b []byte, off int, v uint16) { binary.BigEndian.PutUint16(b[off:], v) }
