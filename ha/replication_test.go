@@ -804,3 +804,38 @@ func TestSlaveFloodForgotten(t *testing.T) {
 	clock.Advance(DefaultForgetAfter)
 	eventually(t, 10*time.Second, "only the known slave left", func() bool { return slices.Equal(ids(), []int64{1}) })
 }
+
+// TestKickEndsTheDial: a slave dialling a master that was cut off (the dial lasts its whole
+// timeout, here an hour) is told of a new master and kicked: it stops dialling the old one and
+// connects to the new one at once, where it used to finish the dial first.
+func TestKickEndsTheDial(t *testing.T) {
+	mlog, slaveLog := newMemLog(1<<20), newMemLog(1<<20)
+	fill(mlog, 0, 10, 100)
+	m := startMaster(t, mlog, MasterConfig{})
+	// The old master is cut off: its SYNs are dropped, so a dial of it lasts until its context
+	// ends (the kernel retransmits until the timeout).
+	const old = "10.213.255.1:10912"
+	dialling := make(chan struct{}, 1)
+	cutOff := func(ctx context.Context, addr string, opts rpc.Options) (*rpc.Conn, error) {
+		if addr == old {
+			dialling <- struct{}{}
+			<-ctx.Done()
+			return nil, fmt.Errorf("cannot connect to %s: %w", addr, ctx.Err())
+		}
+		return rpc.Dial(ctx, addr, opts)
+	}
+	var target atomic.Pointer[string]
+	target.Store(new(old))
+	s := startSlave(t, slaveLog, "", SlaveConfig{
+		DialTimeout:  time.Hour,
+		MasterHAAddr: func() string { return *target.Load() },
+		dial:         cutOff,
+	})
+	<-dialling
+	newAddr := m.Addr()
+	target.Store(&newAddr)
+	s.Kick()
+	testutil.Eventually(t, "the kicked slave to connect to the new master", s.Connected)
+	p := &pair{m: m, s: s, mlog: mlog, slog: slaveLog}
+	p.waitEqual(t, 10*time.Second)
+}

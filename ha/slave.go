@@ -26,8 +26,8 @@ const (
 	// callMargin is added to WaitMs for a pull's timeout: the master answers a held pull after
 	// at most WaitMs, so an answer later than this means the link or the master is dead.
 	callMargin = 3 * time.Second
-	// dialTimeout bounds a connection attempt to the master (a silent address).
-	dialTimeout = 2 * time.Second
+	// defaultDialTimeout is SlaveConfig.DialTimeout's default.
+	defaultDialTimeout = 2 * time.Second
 	// frameMargin is the room for the frame prefix and response header above the body.
 	frameMargin = 64 << 10
 	// divergedWait is how long a slave whose log diverged waits for its member's decision
@@ -61,8 +61,13 @@ type SlaveConfig struct {
 	// 3 s); it starts over after a pull succeeds.
 	Backoff    time.Duration
 	MaxBackoff time.Duration
+	// DialTimeout bounds a connection attempt to the master (an address that drops packets);
+	// default 2 s. Kick ends an attempt at once.
+	DialTimeout time.Duration
 	// Logger receives replication events; default slog.Default().
 	Logger *slog.Logger
+	// dial connects to the master (default rpc.Dial); tests put a cut-off network in its way.
+	dial func(ctx context.Context, addr string, opts rpc.Options) (*rpc.Conn, error)
 	// OnProgress, when set, runs on the Slave's goroutine after every append with the new log
 	// end and the master's end; it must be short.
 	OnProgress func(end, masterEnd int64)
@@ -192,6 +197,12 @@ func NewSlave(cfg SlaveConfig) *Slave {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.dial == nil {
+		cfg.dial = rpc.Dial
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = defaultDialTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -326,6 +337,8 @@ func (s *Slave) run() {
 			s.cfg.Events(MasterGone{Now: s.cfg.Now()})
 		}
 		switch {
+		case errors.Is(err, context.Canceled):
+			continue // Kick ended the link or its dial: connect to MasterHAAddr at once
 		case errors.Is(err, errMasterMoved):
 			s.log.Info("master HA address changed; reconnecting", "old", addr, "new", s.cfg.MasterHAAddr())
 			continue
@@ -359,15 +372,19 @@ func (s *Slave) sleep(d time.Duration) {
 func (s *Slave) link(addr string) (progressed bool, err error) {
 	linkCtx, linkCancel := context.WithCancel(s.ctx)
 	defer linkCancel()
-	dctx, dcancel := context.WithTimeout(linkCtx, dialTimeout)
-	conn, err := rpc.Dial(dctx, addr, rpc.Options{MaxFrameSize: s.bound + frameMargin, MaxInFlight: 4})
+	// Kick ends the dial too: a member that learns of a new master while its slave still dials
+	// the old one (cut off, so the dial lasts its whole timeout) must not wait for it.
+	s.mu.Lock()
+	s.linkCancel = linkCancel
+	s.mu.Unlock()
+	dctx, dcancel := context.WithTimeout(linkCtx, s.cfg.DialTimeout)
+	conn, err := s.cfg.dial(dctx, addr, rpc.Options{MaxFrameSize: s.bound + frameMargin, MaxInFlight: 4})
 	dcancel()
 	if err != nil {
 		return false, err
 	}
 	s.mu.Lock()
 	s.st.MasterHAAddr = addr
-	s.linkCancel = linkCancel
 	s.mu.Unlock()
 	s.acked.Store(false) // a master that came back may hold another log
 	s.connected.Store(true)
