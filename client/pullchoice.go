@@ -204,7 +204,9 @@ func (s pullState) after(o pullOutcome) (pullState, pullReaction) {
 				r.result, suggest = protocol.PullNotHere, 0
 			}
 		}
-		r.learn = o.known == 0 && o.incarnation != 0 && r.result != protocol.PullNotHere
+		// Only a master's answer tells the queue's life: a slave's log may be the stale one (a
+		// position learnt there would be taken for the old life and replayed from the new one).
+		r.learn = o.known == 0 && o.incarnation != 0 && o.id == 0 && r.result != protocol.PullNotHere
 		r.commitHeld = r.result == protocol.PullFound || r.result == protocol.PullNoNewMessage
 		switch {
 		case r.result != protocol.PullNotHere:

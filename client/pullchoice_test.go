@@ -138,6 +138,8 @@ func TestPullStateAfter(t *testing.T) {
 			pullReaction{markOK: true, result: protocol.PullFound, commitHeld: true}},
 		{"found, the position's life not known yet: learnt", follow, life(answered(0, protocol.PullFound, 0), 0, x), follow,
 			pullReaction{markOK: true, result: protocol.PullFound, commitHeld: true, learn: true}},
+		{"found on a slave, the position's life not known yet: not learnt (the slave's log may be the stale one)", follow, life(answered(1, protocol.PullFound, 1), 0, x), with(follow, func(s *pullState) { s.want = 1 }),
+			pullReaction{markOK: true, result: protocol.PullFound, commitHeld: true}},
 		{"found, an older broker names no life", follow, life(answered(0, protocol.PullFound, 0), x, 0), follow,
 			pullReaction{markOK: true, result: protocol.PullFound, commitHeld: true}},
 		{"found, another life, from the master: reborn", follow, life(answered(0, protocol.PullFound, 1), x, y), with(follow, func(s *pullState) { s.want = 1 }),

@@ -101,13 +101,13 @@ func (s *raftStream) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 // Followers call each other only in elections, so the connection a follower pooled in the last
 // election is often one the other member closed since (it restarted, or its guard closed it):
 // the vote request written on it fails with EOF, the candidate misses that vote, and the group
-// waits one more election timeout for a master. The transport writes a request only when no
-// answer is being read (a generic RPC reads its answer after the write), except on a pipeline,
-// whose decoder is always reading and which this leaves alone. So before a write with no read
-// in progress, raftConn peeks at the socket without blocking: end of stream, a reset, or bytes
-// nobody asked for mean the connection is dead, and it dials the member again and writes there,
-// the deadlines set before carried over. A member that vanished without closing (a partition)
-// is not seen: the request times out as before.
+// waits one more election timeout for a master. So before a write with no read in progress,
+// raftConn peeks at the socket without blocking: end of stream or a reset, with nothing left to
+// read before it, means the connection is dead, and it dials the member again and writes there,
+// the deadlines set before carried over. Bytes waiting are never taken for a dead connection: on
+// a pipeline the answer to an earlier append may wait there while its decoder is between
+// answers. A member that vanished without closing (a partition) is not seen: the request times
+// out as before.
 type raftConn struct {
 	addr    string
 	timeout time.Duration
@@ -115,9 +115,10 @@ type raftConn struct {
 
 	mu sync.Mutex
 	// conn is the current connection; readDeadline and writeDeadline are the last set, for a
-	// replacement.
+	// replacement; closed is set by Close (a replacement dialled meanwhile is closed).
 	conn                        net.Conn
 	readDeadline, writeDeadline time.Time
+	closed                      bool
 }
 
 func (c *raftConn) current() net.Conn {
@@ -134,27 +135,34 @@ func (c *raftConn) Read(p []byte) (int, error) {
 }
 
 // Write writes p, on a new connection to the member when no read is in progress and the current
-// one was closed by the member (peerClosed).
+// one was closed by the member (peerClosed). The dial runs without the lock, so that Close and
+// the deadline setters never wait for it.
 func (c *raftConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	if c.reading.Load() == 0 && peerClosed(c.conn) {
-		fresh, err := net.DialTimeout("tcp", c.addr, c.timeout)
-		if err != nil {
-			c.mu.Unlock()
-			return 0, fmt.Errorf("the member closed this pooled connection and a new one failed: %w", err)
-		}
-		_ = c.conn.Close()
-		_ = fresh.SetReadDeadline(c.readDeadline)
-		_ = fresh.SetWriteDeadline(c.writeDeadline)
-		c.conn = fresh
+	conn := c.current()
+	if c.reading.Load() != 0 || !peerClosed(conn) {
+		return conn.Write(p)
 	}
-	conn := c.conn
+	fresh, err := net.DialTimeout("tcp", c.addr, c.timeout)
+	if err != nil {
+		return 0, fmt.Errorf("the member closed this pooled connection and a new one failed: %w", err)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = fresh.Close()
+		return 0, net.ErrClosed
+	}
+	_ = fresh.SetReadDeadline(c.readDeadline)
+	_ = fresh.SetWriteDeadline(c.writeDeadline)
+	old := c.conn
+	c.conn = fresh
 	c.mu.Unlock()
-	return conn.Write(p)
+	_ = old.Close()
+	return fresh.Write(p)
 }
 
-// peerClosed reports whether conn's peer has closed it or reset it, or sent bytes that are not
-// an answer to anything, without blocking (a peek of the socket's receive queue).
+// peerClosed reports whether conn's peer has closed or reset it and nothing is left to read
+// before that, without blocking (a peek of the socket's receive queue).
 func peerClosed(conn net.Conn) bool {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
@@ -167,17 +175,25 @@ func peerClosed(conn net.Conn) bool {
 	closed := false
 	var b [1]byte
 	_ = rc.Read(func(fd uintptr) bool {
-		// No error is end of stream (0 bytes) or bytes no request asked for; an error other than
-		// "nothing yet" is a reset or the like.
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		closed = err != syscall.EAGAIN && err != syscall.EINTR
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == nil:
+			closed = n == 0 // end of stream; bytes waiting are an answer still to be read
+		default:
+			closed = err != syscall.EAGAIN && err != syscall.EINTR // a reset or the like
+		}
 		return true
 	})
 	return closed
 }
 
-// Close closes the current connection.
-func (c *raftConn) Close() error { return c.current().Close() }
+// Close closes the current connection; a replacement being dialled is closed when it is made.
+func (c *raftConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return c.conn.Close()
+}
 
 // LocalAddr returns the current connection's local address.
 func (c *raftConn) LocalAddr() net.Addr { return c.current().LocalAddr() }

@@ -8,10 +8,12 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/sys/unix"
 
 	"github.com/petrel-mq/petrel/internal/testutil"
 )
@@ -235,8 +237,9 @@ func TestPooledConnectionClosedByMember(t *testing.T) {
 	}
 }
 
-// TestPeerClosed: the peek tells a connection its peer closed, reset or wrote to unasked from a
-// live, quiet one, and consumes nothing.
+// TestPeerClosed: the peek tells a connection its peer closed or reset from a live, quiet one;
+// bytes waiting (an answer the pipeline's decoder has yet to read) keep it alive even when the
+// peer closed after them, and the peek consumes nothing.
 func TestPeerClosed(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -266,13 +269,35 @@ func TestPeerClosed(t *testing.T) {
 	_ = s.(*net.TCPConn).SetLinger(0)
 	_ = s.Close()
 	testutil.Eventually(t, "the peer's reset is seen", func() bool { return peerClosed(reset) })
-	unasked, s := pair()
+	answered, s := pair()
 	if _, err := s.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, "bytes nobody asked for are seen", func() bool { return peerClosed(unasked) })
-	b := make([]byte, 1)
-	if _, err := io.ReadFull(unasked, b); err != nil || b[0] != 'x' {
-		t.Fatalf("the peek consumed the byte: %q, %v", b, err)
+	_ = s.Close()
+	testutil.Eventually(t, "the answer has arrived", func() bool { return waiting(t, answered) > 0 })
+	if peerClosed(answered) {
+		t.Fatal("a connection with an answer waiting was taken for closed")
 	}
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(answered, b); err != nil || b[0] != 'x' {
+		t.Fatalf("the peek consumed the answer: %q, %v", b, err)
+	}
+	testutil.Eventually(t, "the close after the answer is seen once it is read", func() bool { return peerClosed(answered) })
+}
+
+// waiting returns the bytes waiting to be read on conn (FIONREAD).
+func waiting(t *testing.T, conn net.Conn) int {
+	t.Helper()
+	rc, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
