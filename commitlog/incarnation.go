@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // A queue's incarnation identifies its current life: queue offsets start at 0 again when a
@@ -87,8 +88,8 @@ func (s *Store) setBorn(q *consumeQueue, phys, ts int64) {
 // loadBorn reads the incarnation of the queue in dir: 0 when the file is missing (a queue of an
 // older version's store) or does not check out (logged). Recovery only.
 func (s *Store) loadBorn(q *consumeQueue) {
-	path := filepath.Join(q.dir, incarnationName)
-	b, err := os.ReadFile(path)
+	var buf [incarnationFileSize + 1]byte
+	b, err := readSmall(q.dir+string(filepath.Separator)+incarnationName, &buf)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
@@ -138,4 +139,30 @@ func fsyncFile(path string) error {
 		return fmt.Errorf("cannot fsync %q: %w", path, err)
 	}
 	return nil
+}
+
+// readSmall reads the file at path into buf and returns what it holds (all of buf when the file
+// is longer): recovery reads every queue's incarnation file, and os.ReadFile's *os.File, stat
+// and buffer would cost it several allocations per queue.
+func readSmall(path string, buf *[incarnationFileSize + 1]byte) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
 }
