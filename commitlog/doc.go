@@ -62,11 +62,11 @@
 // (holding the newest would freeze every later timestamp until the clock caught up): the order
 // restarts at that batch, and the ordered file records the position before the batch is
 // written. AppendReplicated takes a timestamp that goes down (the master restarted its order,
-// or a master of an earlier version does not keep it) and records the restart the same way.
-// Recovery checks timestamps only where this version vouches for them: its checkpoint carries
-// a flag earlier versions do not write (they rewrite the checkpoint when they open the store),
-// and the ordered file says from where. A store another version wrote last is recovered
-// without the check, and its order starts at the end recovery found.
+// or a master that does not keep an order) and records the restart the same way. Recovery
+// checks timestamps only where the order is vouched for: by a checkpoint with the ordered flag
+// (a broker that does not keep the order leaves the flag out: it rewrites the checkpoint when
+// it opens the store), from where the ordered file says. A store whose checkpoint lacks the
+// flag is recovered without the check, and its order starts at the end recovery found.
 //
 // A topic is deleted at a position of the log: DeleteTopic appends a deletion record (a control
 // batch the Parser reports as BatchInfo.DeletesTopic, indexed in no consume queue) and removes
@@ -154,8 +154,9 @@
 //
 // "log durable" is a log offset up to which the commit log was msync'd; "queues durable" is a
 // log offset such that the consume-queue entries of every batch below it were msync'd. Flag bit 0
-// says the checkpoint was written by Close after a complete flush (a clean shutdown); bit 1, set
-// by every checkpoint of this version, that the ordered file is current (History). The file is
+// says the checkpoint was written by Close after a complete flush (a clean shutdown); bit 1 (set by
+// every checkpoint of a store that keeps its timestamps in order) that the ordered file is
+// current (History). The file is
 // replaced atomically (write tmp, fsync, rename, fsync dir) on every queue-flush tick and on
 // Close. crc32c covers bytes [0, 36). A missing or bad checkpoint only costs a longer recovery.
 //

@@ -20,8 +20,8 @@ import (
 // its deletion record) or at another store time (a store restarted empty). The value is kept
 // in the queue's directory, because retention may remove the first batch, and goes with the
 // directory when the queue is deleted. A queue first seen at a later offset (a log reset to its
-// master's min offset, past the queue's first batch) or loaded without the file (a store of an
-// older version) has incarnation 0: not known, which nothing compares.
+// master's min offset, past the queue's first batch) or loaded without the file (a store written
+// before queues had incarnations) has incarnation 0: not known, which nothing compares.
 
 // incarnationName is the file in a queue's directory that holds its incarnation.
 const incarnationName = "incarnation"
@@ -85,8 +85,8 @@ func (s *Store) setBorn(q *consumeQueue, phys, ts int64) {
 	s.dirMu.Unlock()
 }
 
-// loadBorn reads the incarnation of the queue in dir: 0 when the file is missing (a queue of an
-// older version's store) or does not check out (logged). Recovery only.
+// loadBorn reads the incarnation of the queue in dir: 0 when the file is missing (a queue created
+// before queues had incarnations) or does not check out (logged). Recovery only.
 func (s *Store) loadBorn(q *consumeQueue) {
 	var buf [incarnationFileSize + 1]byte
 	b, err := readSmall(q.dir+string(filepath.Separator)+incarnationName, &buf)

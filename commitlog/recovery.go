@@ -48,9 +48,10 @@ func (s *Store) recover() error {
 	if ckErr != nil && !errors.Is(ckErr, os.ErrNotExist) {
 		s.logger.Warn("commitlog: ignoring bad checkpoint; scanning the whole log", "err", ckErr)
 	}
-	// Store timestamps are checked only where this version vouches for their order: its
-	// checkpoint, and the ordered file it keeps (History). A store another version wrote last
-	// (an upgrade, a downgrade and back) is recovered without the check.
+	// Store timestamps are checked only where their order is vouched for: a checkpoint with
+	// checkpointOrdered, and the ordered file (History). A store whose checkpoint lacks the flag
+	// (written last by a broker that does not keep the order: an upgrade, a downgrade and back)
+	// is recovered without the check.
 	orderedFrom, orderedOK, err := readOrdered(s.cfg.Dir)
 	if err != nil {
 		return err
@@ -297,7 +298,7 @@ func (s *Store) recover() error {
 		return err
 	}
 	s.lastEpoch.Store(epoch)
-	// From here on this version stamps the log: the next batch keeps the order of the last one
+	// From here on the store keeps its timestamps in order: the next batch keeps the order of the last one
 	// when it is known exactly (a batch scanned) and in the ordered part; otherwise the order
 	// starts at the end. The ordered file is durable before the checkpoint that vouches for it.
 	s.lastTS, s.lastOrdered = floor, batches > 0 && floorSet

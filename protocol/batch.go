@@ -332,11 +332,12 @@ type BatchLimits struct {
 	AllowControl bool
 }
 
-// A control batch's body is its type (u16) and, from this version on, a copy of the fields the
+// A control batch's body is its type (u16) and a copy of the fields the
 // broker assigns it (controlStampSize bytes: physical offset i64, store timestamp i64, epoch
 // u32), under the CRC: a copy of the record anywhere else fails the check, whichever of its
 // fields outside the CRC were patched (see the package documentation, "Control batches"). A
-// body of the type alone is a record of an earlier version, accepted as it is.
+// body of the type alone (a record written before records carried the copy) is accepted as
+// it is.
 const (
 	controlTypeSize  = 2
 	controlStampSize = 8 + 8 + 4
@@ -360,7 +361,7 @@ func AppendControlBatch(dst []byte, topic string, typ ControlType, ts int64) []b
 // StampControlBatch writes the broker-assigned fields into the control batch b (from
 // AppendControlBatch) as StampBatch does, and their copy into its body, and computes its CRC
 // again: the broker wrote the whole record, so it owns the CRC. A control batch without the
-// copy (an earlier version's) is stamped as StampBatch stamps it.
+// copy (a body of the type alone) is stamped as StampBatch stamps it.
 func StampControlBatch(b []byte, physicalOffset, baseQueueOffset, storeTimestamp int64, epoch uint32) {
 	StampBatch(b, physicalOffset, baseQueueOffset, storeTimestamp, epoch)
 	stamp := controlStampOf(b)
@@ -392,7 +393,7 @@ func controlStampOf(b []byte) []byte {
 
 // checkControlStamp reports whether the copy of the broker-assigned fields in the body of the
 // control batch b (header h; its message body is body) matches its header: a record whose body
-// is its type alone (an earlier version's) has nothing to check, and any other length short of
+// is its type alone (written before records carried the copy) has nothing to check, and any other length short of
 // the copy is malformed.
 func checkControlStamp(h BatchHeader, body []byte) error {
 	switch {

@@ -90,8 +90,8 @@
 //	10  8  storeTimestamp   i64  as the header's
 //	18  4  epoch            u32  as the header's (its base queue offset is 0)
 //
-// A body of the control type alone is a record of an earlier version, taken as it is; earlier
-// versions read the type only, so they take these records too.
+// A body of the control type alone (a record written before records carried the copy) is
+// taken as it is; readers that know only the type read these records too.
 //
 // # Decoders
 //

@@ -150,8 +150,8 @@ type PullRequestHeader struct {
 	// Incarnation is the incarnation of the queue (PullResponseHeader.Incarnation) that
 	// QueueOffset and CommitOffset belong to; 0 when the consumer knows none yet.
 	Incarnation uint64
-	// HasIncarnation says the header carries Incarnation (a client of this version): the broker
-	// then answers with the queue's incarnation. An older client's header ends before it.
+	// HasIncarnation says the header carries Incarnation: the broker then answers with the
+	// queue's incarnation. The header of a client that does not know incarnations ends before it.
 	HasIncarnation bool
 }
 
@@ -311,7 +311,7 @@ type ConsumerOffsetHeader struct {
 	// Incarnation, in a commit, is the incarnation of the queue (PullResponseHeader.Incarnation)
 	// Offset belongs to (0: not known); ignored by queries.
 	Incarnation uint64
-	// HasIncarnation says the header carries Incarnation (a client of this version); a query
+	// HasIncarnation says the header carries Incarnation; a query
 	// that carries it is answered with the incarnation of the offset returned.
 	HasIncarnation bool
 }

@@ -204,9 +204,9 @@ func (r *Reader) Count(minElemSize int) int {
 	return int(n)
 }
 
-// More reports whether unread bytes remain (and nothing failed). A header that grew by
-// trailing fields after its first version reads them only when they are there: a peer of an
-// older version sends the header without them (see the headers' HasIncarnation fields).
+// More reports whether unread bytes remain (and nothing failed). A header with optional
+// trailing fields reads them only when they are there: a peer that does not know a field sends
+// the header without it (see the headers' HasIncarnation fields).
 func (r *Reader) More() bool { return r.err == nil && r.off < len(r.b) }
 
 // Done fails the reader if unread bytes remain; headers call it so trailing garbage is an error.
