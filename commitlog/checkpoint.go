@@ -18,7 +18,7 @@ const (
 	checkpointName    = "checkpoint"
 	checkpointClean   = 1 // flags: written by Close after a complete flush
 	// checkpointOrdered (flags) says the store was last opened by a version that keeps its
-	// store timestamps in order and the ordered file current (History); versions that do not
+	// store timestamps in order and the history file's order start current (History); versions that do not
 	// know the flag write their checkpoints without it before they append anything.
 	checkpointOrdered = 2
 )
@@ -48,25 +48,33 @@ func writeCheckpoint(dir string, ck checkpoint, now time.Time) error {
 	}
 	binary.BigEndian.PutUint32(b[32:], flags)
 	binary.BigEndian.PutUint32(b[36:], crc32.Checksum(b[:36], castagnoli))
-	path := filepath.Join(dir, checkpointName)
+	return writeFileDurably(dir, checkpointName, b[:])
+}
+
+// writeFileDurably replaces dir/name with b atomically and durably: write name.tmp, fsync it,
+// rename it over name and fsync dir. Callers serialise their writes of one name (the queue
+// flusher for the checkpoint, histMu for the history file); a name.tmp a crash left is
+// overwritten by the next write.
+func writeFileDurably(dir, name string, b []byte) error {
+	path := filepath.Join(dir, name)
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return fmt.Errorf("cannot create checkpoint %q: %w", tmp, err)
+		return fmt.Errorf("cannot create %q: %w", tmp, err)
 	}
-	if _, err := f.Write(b[:]); err != nil {
+	if _, err := f.Write(b); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("cannot write checkpoint %q (%d bytes): %w", tmp, len(b), err)
+		return fmt.Errorf("cannot write %q (%d bytes): %w", tmp, len(b), err)
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("cannot fsync checkpoint %q: %w", tmp, err)
+		return fmt.Errorf("cannot fsync %q: %w", tmp, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("cannot close checkpoint %q: %w", tmp, err)
+		return fmt.Errorf("cannot close %q: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("cannot rename checkpoint %q: %w", tmp, err)
+		return fmt.Errorf("cannot rename %q: %w", tmp, err)
 	}
 	return fsyncDir(dir)
 }
@@ -75,7 +83,7 @@ func writeCheckpoint(dir string, ck checkpoint, now time.Time) error {
 // none and ErrCorrupt when it does not check out.
 func readCheckpoint(dir string) (checkpoint, error) {
 	path := filepath.Join(dir, checkpointName)
-	b, err := os.ReadFile(path)
+	b, err := readFileInto(path, nil)
 	if err != nil {
 		return checkpoint{}, fmt.Errorf("cannot read checkpoint %q: %w", path, err)
 	}

@@ -46,7 +46,7 @@ type BatchInfo struct {
 	// TagHash is stored in the consume-queue entry for server-side tag filtering.
 	TagHash uint32
 	// StoreTimestamp is the store time stamped by Append, in Unix milliseconds. Store
-	// timestamps never go down along the log from where the ordered file says (History).
+	// timestamps never go down along the log from where the history file says (History).
 	StoreTimestamp int64
 	// Epoch is the epoch stamped by Append (the master epoch that stored the batch); 0 for a
 	// format without epochs. Epochs never go down along the log.

@@ -106,12 +106,16 @@ type consumeQueue struct {
 	last *mappedFile // (mu) file of entry cnt (or of cnt-1 when full)
 
 	// Recovery only.
-	confirm  int64 // next entry that must match a re-dispatched batch (-1: not located yet)
-	needZero bool  // the file tail after the last entry may hold stale entries
-	hwm      int64 // one past the highest entry index loaded or written
-	loaded   int64 // max offset of the entries loaded, before re-dispatch
-	prev     entry // the entry before confirm, which a re-dispatched batch must follow
-	hasPrev  bool  // prev is set (the queue has an entry before confirm)
+	confirm int64 // next entry that must match a re-dispatched batch (-1: not located yet)
+	hwm     int64 // one past the highest entry index loaded or written
+	loaded  int64 // max offset of the entries loaded, before re-dispatch
+	// The entry before confirm, which a re-dispatched batch must follow: its next queue offset
+	// and the physical offset it ends at (only what the check needs: the struct stays in a
+	// smaller size class, and recovery allocates one per queue).
+	prevNext int64
+	prevEnd  int64
+	hasPrev  bool // prevNext and prevEnd are set (the queue has an entry before confirm)
+	needZero bool // the file tail after the last entry may hold stale entries
 }
 
 // queueLocked returns the queue or nil. Caller holds mu (or qmu). Does not allocate.
@@ -179,7 +183,7 @@ func (q *consumeQueue) ensureRoomLocked() error {
 		return nil
 	}
 	s := q.s
-	path := filepath.Join(q.dir, fileName(q.cnt))
+	path := filePath(q.dir, q.cnt)
 	m, err := createMapped(path, int64(s.cfg.QueueFileEntries)*entrySize, s.cfg.Preallocate, false)
 	if err != nil {
 		return fmt.Errorf("cannot create consume-queue file for %s/%d at entry %d: %w", q.topic, q.queueID, q.cnt, err)

@@ -17,14 +17,14 @@ import (
 // record's position in the log (see the package documentation, "History").
 const deletionsName = "deletions"
 
-// readDeletions loads the deletions file (an empty map when there is none). A file that does
+// readDeletions loads the deletions file (nil when there is none). A file that does
 // not parse is an error wrapping ErrCorrupt: guessing could index a deleted topic's batches
 // again, or cut the log at its re-created queues.
 func readDeletions(dir string) (map[string]int64, error) {
 	path := filepath.Join(dir, deletionsName)
-	data, err := os.ReadFile(path)
+	data, err := readFileInto(path, nil)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[string]int64{}, nil
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %q: %w", path, err)

@@ -44,7 +44,7 @@
 //     are), and 0 for a queue's first batch after its topic's deletion record (the queue is
 //     created afresh);
 //   - its epoch is not below the previous batch's;
-//   - its store timestamp is not below the previous batch's, from the position the ordered
+//   - its store timestamp is not below the previous batch's, from the position the history
 //     file records on.
 //
 // Append assigns the first two and refuses an epoch below LastEpoch (ErrStaleEpoch);
@@ -60,12 +60,12 @@
 // DeleteTopic stamps its record above every batch before it, so a copy of a deleted queue's
 // batch is below the record. A clock more than a second behind the newest gets its own time
 // (holding the newest would freeze every later timestamp until the clock caught up): the order
-// restarts at that batch, and the ordered file records the position before the batch is
+// restarts at that batch, and the history file records the position before the batch is
 // written. AppendReplicated takes a timestamp that goes down (the master restarted its order,
 // or a master that does not keep an order) and records the restart the same way. Recovery
 // checks timestamps only where the order is vouched for: by a checkpoint with the ordered flag
 // (a broker that does not keep the order leaves the flag out: it rewrites the checkpoint when
-// it opens the store), from where the ordered file says. A store whose checkpoint lacks the
+// it opens the store), from where the history file says. A store whose checkpoint lacks the
 // flag is recovered without the check, and its order starts at the end recovery found.
 //
 // A topic is deleted at a position of the log: DeleteTopic appends a deletion record (a control
@@ -91,7 +91,7 @@
 //	  LOCK                                   flock(2)ed while a Store has the directory open
 //	  checkpoint                             40 bytes, see below (written as checkpoint.tmp, renamed)
 //	  deletions                              "<escaped topic> <record's offset>\n" per deleted topic (History)
-//	  ordered                                "<offset>\n": store timestamps never go down from there on (History)
+//	  history                                where store timestamps are in order from, and each queue's incarnation (history.go)
 //	  commitlog/
 //	    00000000000000000000                 segment: physical offsets [0, SegmentSize)
 //	    00000000001073741824                 next segment: [SegmentSize, 2*SegmentSize)
@@ -99,7 +99,6 @@
 //	    <escaped topic>/<queueId>/
 //	      00000000000000000000               entries with index [0, QueueFileEntries)
 //	      00000000000000300000               entries with index [300000, 600000)
-//	      incarnation                        the queue's incarnation: "PINC", u64, crc32c (incarnation.go)
 //
 // File names are the 20-digit decimal start offset (segments) or first entry index (consume
 // queue files). Topic directory names escape every byte outside [A-Za-z0-9._-] (and a leading
@@ -154,11 +153,10 @@
 //
 // "log durable" is a log offset up to which the commit log was msync'd; "queues durable" is a
 // log offset such that the consume-queue entries of every batch below it were msync'd. Flag bit 0
-// says the checkpoint was written by Close after a complete flush (a clean shutdown); bit 1 (set by
-// every checkpoint of a store that keeps its timestamps in order) that the ordered file is
-// current (History). The file is
-// replaced atomically (write tmp, fsync, rename, fsync dir) on every queue-flush tick and on
-// Close. crc32c covers bytes [0, 36). A missing or bad checkpoint only costs a longer recovery.
+// says the checkpoint was written by Close after a complete flush (a clean shutdown); bit 1 (set
+// by every checkpoint of a store that keeps its timestamps in order) that the history file's
+// order start is current (History). The file is replaced atomically (write tmp, fsync, rename,
+// fsync dir) on every queue-flush tick and on Close, after the history file when that changed. crc32c covers bytes [0, 36). A missing or bad checkpoint only costs a longer recovery.
 //
 // # Recovery
 //

@@ -180,7 +180,7 @@ func (s *Store) flushQueuesAndCheckpoint(clean bool) error {
 			q.prefaultAhead()
 		}
 	}
-	if err := s.syncFiles(); err != nil {
+	if err := s.flushHistory(); err != nil {
 		return err
 	}
 	s.dirMu.Lock()

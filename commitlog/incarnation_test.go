@@ -113,7 +113,7 @@ func equalIncarnations(a, b map[QueueID]uint64) bool {
 	return true
 }
 
-// TestQueueIncarnationLegacy: a queue loaded without its incarnation file (a store of an older
+// TestQueueIncarnationLegacy: a queue loaded without a history file (a store of an older
 // version) has incarnation 0, unless recovery indexes its first batch again (then it has the
 // value the batch fixes, the one every member computes).
 func TestQueueIncarnationLegacy(t *testing.T) {
@@ -125,7 +125,7 @@ func TestQueueIncarnationLegacy(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	removeIncarnationFiles(t, cfg.Dir)
+	removeHistory(t, cfg.Dir)
 	s = mustOpen(t, cfg)
 	for q, v := range incarnations(s) {
 		if v != 0 {
@@ -147,16 +147,11 @@ func TestQueueIncarnationLegacy(t *testing.T) {
 	}
 }
 
-func removeIncarnationFiles(t *testing.T, dir string) {
+// removeHistory leaves the store as a version before the history file left it.
+func removeHistory(t *testing.T, dir string) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "consumequeue", "*", "*", incarnationName))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no incarnation files (%v)", err)
-	}
-	for _, f := range files {
-		if err := os.Remove(f); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.Remove(filepath.Join(dir, historyName)); err != nil {
+		t.Fatalf("no history file: %v", err)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/petrel-mq/petrel/internal/failpoint"
 )
@@ -13,7 +12,7 @@ import (
 // createSegment creates, preallocates, fsyncs and maps the segment starting at base, and fsyncs
 // the log directory. Errors wrap ErrDiskFull when the disk is full.
 func (s *Store) createSegment(base int64) (*mappedFile, error) {
-	path := filepath.Join(s.logDir, fileName(base))
+	path := filePath(s.logDir, base)
 	m, err := createMapped(path, s.cfg.SegmentSize, s.cfg.Preallocate, true)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create segment at offset %d: %w", base, err)

@@ -49,13 +49,16 @@ func (s *Store) recover() error {
 		s.logger.Warn("commitlog: ignoring bad checkpoint; scanning the whole log", "err", ckErr)
 	}
 	// Store timestamps are checked only where their order is vouched for: a checkpoint with
-	// checkpointOrdered, and the ordered file (History). A store whose checkpoint lacks the flag
+	// checkpointOrdered, and the history file's order start (History). A store whose checkpoint lacks the flag
 	// (written last by a broker that does not keep the order: an upgrade, a downgrade and back)
 	// is recovered without the check.
-	orderedFrom, orderedOK, err := readOrdered(s.cfg.Dir)
-	if err != nil {
+	hist, err := readHistory(s.cfg.Dir)
+	if errors.Is(err, ErrCorrupt) {
+		s.logger.Warn("commitlog: ignoring bad history file; store timestamps and queue incarnations are not known from it", "err", err)
+	} else if err != nil {
 		return err
 	}
+	orderedFrom, orderedOK := hist.orderedFrom, hist.orderedFrom >= 0
 	ordered := ckOK && ck.ordered && orderedOK
 	fresh := len(segs) == 0 && !ckOK // a new store: nothing to recover
 	if len(segs) == 0 {
@@ -96,12 +99,17 @@ func (s *Store) recover() error {
 	// queues' entries are durable: the bytes there may not be what was appended.
 	dispatchFrom = min(dispatchFrom, scanFrom)
 
-	if s.deleted, err = readDeletions(s.cfg.Dir); err != nil {
+	if d, err := readDeletions(s.cfg.Dir); err != nil {
 		return err
+	} else if d != nil {
+		s.deleted = d
 	}
 	damage, err := s.loadQueues()
 	if err != nil {
 		return err
+	}
+	if gone := s.applyHistory(hist); gone > 0 || !hist.ok {
+		s.historyChangedLocked()
 	}
 	dispatchFrom = min(dispatchFrom, max(damage, logMin))
 	crashed := !fresh && (!ckOK || !ck.clean) || truncOK
@@ -233,7 +241,7 @@ func (s *Store) recover() error {
 	// (dangling past the end, or junk) go, and after a crash each queue's file tail is zeroed.
 	// Then the log's tail: zero the rest of the end segment, and only then delete later segments.
 	zeroedQueues := 0
-	for _, q := range s.allQueues() {
+	for q := range s.eachQueue {
 		// Entries at or after the end (even below dispatchFrom, when the log lost durable
 		// consume-queue entries' batches) have no batch.
 		z, err := q.finishTail(min(dispatchFrom, end), crashed)
@@ -300,18 +308,21 @@ func (s *Store) recover() error {
 	s.lastEpoch.Store(epoch)
 	// From here on the store keeps its timestamps in order: the next batch keeps the order of the last one
 	// when it is known exactly (a batch scanned) and in the ordered part; otherwise the order
-	// starts at the end. The ordered file is durable before the checkpoint that vouches for it.
+	// starts at the end. The history file is durable before the checkpoint that vouches for it.
 	s.lastTS, s.lastOrdered = floor, batches > 0 && floorSet
 	newFrom := end
 	if s.lastOrdered {
 		newFrom = min(orderedFrom, end)
 	}
+	s.orderedFrom = newFrom
 	if !orderedOK || newFrom != orderedFrom {
-		if err := writeOrdered(s.cfg.Dir, newFrom); err != nil {
+		s.historyChangedLocked()
+	}
+	if s.histGen != s.histWritten.Load() {
+		if err := s.writeHistoryLocked(); err != nil {
 			return err
 		}
 	}
-	s.orderedFrom = newFrom
 	s.runFrom = end
 	ck = checkpoint{logDurable: end, queueDurable: end, ordered: true}
 	if err := writeCheckpoint(s.cfg.Dir, ck, s.cfg.Now()); err != nil {
@@ -398,7 +409,7 @@ func (s *Store) loadSegments() ([]*mappedFile, error) {
 		return nil, err
 	}
 	for i, b := range bases {
-		path := filepath.Join(s.logDir, fileName(b))
+		path := filePath(s.logDir, b)
 		m, size, fi, err := mapExisting(path)
 		if err != nil {
 			return fail(err)
@@ -513,11 +524,10 @@ func (s *Store) loadQueue(topic, dirName string, id int32, dir string) (int64, e
 	slices.Sort(bases)
 	q := s.newQueue(topic, dirName, id)
 	q.dir = dir
-	s.loadBorn(q)
 	var files []*mappedFile
 	damaged := false
 	for i, b := range bases {
-		path := filepath.Join(dir, fileName(b))
+		path := filePath(dir, b)
 		if damaged {
 			if err := os.Remove(path); err != nil {
 				return 0, fmt.Errorf("cannot remove %q: %w", path, err)
@@ -743,13 +753,13 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 		if q.confirm < 0 {
 			q.confirm = q.searchRaw(first, q.cnt, func(e entry) bool { return e.phys >= from })
 			if q.confirm > first {
-				q.prev, _ = q.rawEntry(q.confirm - 1)
-				q.hasPrev = true
+				e, _ := q.rawEntry(q.confirm - 1)
+				q.prevNext, q.prevEnd, q.hasPrev = e.nextOff(), e.end(), true
 			}
 		}
-		if q.hasPrev && (base != q.prev.nextOff() || pos < q.prev.end()) {
-			return false, fmt.Sprintf("batch of %s/%d has base queue offset %d, but the queue continues at %d (after the batch at %d)",
-				info.Topic, info.QueueID, base, q.prev.nextOff(), q.prev.phys), nil
+		if q.hasPrev && (base != q.prevNext || pos < q.prevEnd) {
+			return false, fmt.Sprintf("batch of %s/%d has base queue offset %d, but the queue continues at %d (after the batch ending at %d)",
+				info.Topic, info.QueueID, base, q.prevNext, q.prevEnd), nil
 		}
 		if q.confirm < q.cnt {
 			if e, ok := q.rawEntry(q.confirm); ok && e.phys == pos && e.base == base && e.size == size &&
@@ -758,7 +768,7 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 					s.setBorn(q, pos, info.StoreTimestamp) // the queue's first batch is at hand
 				}
 				q.confirm++
-				q.prev, q.hasPrev = e, true
+				q.prevNext, q.prevEnd, q.hasPrev = e.nextOff(), e.end(), true
 				q.lastTS.Store(info.StoreTimestamp)
 				return false, "", nil
 			}
@@ -775,7 +785,7 @@ func (s *Store) redispatch(pos int64, info *BatchInfo, from int64) (bool, string
 	q.last.dirty = true
 	q.hwm = max(q.hwm, q.cnt)
 	q.confirm = q.cnt
-	q.prev, q.hasPrev = entry{phys: pos, size: size, base: base, count: count}, true
+	q.prevNext, q.prevEnd, q.hasPrev = base+count, pos+size, true
 	return true, "", nil
 }
 
@@ -909,7 +919,7 @@ func (s *Store) reindexTopics(topics map[string]bool, logMin, end int64) (int, e
 func (s *Store) batchBefore(off int64) (info BatchInfo, at int64, ok bool) {
 	var last entry
 	found := false
-	for _, q := range s.allQueues() {
+	for q := range s.eachQueue {
 		files := *q.files.Load()
 		if len(files) == 0 {
 			continue
@@ -969,7 +979,7 @@ func (s *Store) queuesBack(end int64, cut bool) int {
 		why = "the log was cut"
 	}
 	n := 0
-	for _, q := range s.allQueues() {
+	for q := range s.eachQueue {
 		if q.next >= q.loaded {
 			continue
 		}
@@ -988,11 +998,29 @@ func (s *Store) queuesBack(end int64, cut bool) int {
 // maxQueuesBackLogged bounds the per-queue lines queuesBack logs.
 const maxQueuesBackLogged = 20
 
+// eachQueue yields every consume queue under qmu's read lock, without allocating a snapshot:
+// the loop body must not create or remove queues, nor take qmu (use allQueues for that).
+func (s *Store) eachQueue(yield func(*consumeQueue) bool) {
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	for _, t := range s.topics {
+		for _, q := range t.queues {
+			if !yield(q) {
+				return
+			}
+		}
+	}
+}
+
 // allQueues returns every consume queue (a snapshot; callers work on it without qmu).
 func (s *Store) allQueues() []*consumeQueue {
 	s.qmu.RLock()
 	defer s.qmu.RUnlock()
-	var qs []*consumeQueue
+	n := 0
+	for _, t := range s.topics {
+		n += len(t.queues)
+	}
+	qs := make([]*consumeQueue, 0, n) // one allocation: the queue flusher calls this every tick
 	for _, t := range s.topics {
 		for _, q := range t.queues {
 			qs = append(qs, q)
@@ -1033,9 +1061,6 @@ func (s *Store) finishQueues(logMin int64) (int, error) {
 		if q.lastTS.Load() == 0 {
 			q.lastTS.Store(s.parseStoreTS(q))
 		}
-	}
-	if err := s.syncFiles(); err != nil {
-		return 0, err
 	}
 	s.dirMu.Lock()
 	dirs := s.dirtyDirs
@@ -1083,8 +1108,8 @@ func (s *Store) dropQueueRecovery(q *consumeQueue) {
 		f.release()
 	}
 	q.files.Store(&[]*mappedFile{})
-	_ = os.Remove(filepath.Join(q.dir, incarnationName))
 	_ = os.Remove(q.dir)
+	s.historyChangedLocked()
 	topicDir := filepath.Dir(q.dir)
 	s.qmu.Lock()
 	t := s.topics[q.topic]

@@ -186,7 +186,7 @@ func queueFiles(t *testing.T, dir, topic string, qid int32) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		if _, ok := parseFileName(e.Name()); ok { // not the queue's incarnation file
+		if _, ok := parseFileName(e.Name()); ok {
 			out = append(out, filepath.Join(qdir, e.Name()))
 		}
 	}

@@ -326,6 +326,11 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 	for _, t := range s.topicsSnapshotLocked() {
 		s.deleteQueuesLocked(t)
 	}
+	// No incarnation of the old queues may be applied to the ones the new log creates (at the
+	// master's offsets, without their first batches: not known).
+	if err := s.writeHistoryLocked(); err != nil {
+		return "", fmt.Errorf("cannot reset the log: %w", err)
+	}
 	// Move the old segments out of the way, oldest first (a crash leaves a shorter log, and
 	// Open deletes the moved files); they are removed once no reader maps them, unless kept.
 	for _, f := range old {
@@ -372,7 +377,7 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 		return "", fmt.Errorf("cannot reset the log: %w", err)
 	}
 	s.lastEpoch.Store(0)
-	// The first batch of the new log follows none of it (the ordered file may stay as it is:
+	// The first batch of the new log follows none of it (the order's start may stay as it is:
 	// the batch at the log's min offset is never compared with one before it).
 	s.lastTS, s.lastOrdered = 0, false
 	s.runFrom = base
@@ -458,6 +463,7 @@ func (s *Store) deleteQueuesLocked(t *topicQueues) {
 	s.qmu.Lock()
 	delete(s.topics, t.name)
 	s.qmu.Unlock()
+	s.historyChangedLocked()
 	dir := filepath.Join(s.cqDir, t.dirName)
 	trash := filepath.Join(s.cqDir, fmt.Sprintf(".trash-%d-%s", time.Now().UnixNano(), t.dirName))
 	renamed := os.Rename(dir, trash) == nil

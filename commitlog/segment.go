@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/edsrzf/mmap-go"
@@ -23,7 +25,34 @@ const (
 	nameDigits = 20
 )
 
-func fileName(n int64) string { return fmt.Sprintf("%0*d", nameDigits, n) }
+// fileName is the name of the segment or consume-queue file starting at n (n >= 0): n in
+// decimal, zero-padded to nameDigits.
+func fileName(n int64) string {
+	var b [nameDigits]byte
+	return string(appendFileName(b[:0], n))
+}
+
+// filePath is dir joined with fileName(n), built in one allocation (recovery builds one per
+// file of every queue). dir must be clean, as filepath.Join would make it.
+func filePath(dir string, n int64) string {
+	var sb strings.Builder
+	sb.Grow(len(dir) + 1 + nameDigits)
+	sb.WriteString(dir)
+	sb.WriteByte(filepath.Separator)
+	var b [nameDigits]byte
+	sb.Write(appendFileName(b[:0], n))
+	return sb.String()
+}
+
+// appendFileName appends fileName(n) to b.
+func appendFileName(b []byte, n int64) []byte {
+	var d [nameDigits]byte
+	digits := strconv.AppendInt(d[:0], n, 10)
+	for range nameDigits - len(digits) {
+		b = append(b, '0')
+	}
+	return append(b, digits...)
+}
 
 // mappedFile is one mapped commit-log segment or consume-queue file.
 //

@@ -40,15 +40,15 @@ func clockedStore(t *testing.T, segSize int64) (Config, *testClock, *Store, *mod
 
 // asPreviousVersion leaves the store's files as a version that does not order store timestamps
 // leaves them: a checkpoint (if there is one) without checkpointOrdered and, unless this version
-// opened the store before that one (a downgrade and back), no ordered file.
+// opened the store before that one (a downgrade and back), no history file.
 func asPreviousVersion(t tb, dir string, downgraded bool) {
 	t.Helper()
 	if !downgraded {
-		if err := os.Remove(filepath.Join(dir, orderedName)); err != nil && !os.IsNotExist(err) {
+		if err := os.Remove(filepath.Join(dir, historyName)); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
-	} else if _, ok, err := readOrdered(dir); !ok || err != nil {
-		t.Fatalf("no ordered file left by this version: %v", err)
+	} else if h, err := readHistory(dir); !h.ok || h.orderedFrom < 0 || err != nil {
+		t.Fatalf("no history file with the order's start left by this version: %+v, %v", h, err)
 	}
 	ck, err := readCheckpoint(dir)
 	if err != nil {
@@ -184,7 +184,7 @@ func TestRecoveryStaleCopyContinuingItsQueue(t *testing.T) {
 // deletion record below the batch before it, the topic's first batch afterwards below the
 // record), recovers exactly as it is: that version's checkpoint does not vouch for the order,
 // so no timestamp is checked, also where this version had opened the store before and left its
-// ordered file (a downgrade and back). This version's appends continue from its end in order,
+// history file (a downgrade and back). This version's appends continue from its end in order,
 // and the next recovery, which checks them, keeps everything, after a crash too.
 func TestRecoveryLegacyLogOutOfOrder(t *testing.T) {
 	for _, variant := range []string{"clean shutdown", "crash", "no checkpoint", "downgraded and back"} {

@@ -48,7 +48,7 @@ type Store struct {
 	lastTS      int64
 	lastOrdered bool
 	// orderedFrom is the position from which the log's store timestamps never go down, as the
-	// ordered file records it. (mu)
+	// history file records it. (mu)
 	orderedFrom int64
 	// runFrom is where this run's writes began (the log end Open recovered, or a reset's base):
 	// every batch after it was indexed by Append or AppendReplicated, so a queue of a topic
@@ -103,8 +103,14 @@ type Store struct {
 	qflushKick chan struct{}
 	dirMu      sync.Mutex
 	dirtyDirs  map[string]struct{} // (dirMu) directories with unsynced creations
-	dirtyFiles map[string]struct{} // (dirMu) small files written without fsync (setBorn)
 	lastCkpt   checkpoint          // queue flusher goroutine only
+
+	// History file state (history.go): histGen counts changes of what the file holds (mu, or
+	// recovery); histWritten is the generation last written, stored under histMu, which
+	// serialises the file's writers.
+	histGen     uint64
+	histMu      sync.Mutex
+	histWritten atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -155,7 +161,6 @@ func Open(cfg Config) (*Store, error) {
 		retentionKick: make(chan struct{}, 1),
 		qflushKick:    make(chan struct{}, 1),
 		dirtyDirs:     make(map[string]struct{}),
-		dirtyFiles:    make(map[string]struct{}),
 		stop:          make(chan struct{}),
 		gcInline:      true,
 	}
@@ -531,7 +536,6 @@ func removeTrash(dirs []string) []string {
 	for _, d := range dirs {
 		subs, _ := os.ReadDir(d)
 		for _, sub := range subs {
-			_ = os.Remove(filepath.Join(d, sub.Name(), incarnationName))
 			_ = os.Remove(filepath.Join(d, sub.Name()))
 		}
 		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
