@@ -453,11 +453,10 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 	if err := ValidateTopic(h.Topic); err != nil {
 		return h, 0, err
 	}
-	control := h.Attributes&AttrControl != 0
-	if control && !lim.AllowControl {
-		return h, 0, fmt.Errorf("%w: %w: only a broker writes one (attributes %#04x)", ErrBatchMalformed, ErrControlBatch, h.Attributes)
+	if h.Attributes&AttrControl != 0 {
+		return h, 0, validateControlBatch(b, &h, lim)
 	}
-	if h.Attributes&codecMask != CodecNone || h.Attributes&^(codecMask|AttrControl) != 0 {
+	if h.Attributes&codecMask != CodecNone || h.Attributes&^codecMask != 0 {
 		return h, 0, fmt.Errorf("%w: unsupported attributes %#04x", ErrBatchMalformed, h.Attributes)
 	}
 	if h.Count < 1 {
@@ -466,13 +465,10 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 	if h.QueueID < 0 {
 		return h, 0, fmt.Errorf("%w: queue id %d", ErrBatchMalformed, h.QueueID)
 	}
-	maxBody := lim.MaxMessageSize
-	if maxBody <= 0 {
-		maxBody = DefaultMaxMessageSize
-	}
+	maxBody := maxMessageSize(lim)
 	it := NewMessageIterator(b, h)
 	var tagHash uint32
-	var firstTags, firstBody []byte
+	var firstTags []byte
 	mixed := false
 	n := int32(0)
 	for {
@@ -484,7 +480,7 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 			return h, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), maxBody)
 		}
 		if n == 0 {
-			firstTags, firstBody = m.Tags, m.Body
+			firstTags = m.Tags
 		} else if !mixed && string(m.Tags) != string(firstTags) {
 			mixed = true
 		}
@@ -496,19 +492,51 @@ func ValidateBatch(b []byte, lim BatchLimits) (BatchHeader, uint32, error) {
 	if n != h.Count {
 		return h, 0, fmt.Errorf("%w: header counts %d messages, batch holds %d", ErrBatchMalformed, h.Count, n)
 	}
-	if control {
-		if typ, ok := ControlOf(b, h); !ok || typ != ControlDeleteTopic || h.QueueID != 0 {
-			return h, 0, fmt.Errorf("%w: %w: type %d, %d messages, queue %d", ErrBatchMalformed, ErrControlBatch, typ, h.Count, h.QueueID)
-		}
-		if err := checkControlStamp(h, firstBody); err != nil {
-			return h, 0, err
-		}
-		return h, 0, nil
-	}
 	if !mixed && len(firstTags) > 0 {
 		tagHash = TagHash(firstTags)
 	}
 	return h, tagHash, nil
+}
+
+// maxMessageSize is the largest message body lim allows (bytes).
+func maxMessageSize(lim BatchLimits) int {
+	if lim.MaxMessageSize <= 0 {
+		return DefaultMaxMessageSize
+	}
+	return lim.MaxMessageSize
+}
+
+// validateControlBatch checks the control batch b with header h (ValidateBatch has checked its
+// header, CRC and topic): refused without lim.AllowControl; else it must have no other
+// attribute, queue 0 and one well-formed message whose body is a known control type followed by
+// a copy of the broker-assigned fields that matches the header (or the type alone). Apart from
+// ValidateBatch's loop, which every producer's send runs.
+func validateControlBatch(b []byte, h *BatchHeader, lim BatchLimits) error {
+	if !lim.AllowControl {
+		return fmt.Errorf("%w: %w: only a broker writes one (attributes %#04x)", ErrBatchMalformed, ErrControlBatch, h.Attributes)
+	}
+	if h.Attributes != AttrControl {
+		return fmt.Errorf("%w: unsupported attributes %#04x", ErrBatchMalformed, h.Attributes)
+	}
+	if h.Count != 1 || h.QueueID != 0 {
+		return fmt.Errorf("%w: %w: %d messages, queue %d", ErrBatchMalformed, ErrControlBatch, h.Count, h.QueueID)
+	}
+	it := NewMessageIterator(b, *h)
+	m, ok := it.Next()
+	_, more := it.Next()
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if !ok || more {
+		return fmt.Errorf("%w: %w: header counts 1 message, the batch holds another number", ErrBatchMalformed, ErrControlBatch)
+	}
+	if maxBody := maxMessageSize(lim); len(m.Body) > maxBody {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(m.Body), maxBody)
+	}
+	if len(m.Body) < controlTypeSize || ControlType(binary.BigEndian.Uint16(m.Body)) != ControlDeleteTopic {
+		return fmt.Errorf("%w: %w: unknown type, body of %d bytes", ErrBatchMalformed, ErrControlBatch, len(m.Body))
+	}
+	return checkControlStamp(*h, m.Body)
 }
 
 // TagHash returns the 32-bit FNV-1a hash of tags, the value consume queues store.

@@ -11,6 +11,7 @@ package protocol
 // bytes they do not know.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -200,6 +201,10 @@ func readIncarnation(r *Reader) (bool, uint64) {
 	return true, r.U64()
 }
 
+// pullRequestFixedSize is the size of PullRequestHeader's fields after its strings, without the
+// incarnation: queue id, queue offset, max messages, max bytes, poll timeout, commit offset.
+const pullRequestFixedSize = 4 + 8 + 4 + 4 + 4 + 8
+
 // PullRequestView is PullRequestHeader decoded without copying strings: ConsumerGroup and Topic
 // are views of the frame, valid while the frame is. The broker's data path uses it.
 type PullRequestView struct {
@@ -221,6 +226,22 @@ func (h *PullRequestView) ReadFrom(src []byte) error {
 	r := NewReader(src)
 	h.ConsumerGroup = r.StrView(MaxGroupLength)
 	h.Topic = r.StrView(MaxTopicLength)
+	// Every pull decodes this: the fixed fields of a well-formed header, with or without the
+	// incarnation, are read after one length check; anything else takes the checked path below,
+	// for its error.
+	if p := r.rest(); len(p) == pullRequestFixedSize || len(p) == pullRequestFixedSize+8 {
+		h.QueueID = int32(binary.BigEndian.Uint32(p[0:]))
+		h.QueueOffset = int64(binary.BigEndian.Uint64(p[4:]))
+		h.MaxMessages = int32(binary.BigEndian.Uint32(p[12:]))
+		h.MaxBytes = int32(binary.BigEndian.Uint32(p[16:]))
+		h.PollTimeoutMs = int32(binary.BigEndian.Uint32(p[20:]))
+		h.CommitOffset = int64(binary.BigEndian.Uint64(p[24:]))
+		h.HasIncarnation, h.Incarnation = false, 0
+		if len(p) > pullRequestFixedSize {
+			h.HasIncarnation, h.Incarnation = true, binary.BigEndian.Uint64(p[pullRequestFixedSize:])
+		}
+		return nil
+	}
 	h.QueueID = r.I32()
 	h.QueueOffset = r.I64()
 	h.MaxMessages = r.I32()

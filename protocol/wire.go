@@ -209,6 +209,14 @@ func (r *Reader) Count(minElemSize int) int {
 // the header without it (see the headers' HasIncarnation fields).
 func (r *Reader) More() bool { return r.err == nil && r.off < len(r.b) }
 
+// rest returns the unread bytes (a view), nil once the reader failed.
+func (r *Reader) rest() []byte {
+	if r.err != nil {
+		return nil
+	}
+	return r.b[r.off:]
+}
+
 // Done fails the reader if unread bytes remain; headers call it so trailing garbage is an error.
 func (r *Reader) Done() error {
 	if r.err == nil && r.off != len(r.b) {
