@@ -167,9 +167,17 @@ func (b *Broker) replyRuntimeInfo(request) rpc.Reply {
 	return rpc.Reply{Body: t.AppendTo(nil)}
 }
 
-// replyConsumerOffsets serves CodeGetAllConsumerOffset.
-func (b *Broker) replyConsumerOffsets(request) rpc.Reply {
+// replyConsumerOffsets serves CodeGetAllConsumerOffset, with the incarnations section only to
+// a requester that asks for it (protocol.ConsumerOffsetTableRequest).
+func (b *Broker) replyConsumerOffsets(req request) rpc.Reply {
+	var h protocol.ConsumerOffsetTableRequest
+	if len(req.header) > 0 { // an older requester sends none
+		if err := h.ReadFrom(req.header); err != nil {
+			return req.malformed(err)
+		}
+	}
 	t := b.offsets.table()
+	t.HasIncarnations = h.WithIncarnations
 	return rpc.Reply{Body: t.AppendTo(nil)}
 }
 

@@ -315,3 +315,48 @@ func TestOffsetsLoadedBeyondTheLog(t *testing.T) {
 	defer b.Close()
 	check(b)
 }
+
+// rawBody keeps a copy of a response body.
+type rawBody struct{ b []byte }
+
+func (r *rawBody) ReadFrom(b []byte) error { r.b = append([]byte(nil), b...); return nil }
+
+// TestAllConsumerOffsetsForOlderRequesters: GET_ALL_CONSUMER_OFFSET carries the incarnations
+// section only to a requester that asks for it; the table an older requester (no header) gets
+// is exactly the list its decoder knows, with nothing after it.
+func TestAllConsumerOffsetsForOlderRequesters(t *testing.T) {
+	b := startBroker(t, testConfig(t.TempDir()))
+	defer b.Close()
+	c := dial(t, b.Addr())
+	createTopic(t, c, "T", 2)
+	send(t, c, "T", 0, "a", "b", "c")
+	send(t, c, "T", 1, "d")
+	inc := b.store.QueueIncarnation([]byte("T"), 0)
+	h := protocol.ConsumerOffsetHeader{ConsumerGroup: "g", Topic: "T", Offset: 2, Incarnation: inc, HasIncarnation: true}
+	if err := c.CallDecode(ctx5s(t), protocol.CodeUpdateConsumerOffset, &h, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	commitOffset(t, c, "g", "T", 1, 1)
+
+	var old rawBody
+	if err := c.CallDecode(ctx5s(t), protocol.CodeGetAllConsumerOffset, nil, nil, nil, &old); err != nil {
+		t.Fatal(err)
+	}
+	var got protocol.ConsumerOffsetTable
+	if err := got.ReadFrom(old.b); err != nil || len(got.Offsets) != 2 {
+		t.Fatalf("table for a requester without the header: %+v, %v", got, err)
+	}
+	list := protocol.ConsumerOffsetTable{Offsets: got.Offsets}
+	if want := list.AppendTo(nil); got.HasIncarnations || string(old.b) != string(want) {
+		t.Fatalf("a requester without the header got %d bytes (incarnations section %v), want the %d bytes of the list alone",
+			len(old.b), got.HasIncarnations, len(want))
+	}
+
+	var table protocol.ConsumerOffsetTable
+	if err := c.CallDecode(ctx5s(t), protocol.CodeGetAllConsumerOffset, &protocol.ConsumerOffsetTableRequest{WithIncarnations: true}, nil, nil, &table); err != nil {
+		t.Fatal(err)
+	}
+	if !table.HasIncarnations || len(table.Offsets) != 2 || table.Offsets[0].QueueID != 0 || table.Offsets[0].Incarnation != inc || inc == 0 {
+		t.Fatalf("table for a requester that asks: %+v, want queue 0's incarnation %#x", table, inc)
+	}
+}

@@ -348,7 +348,7 @@ func (b *Broker) syncWithMaster() {
 		b.takeMasterTopics(topics.Topics)
 	}
 	var offs protocol.ConsumerOffsetTable
-	if err := c.CallDecode(ctx, protocol.CodeGetAllConsumerOffset, nil, nil, nil, &offs); err != nil {
+	if err := c.CallDecode(ctx, protocol.CodeGetAllConsumerOffset, &protocol.ConsumerOffsetTableRequest{WithIncarnations: true}, nil, nil, &offs); err != nil {
 		b.syncFailed(c, addr, err)
 		return
 	}

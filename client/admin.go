@@ -648,7 +648,7 @@ func (a *Admin) AllConsumerOffsets(ctx context.Context, addr string) (*protocol.
 		return nil, err
 	}
 	var t protocol.ConsumerOffsetTable
-	if err := a.c.callAddr(ctx, addr, protocol.CodeGetAllConsumerOffset, nil, nil, nil, &t); err != nil {
+	if err := a.c.callAddr(ctx, addr, protocol.CodeGetAllConsumerOffset, &protocol.ConsumerOffsetTableRequest{WithIncarnations: true}, nil, nil, &t); err != nil {
 		return nil, fmt.Errorf("cannot get the consumer offsets of %s: %w", addr, err)
 	}
 	return &t, nil

@@ -382,6 +382,39 @@ func (h *OffsetHeader) ReadFrom(src []byte) error {
 	return r.Done()
 }
 
+// ConsumerOffsetTableRequest is CodeGetAllConsumerOffset's optional header: a requester that
+// reads ConsumerOffsetTable's incarnations section asks for it, and a broker sends the section
+// only then, since decoders that predate it refuse bytes they do not know. A request without
+// the header (an older requester) gets the table without the section; a broker that predates
+// the header ignores it and sends no section, which decodes with every Incarnation 0.
+type ConsumerOffsetTableRequest struct {
+	// WithIncarnations asks for the incarnations section.
+	WithIncarnations bool
+}
+
+// AppendTo implements Header: one byte, 1 when WithIncarnations.
+func (h *ConsumerOffsetTableRequest) AppendTo(dst []byte) []byte {
+	if h.WithIncarnations {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
+}
+
+// ReadFrom implements Header. (A request without any header is one without incarnations: the
+// broker decodes the header only when there is one.)
+func (h *ConsumerOffsetTableRequest) ReadFrom(src []byte) error {
+	h.WithIncarnations = false
+	r := NewReader(src)
+	switch v := r.U8(); v {
+	case 0:
+	case 1:
+		h.WithIncarnations = true
+	default:
+		r.Fail(fmt.Errorf("%w: incarnations flag %d", ErrBadValue, v))
+	}
+	return r.Done()
+}
+
 // TopicConfig is a topic's configuration on one broker group (CodeUpdateAndCreateTopic header,
 // and the elements of TopicConfigList).
 type TopicConfig struct {

@@ -55,6 +55,7 @@ func sampleHeaders() []codec {
 		&RaftReadIndexResponse{Index: 1<<40 + 3, Term: 17},
 		&HALeaveRequest{BrokerName: "broker-a", SlaveID: 2, MemberID: "b2", Epoch: 9, TruncateTo: 1 << 33},
 		&DeleteResponseHeader{Existed: true},
+		&ConsumerOffsetTableRequest{WithIncarnations: true},
 	}
 }
 
@@ -105,6 +106,8 @@ func newHeader(i int) codec {
 		return new(HALeaveRequest)
 	case 21:
 		return new(DeleteResponseHeader)
+	case 22:
+		return new(ConsumerOffsetTableRequest)
 	}
 	panic(fmt.Sprintf("BUG: no header %d", i))
 }

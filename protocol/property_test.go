@@ -110,6 +110,9 @@ func headerGens() map[string]*rapid.Generator[codec] {
 			return &RaftReadIndexResponse{Index: rapid.Uint64().Draw(t, "i"), Term: rapid.Uint64().Draw(t, "t")}
 		}),
 		"DeleteResponseHeader": c(func(t *rapid.T) codec { return &DeleteResponseHeader{Existed: rapid.Bool().Draw(t, "e")} }),
+		"ConsumerOffsetTableRequest": c(func(t *rapid.T) codec {
+			return &ConsumerOffsetTableRequest{WithIncarnations: rapid.Bool().Draw(t, "w")}
+		}),
 		"HALeaveRequest": c(func(t *rapid.T) codec {
 			return &HALeaveRequest{BrokerName: nameGen().Draw(t, "b"), SlaveID: rapid.Int64().Draw(t, "id"), MemberID: nameGen().Draw(t, "m"),
 				Epoch: rapid.Uint32().Draw(t, "e"), TruncateTo: rapid.Int64().Draw(t, "to")}
