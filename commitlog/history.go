@@ -38,7 +38,8 @@ const (
 // history is the history file as read by Open.
 type history struct {
 	// ok says the file was there and checked out; without it nothing is known (a store of a
-	// version before the file, or a file lost or damaged), which only weakens recovery's checks.
+	// version before the file, or a file lost or damaged): the timestamps' order starts again at the
+	// recovered end, and incarnations are derived from the queues' first batches (deriveBorn).
 	ok bool
 	// orderedFrom is where store timestamps are in order from, -1 when not known.
 	orderedFrom int64
@@ -58,6 +59,9 @@ func readHistory(dir string) (history, error) {
 	}
 	if err != nil {
 		return history{orderedFrom: -1}, fmt.Errorf("cannot read %q: %w", path, err)
+	}
+	if len(b) == 0 {
+		return history{orderedFrom: -1}, fmt.Errorf("%q is empty (a write a crash cut short?): %w", path, ErrCorrupt)
 	}
 	h, ok := parseHistory(b)
 	if !ok {

@@ -79,14 +79,26 @@ func TestParseHistory(t *testing.T) {
 }
 
 // TestHistoryFile: the history file holds the queues' incarnations and the order's start across
-// restarts; one that does not check out costs only what it held (incarnations not known, the
-// store's timestamps not checked), with a line, and is written again.
+// restarts; one that is lost or does not check out costs only the order's start: each queue's
+// incarnation is derived again from its first batch, also for a topic deleted and created
+// again (without it a consumer of the earlier life would keep its offset in the new one), and
+// the file is written again.
 func TestHistoryFile(t *testing.T) {
 	cfg, s, m := openClocked(t)
 	for i := range 12 {
 		appendRec(t, s, m, []string{"A", "B", "C"}[i%3], int32(i%2), 1, []byte("history"))
 	}
+	first := incarnations(s)
+	deleteRec(t, s, m, "A", 0)
+	for i := range 4 {
+		appendRec(t, s, m, "A", int32(i%2), 1, []byte("again"))
+	}
 	born := incarnations(s)
+	for _, q := range []QueueID{{"A", 0}, {"A", 1}} {
+		if born[q] == first[q] || born[q] == 0 {
+			t.Fatalf("%v re-created: incarnation %#x, before %#x", q, born[q], first[q])
+		}
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -111,10 +123,8 @@ func TestHistoryFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = mustOpen(t, cfg)
-	for q, v := range incarnations(s) {
-		if v != 0 {
-			t.Fatalf("%v: incarnation %#x from a damaged history file", q, v)
-		}
+	if got := incarnations(s); !equalIncarnations(got, born) {
+		t.Fatalf("with a damaged history file: %v, want %v (derived from the first batches)", got, born)
 	}
 	verifyAll(t, s, m)
 	if err := s.Close(); err != nil {
@@ -122,6 +132,20 @@ func TestHistoryFile(t *testing.T) {
 	}
 	if h, err := readHistory(cfg.Dir); err != nil || !h.ok {
 		t.Fatalf("history not written again: %+v, %v", h, err)
+	}
+	for _, damage := range []string{"missing", "empty"} {
+		if damage == "missing" {
+			removeHistory(t, cfg.Dir)
+		} else if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s = mustOpen(t, cfg)
+		if got := incarnations(s); !equalIncarnations(got, born) {
+			t.Fatalf("history file %s: %v, want %v", damage, got, born)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -9,9 +9,10 @@ package commitlog
 // A later life starts at another physical offset (a re-created topic's first batch lies after
 // its deletion record) or at another store time (a store restarted empty). The value is kept
 // in the history file (history.go), because retention may remove the first batch. A queue first
-// seen at a later offset (a log reset to its master's min offset, past the queue's first batch)
-// or loaded without a history file that names it (a store written before queues had
-// incarnations) has incarnation 0: not known, which nothing compares.
+// seen at a later offset (a log reset to its master's min offset, past the queue's first batch),
+// or loaded without a history file that names it once retention removed its first batch (else
+// recovery derives the value from that batch: deriveBorn), has incarnation 0: not known, which
+// nothing compares.
 
 // incarnationOf returns the incarnation of a queue whose first batch lies at physical offset
 // phys with store timestamp ts: a mix of both bits (splitmix64's finalizer), never 0.
@@ -48,4 +49,33 @@ func (s *Store) setBorn(q *consumeQueue, phys, ts int64) {
 	}
 	q.born.Store(v)
 	s.historyChangedLocked()
+}
+
+// deriveBorn gives each queue whose incarnation is not known (the history file was lost or
+// damaged, or predates the queue) the one its first batch fixes, when that batch is still in
+// the log: the consume queue's entry 0 with base queue offset 0 (a queue a reset started at its
+// master's later offsets has none). So a store that lost its history file computes the values
+// its slaves hold, rather than leaving the queues at 0, which nothing compares (a consumer of a
+// deleted and re-created topic would then keep its offset of the earlier life). Returns how
+// many it derived. Recovery only, once the queues are final.
+func (s *Store) deriveBorn() int {
+	n := 0
+	for q := range s.eachQueue {
+		if q.born.Load() != 0 {
+			continue
+		}
+		files := *q.files.Load()
+		if len(files) == 0 || files[0].base != 0 || q.cnt == 0 {
+			continue
+		}
+		e, ok := q.rawEntry(0)
+		if !ok || e.base != 0 {
+			continue
+		}
+		if info, ok := s.parseEntry(e); ok {
+			s.setBorn(q, e.phys, info.StoreTimestamp)
+			n++
+		}
+	}
+	return n
 }

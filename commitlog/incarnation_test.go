@@ -114,8 +114,8 @@ func equalIncarnations(a, b map[QueueID]uint64) bool {
 }
 
 // TestQueueIncarnationLegacy: a queue loaded without a history file (a store of an older
-// version) has incarnation 0, unless recovery indexes its first batch again (then it has the
-// value the batch fixes, the one every member computes).
+// version, or one that lost the file) has the incarnation its first batch fixes, the one every
+// member computes, while that batch is in the log; once retention removed it, 0 (not known).
 func TestQueueIncarnationLegacy(t *testing.T) {
 	cfg, s, m := openClocked(t)
 	for i := range 20 {
@@ -127,10 +127,8 @@ func TestQueueIncarnationLegacy(t *testing.T) {
 	}
 	removeHistory(t, cfg.Dir)
 	s = mustOpen(t, cfg)
-	for q, v := range incarnations(s) {
-		if v != 0 {
-			t.Fatalf("%v: incarnation %#x without its file after a clean shutdown, want 0", q, v)
-		}
+	if got := incarnations(s); !equalIncarnations(got, born) {
+		t.Fatalf("without the history file: %v, want %v", got, born)
 	}
 	// A whole scan indexes every first batch again.
 	s = rescanned(t, s, cfg, m)
@@ -144,6 +142,37 @@ func TestQueueIncarnationLegacy(t *testing.T) {
 	defer s.Close()
 	if got := incarnations(s); !equalIncarnations(got, born) {
 		t.Fatalf("after a full scan and a restart: %v, want %v", got, born)
+	}
+}
+
+// TestQueueIncarnationAfterRetention: a queue whose first batch retention removed keeps its
+// incarnation from the history file, and without the file it is not known (0).
+func TestQueueIncarnationAfterRetention(t *testing.T) {
+	cfg, s, m := openClocked(t)
+	for range 300 { // several segments
+		appendRec(t, s, m, "R", 0, 1, make([]byte, 1000))
+	}
+	want := s.QueueIncarnation([]byte("R"), 0)
+	s.cfg.RetentionBytes = 2 * cfg.SegmentSize
+	s.runRetention()
+	if s.MinOffset([]byte("R"), 0) == 0 {
+		t.Fatal("retention kept R's first batch")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, cfg)
+	if v := s.QueueIncarnation([]byte("R"), 0); v != want || v == 0 {
+		t.Fatalf("after retention and a restart: %#x, want %#x", v, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	removeHistory(t, cfg.Dir)
+	s = mustOpen(t, cfg)
+	defer s.Close()
+	if v := s.QueueIncarnation([]byte("R"), 0); v != 0 {
+		t.Fatalf("without its first batch and the history file: %#x, want 0 (not known)", v)
 	}
 }
 

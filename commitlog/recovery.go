@@ -53,10 +53,14 @@ func (s *Store) recover() error {
 	// (written last by a broker that does not keep the order: an upgrade, a downgrade and back)
 	// is recovered without the check.
 	hist, err := readHistory(s.cfg.Dir)
+	histLost := "" // why the history file tells nothing, for the line deriveBorn's use gets
 	if errors.Is(err, ErrCorrupt) {
 		s.logger.Warn("commitlog: ignoring bad history file; store timestamps and queue incarnations are not known from it", "err", err)
+		histLost = "damaged"
 	} else if err != nil {
 		return err
+	} else if !hist.ok {
+		histLost = "missing"
 	}
 	orderedFrom, orderedOK := hist.orderedFrom, hist.orderedFrom >= 0
 	ordered := ckOK && ck.ordered && orderedOK
@@ -304,6 +308,13 @@ func (s *Store) recover() error {
 	queues, err := s.finishQueues(logMin)
 	if err != nil {
 		return err
+	}
+	if n := s.deriveBorn(); n > 0 || histLost != "" && !fresh {
+		if histLost == "" {
+			histLost = "without these queues"
+		}
+		s.logger.Warn("commitlog: queue incarnations not known from the history file: derived from each queue's first batch still in the log (a queue whose first batch retention removed stays not known); store timestamps are checked from the recovered end on",
+			"historyFile", histLost, "derived", n, "queues", queues)
 	}
 	s.lastEpoch.Store(epoch)
 	// From here on the store keeps its timestamps in order: the next batch keeps the order of the last one
