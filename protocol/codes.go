@@ -100,6 +100,10 @@ const (
 	// applied that index itself decides from control state at least as new as the leader's.
 	// Answered with SERVICE_NOT_AVAILABLE by a member that is not the leader.
 	CodeRaftReadIndex RequestCode = 325
+	// CodeGetSendTraces returns the send traces a broker recorded from a sequence number on
+	// (GetSendTracesRequest -> SendTraceTable body; see trace.go). Answered with an empty table
+	// by a broker whose trace ring is off.
+	CodeGetSendTraces RequestCode = 326
 	// CodeHAPull is a slave's replication pull on the master's HA port (HAPullRequest ->
 	// HAPullResponse; body: commit-log bytes, compressed as the response header says).
 	CodeHAPull RequestCode = 330
@@ -139,6 +143,7 @@ var requestCodeNames = map[RequestCode]string{
 	CodeMergeConsumerOffsets:    "MERGE_CONSUMER_OFFSETS",
 	CodeElectMaster:             "ELECT_MASTER",
 	CodeRaftReadIndex:           "RAFT_READ_INDEX",
+	CodeGetSendTraces:           "GET_SEND_TRACES",
 	CodeHAPull:                  "HA_PULL",
 	CodeHALeave:                 "HA_LEAVE",
 }

@@ -563,7 +563,7 @@ var allRequestCodes = map[string]RequestCode{
 	"CodeGetConsumerListByGroup": CodeGetConsumerListByGroup, "CodeGetLogChecksum": CodeGetLogChecksum,
 	"CodeGetHAStatus": CodeGetHAStatus, "CodeGetAllConsumerOffset": CodeGetAllConsumerOffset,
 	"CodeMergeConsumerOffsets": CodeMergeConsumerOffsets, "CodeHAPull": CodeHAPull, "CodeElectMaster": CodeElectMaster,
-	"CodeRaftReadIndex": CodeRaftReadIndex, "CodeHALeave": CodeHALeave,
+	"CodeRaftReadIndex": CodeRaftReadIndex, "CodeHALeave": CodeHALeave, "CodeGetSendTraces": CodeGetSendTraces,
 	"CodeDeleteSubscriptionGroup": CodeDeleteSubscriptionGroup, "CodeDeleteTopicInBroker": CodeDeleteTopicInBroker,
 	"CodeDeleteTopicInNamesrv": CodeDeleteTopicInNamesrv,
 }

@@ -56,6 +56,8 @@ func sampleHeaders() []codec {
 		&HALeaveRequest{BrokerName: "broker-a", SlaveID: 2, MemberID: "b2", Epoch: 9, TruncateTo: 1 << 33},
 		&DeleteResponseHeader{Existed: true},
 		&ConsumerOffsetTableRequest{WithIncarnations: true},
+		&TraceHeader{ID: 0x1234_5678_9abc_def0},
+		&GetSendTracesRequest{From: 1 << 20},
 	}
 }
 
@@ -108,6 +110,10 @@ func newHeader(i int) codec {
 		return new(DeleteResponseHeader)
 	case 22:
 		return new(ConsumerOffsetTableRequest)
+	case 23:
+		return new(TraceHeader)
+	case 24:
+		return new(GetSendTracesRequest)
 	}
 	panic(fmt.Sprintf("BUG: no header %d", i))
 }

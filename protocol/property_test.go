@@ -110,6 +110,8 @@ func headerGens() map[string]*rapid.Generator[codec] {
 			return &RaftReadIndexResponse{Index: rapid.Uint64().Draw(t, "i"), Term: rapid.Uint64().Draw(t, "t")}
 		}),
 		"DeleteResponseHeader": c(func(t *rapid.T) codec { return &DeleteResponseHeader{Existed: rapid.Bool().Draw(t, "e")} }),
+		"TraceHeader":          c(func(t *rapid.T) codec { return &TraceHeader{ID: rapid.Uint64().Draw(t, "id")} }),
+		"GetSendTracesRequest": c(func(t *rapid.T) codec { return &GetSendTracesRequest{From: rapid.Uint64().Draw(t, "f")} }),
 		"ConsumerOffsetTableRequest": c(func(t *rapid.T) codec {
 			return &ConsumerOffsetTableRequest{WithIncarnations: rapid.Bool().Draw(t, "w")}
 		}),
