@@ -41,6 +41,9 @@ type asyncBatch struct {
 	pinned  bool // holds a keyed message: retries stay on the queue
 	key     string
 	created time.Time
+	// traced says the batch is traced (WithTraceEvery), tr holds its trace.
+	traced bool
+	tr     batchTrace
 }
 
 var asyncBatchPool = sync.Pool{New: func() any { return new(asyncBatch) }}
@@ -63,6 +66,9 @@ func (q *asyncQueue) kickIt() {
 func (q *asyncQueue) sealLocked() {
 	if q.cur == nil {
 		return
+	}
+	if q.cur.traced {
+		q.cur.tr.sealed = time.Now().UnixNano()
 	}
 	q.ready = append(q.ready, q.cur)
 	q.cur = nil
@@ -137,6 +143,10 @@ func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(SendResult
 		b.buf.B = protocol.AppendBatchHeader(b.buf.B[:0], m.Topic, q.mq.QueueID, p.id, 0)
 		b.topic = m.Topic
 		b.created = now
+		if id, ok := p.trace.draw(); ok {
+			b.traced = true
+			b.tr = batchTrace{hdr: protocol.TraceHeader{ID: id}, created: now.UnixNano()}
+		}
 		q.cur = b
 	}
 	b := q.cur
@@ -232,6 +242,11 @@ func (p *Producer) runQueue(q *asyncQueue) {
 		if b == nil {
 			return
 		}
+		var tr *batchTrace // nil: untraced
+		if b.traced {
+			tr = &b.tr
+			tr.taken = time.Now().UnixNano()
+		}
 		var res SendResult
 		var err error
 		if p.ctx.Err() != nil {
@@ -242,12 +257,15 @@ func (p *Producer) runQueue(q *asyncQueue) {
 				err = rerr
 			} else {
 				res, err = p.send(p.ctx, time.Now().Add(p.cfg.sendTimeout), &sendJob{
-					topic: b.topic, batch: b.buf.B, count: b.count, mq: q.mq, pinned: b.pinned, key: b.key, route: route, async: true,
+					topic: b.topic, batch: b.buf.B, count: b.count, mq: q.mq, pinned: b.pinned, key: b.key, route: route, async: true, tr: tr,
 				})
 			}
 			if err != nil && p.ctx.Err() != nil && !errors.Is(err, ErrUnknownOutcome) {
 				err = fmt.Errorf("%w: %w", p.closedErr(), err)
 			}
+		}
+		if tr != nil {
+			p.trace.finish(tr, b.topic, b.count, q.mq, res, err)
 		}
 		base := res.QueueOffset
 		for i, cb := range b.cbs {

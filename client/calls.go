@@ -46,6 +46,10 @@ type pendingCall struct {
 	err    error
 	cb     rpc.Callback // complete, bound once so CallAsync gets no new closure
 	timer  *time.Timer
+	// recvAt, when not nil, receives the Unix ns at which the outcome came off the connection
+	// (a traced send, an observed pull). The callback writes it before it hands over through
+	// done, so the waiter reads it after wait returns.
+	recvAt *int64
 }
 
 var pendingPool = sync.Pool{New: func() any {
@@ -56,6 +60,9 @@ var pendingPool = sync.Pool{New: func() any {
 }}
 
 func (p *pendingCall) complete(resp *rpc.Response, err error) {
+	if p.recvAt != nil {
+		*p.recvAt = time.Now().UnixNano()
+	}
 	p.resp, p.err = resp, err
 	p.done <- struct{}{}
 }
@@ -63,15 +70,17 @@ func (p *pendingCall) complete(resp *rpc.Response, err error) {
 // startCall sends a request on conn, a connection of the pool. The result is awaited with wait,
 // which also recycles the pendingCall.
 func (cp *connPool) startCall(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte) *pendingCall {
-	return cp.startCallAt(conn, code, h, body, time.Now())
+	return cp.startCallAt(conn, code, h, body, time.Now(), nil)
 }
 
 // startCallAt is startCall for a caller that has just read the clock: now stands for the time
-// the request is sent.
-func (cp *connPool) startCallAt(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte, now time.Time) *pendingCall {
+// the request is sent. recvAt, when not nil, receives the Unix ns at which the outcome came off
+// the connection (see pendingCall.recvAt).
+func (cp *connPool) startCallAt(conn *rpc.Conn, code protocol.RequestCode, h protocol.Header, body []byte, now time.Time, recvAt *int64) *pendingCall {
 	p := pendingPool.Get().(*pendingCall)
 	p.pool, p.conn = cp, conn
 	p.sentAt = now
+	p.recvAt = recvAt
 	// CallAsync returns 0 when it did not send the request; the callback then already ran.
 	p.id = conn.CallAsync(code, h, body, p.cb)
 	return p
@@ -143,6 +152,6 @@ func (p *pendingCall) result() (*rpc.Response, callState, error) {
 }
 
 func (p *pendingCall) recycle() {
-	p.pool, p.conn, p.id, p.sentAt, p.resp, p.err = nil, nil, 0, time.Time{}, nil, nil
+	p.pool, p.conn, p.id, p.sentAt, p.resp, p.err, p.recvAt = nil, nil, 0, time.Time{}, nil, nil, nil
 	pendingPool.Put(p)
 }

@@ -537,6 +537,12 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 	var cell *servedCell
 	cellID := int64(-1)
 	var msgs []MessageExt
+	// recvAt receives when a pull's answer came off the connection, for the pull observer
+	// only: without one nothing is stamped or allocated.
+	var recvAt *int64
+	if co.cfg.pullObserver != nil {
+		recvAt = new(int64)
+	}
 	for ctx.Err() == nil {
 		route, err := co.c.route(ctx, co.topic)
 		if err != nil {
@@ -593,8 +599,13 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			}
 			continue
 		}
-		deadline := time.Now().Add(co.cfg.pollTimeout + co.c.cfg.requestTimeout)
-		resp, state, err := co.c.pool.startCall(conn, protocol.CodePullMessage, &hdr, nil).wait(ctx, deadline)
+		now := time.Now()
+		deadline := now.Add(co.cfg.pollTimeout + co.c.cfg.requestTimeout)
+		var sent int64
+		if recvAt != nil {
+			sent = now.UnixNano()
+		}
+		resp, state, err := co.c.pool.startCallAt(conn, protocol.CodePullMessage, &hdr, nil, now, recvAt).wait(ctx, deadline)
 		if state != callOK {
 			if ctx.Err() != nil {
 				return
@@ -664,6 +675,10 @@ func (co *Consumer) pullLoop(ctx context.Context, qs *queueState, h Handler) {
 			var cerr error
 			msgs, next, cerr = co.decode(msgs[:0], resp.Body, mq, offset, addr, brokerID)
 			progressed := next > offset
+			if recvAt != nil && len(msgs) > 0 {
+				co.cfg.pullObserver(PullTiming{Topic: mq.Topic, QueueID: mq.QueueID, From: msgs[0].QueueOffset, Next: next,
+					Sent: sent, Received: *recvAt, BrokerID: brokerID})
+			}
 			ok := co.deliver(ctx, h, msgs, mq)
 			if ok {
 				cell.messages.Add(int64(len(msgs)))

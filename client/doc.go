@@ -152,6 +152,8 @@
 //	Producer.mu (read) -> Producer.qMu, Producer.rrMu, faultTracker.mu, Client.routesMu
 //	                      (SendAsync picks the queue under it: queueForMessage)
 //	Producer.mu (read) -> asyncQueue.mu -> pendingCounter.mu
+//	asyncQueue.mu -> sendTracer.mu (SendAsync draws whether a new batch is traced under the
+//	                 queue's lock; sendTracer.mu guards the draw alone)
 //	Producer.mu (read) -> Producer.detectMu (faulted starts the fault detector under both)
 //	Producer.rrMu -> Client.routesMu (a producer's first use of a topic holds it on the client:
 //	                 Producer.topic)
@@ -163,7 +165,7 @@
 //	                held across a network call; poolConn.mu is never held across a dial)
 //	Client.routesMu, Client.mu, connPool.mu, poolConn.mu, faultTracker.mu, byteBudget.mu,
 //	pendingCounter.mu, Consumer.mu, failureLog.mu, Producer.seqMu, Producer.detectMu,
-//	servedCounts.mu, offsetTracker.mu: leaves
+//	servedCounts.mu, offsetTracker.mu, sendTracer.mu: leaves
 //
 // poolConn.live is owned by the pool's watch goroutine and needs no lock; the watcher takes
 // connPool.mu (read) to list the slots, releases it, then takes rpc Conn.mu (Waiting, the

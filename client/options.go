@@ -283,6 +283,8 @@ type producerConfig struct {
 	faultBackoff         time.Duration
 	maxFaultBackoff      time.Duration
 	maxMessageSize       int
+	traceEvery           int // WithTraceEvery; 0: off
+	traceObserver        func(SendTraceClient)
 	errs                 optionErrors
 }
 
@@ -431,6 +433,7 @@ type consumerConfig struct {
 	heartbeatInterval time.Duration
 	rebalanceInterval time.Duration
 	readBrokerID      int64 // -1: follow the brokers' suggestions
+	pullObserver      func(PullTiming)
 	errs              optionErrors
 }
 

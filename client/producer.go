@@ -73,6 +73,7 @@ type Producer struct {
 	cfg   producerConfig
 	id    int64
 	fault *faultTracker
+	trace *sendTracer
 
 	// rr holds the topics the producer found a route of, each with its round-robin counter:
 	// the producer holds each on the client (holdTopic) until Close, unless released (Close
@@ -155,6 +156,7 @@ func NewProducer(c *Client, opts ...ProducerOption) (*Producer, error) {
 		cfg:    cfg,
 		id:     int64(rand.Uint64() &^ (1 << 63)),
 		fault:  newFaultTracker(cfg.faultBackoff, cfg.maxFaultBackoff),
+		trace:  newSendTracer(cfg.traceEvery, cfg.traceObserver),
 		rr:     make(map[string]*atomic.Uint32),
 		seqs:   make(map[MessageQueue]*queueSeq),
 		budget: newByteBudget(cfg.bufferBytes),
@@ -195,6 +197,7 @@ func (p *Producer) SendSync(ctx context.Context, m *Message) (SendResult, error)
 	if err := p.usable(ctx, "Producer.SendSync"); err != nil {
 		return SendResult{}, err
 	}
+	tr := p.trace.start()
 	if err := p.checkMessage(m); err != nil {
 		return SendResult{}, err
 	}
@@ -211,7 +214,20 @@ func (p *Producer) SendSync(ctx context.Context, m *Message) (SendResult, error)
 	if buf.B, err = p.encodeOne(buf.B[:0], m, mq, time.Now().UnixMilli()); err != nil {
 		return SendResult{}, err
 	}
-	return p.send(ctx, p.deadline(ctx), &sendJob{topic: m.Topic, batch: buf.B, count: 1, mq: mq, pinned: pinned, key: m.ShardingKey, route: route})
+	return p.sendSync(ctx, &sendJob{topic: m.Topic, batch: buf.B, count: 1, mq: mq, pinned: pinned, key: m.ShardingKey, route: route, tr: tr})
+}
+
+// sendSync sends the batch of a synchronous send (SendSync, SendBatchSync) and hands its trace,
+// when it is traced, to the observer before returning.
+func (p *Producer) sendSync(ctx context.Context, job *sendJob) (SendResult, error) {
+	if job.tr == nil {
+		return p.send(ctx, p.deadline(ctx), job)
+	}
+	job.tr.sealed = time.Now().UnixNano()
+	job.tr.taken = job.tr.sealed
+	res, err := p.send(ctx, p.deadline(ctx), job)
+	p.trace.finish(job.tr, job.topic, job.count, job.mq, res, err)
+	return res, err
 }
 
 // encodeOne appends a batch holding m alone, for queue mq, to dst. send stamps the sequence and
@@ -230,6 +246,7 @@ func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Messa
 	if err := p.usable(ctx, "Producer.SendBatchSync"); err != nil {
 		return SendResult{}, err
 	}
+	tr := p.trace.start()
 	if len(msgs) == 0 {
 		return SendResult{}, fmt.Errorf("%w: empty batch", ErrMessageInvalid)
 	}
@@ -261,7 +278,7 @@ func (p *Producer) SendBatchSync(ctx context.Context, topic string, msgs []Messa
 	if limit := p.c.cfg.maxFrameSize - frameOverhead; len(buf.B) > limit {
 		return SendResult{}, fmt.Errorf("%w: batch of %d bytes, limit %d", ErrMessageTooLarge, len(buf.B), limit)
 	}
-	return p.send(ctx, p.deadline(ctx), &sendJob{topic: topic, batch: buf.B, count: int32(len(msgs)), mq: mq, pinned: pinned, key: msgs[0].ShardingKey, route: route})
+	return p.sendSync(ctx, &sendJob{topic: topic, batch: buf.B, count: int32(len(msgs)), mq: mq, pinned: pinned, key: msgs[0].ShardingKey, route: route, tr: tr})
 }
 
 // SendOneway sends one message without waiting for an answer, as RocketMQ's sendOneway: it
@@ -557,7 +574,14 @@ func (p *Producer) startSend(conn *rpc.Conn, mq MessageQueue, job *sendJob, now 
 	if p.testHookSequenced != nil {
 		p.testHookSequenced(mq, s.next)
 	}
-	call := p.c.pool.startCallAt(conn, protocol.CodeSendMessage, nil, job.batch, now)
+	var h protocol.Header // none for an untraced batch: the broker's untraced path
+	var recvAt *int64
+	if job.tr != nil {
+		job.tr.written = time.Now().UnixNano()
+		job.tr.received = 0 // an earlier attempt's
+		h, recvAt = &job.tr.hdr, &job.tr.received
+	}
+	call := p.c.pool.startCallAt(conn, protocol.CodeSendMessage, h, job.batch, now, recvAt)
 	if call.id != 0 {
 		s.next += job.count
 	}
@@ -574,6 +598,9 @@ type sendJob struct {
 	key    string
 	route  *topicRoute
 	async  bool // take a per-broker in-flight slot for each attempt
+	// tr is the trace of a traced batch (nil: untraced): its attempts carry tr.hdr and stamp
+	// tr.written and tr.received.
+	tr *batchTrace
 }
 
 // send sends job.batch, retrying as the Producer doc says, until deadline.
