@@ -48,6 +48,17 @@
 // nor is any order across queues, or for messages whose queue changed (retried on another
 // group, keyed messages after the topic's queue count changed).
 //
+// # Tracing
+//
+// To see where the time of a slow send goes, a producer traces a sample of its batches
+// (WithTraceEvery): a traced batch carries a protocol.TraceHeader, the producer stamps its own
+// stages (created, sealed, taken by the queue's sender, written, answer received, done) and
+// hands them to WithSendTraceObserver, and a broker that supports tracing records its stages
+// of the same send, which Admin.SendTraces reads and protocol.SendTrace.ID matches to the
+// client's SendTraceClient.ID. WithPullObserver times a consumer's pulls. Every stamp is
+// time.Now().UnixNano(), so client and broker stamps compare between processes of one machine.
+// Untraced batches and unobserved pulls cost nothing more: no header, no stamp, no allocation.
+//
 // # Design
 //
 // Client: routes are cached per topic as immutable snapshots (topicRoute: the route plus its
