@@ -23,7 +23,8 @@ import (
 // stage the batch never reached is 0.
 type SendTraceClient struct {
 	// ID is the batch's protocol.TraceHeader.ID, which the broker's protocol.SendTrace of the
-	// same send carries: a random 32-bit prefix of the producer and a counter.
+	// same send carries: a random 32-bit prefix of the producer and a counter. Every attempt of
+	// a retried batch carries it, so brokers may hold a trace of an attempt that failed too.
 	ID    uint64
 	Topic string
 	// QueueID is the queue that stored the batch, or when Err is not nil the queue it was
@@ -139,9 +140,9 @@ func (t *sendTracer) finish(tr *batchTrace, topic string, count int32, mq Messag
 // traced batch is sent with a protocol.TraceHeader, so that a broker supporting tracing records
 // its stages (Admin.SendTraces), and the producer hands its own stages to the
 // WithSendTraceObserver function. Which batches are traced is a random draw per batch of the
-// producer, asynchronous and synchronous ones alike. Brokers that predate tracing refuse a
-// traced send (REQUEST_MALFORMED). Untraced batches cost nothing more. A negative n is
-// ErrInvalidOption.
+// producer, asynchronous and synchronous ones alike (SendOneway is never traced). Brokers that
+// predate tracing refuse a traced send (REQUEST_MALFORMED). Untraced batches cost nothing more.
+// A negative n is ErrInvalidOption.
 func WithTraceEvery(n int) ProducerOption {
 	return func(c *producerConfig) {
 		if n < 0 {
@@ -155,8 +156,9 @@ func WithTraceEvery(n int) ProducerOption {
 // WithSendTraceObserver sets the function that receives the SendTraceClient of every traced
 // batch (see WithTraceEvery) once its result is known, before the callbacks of its messages.
 // For SendAsync it runs on the queue's sender goroutine, for SendSync and SendBatchSync on the
-// caller's before the call returns, so it must be quick and must not block on the producer.
-// A nil fn is ErrInvalidOption.
+// caller's before the call returns, so it must be quick and must not block on the producer. A
+// synchronous send that fails before its batch is built (an invalid message, no route) is not
+// reported. A nil fn is ErrInvalidOption.
 func WithSendTraceObserver(fn func(SendTraceClient)) ProducerOption {
 	return func(c *producerConfig) {
 		if fn == nil {
