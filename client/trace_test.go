@@ -267,12 +267,16 @@ func TestUntracedSendsCarryNoHeader(t *testing.T) {
 	}
 }
 
-// TestTraceDrawAllocs guards the cost of the draw: an untraced batch allocates nothing.
+// TestTraceDrawAllocs guards the cost of the draw: an untraced batch, asynchronous (draw) or
+// synchronous (start), allocates nothing.
 func TestTraceDrawAllocs(t *testing.T) {
 	for _, every := range []int{0, 1 << 62} {
 		tr := newSendTracer(every, nil)
 		if n := testing.AllocsPerRun(100, func() {
 			if _, ok := tr.draw(); ok {
+				panic("traced")
+			}
+			if tr.start() != nil {
 				panic("traced")
 			}
 		}); n != 0 {
