@@ -19,15 +19,10 @@ import (
 // instead.
 func TestSendTracesOnARealBroker(t *testing.T) {
 	rc := testcluster.New(t, testcluster.Options{}, testcluster.GroupSpec{Name: "broker-a"})
+	rc.CreateTopic("TR", 2)
 	c := newTestClient(t, rc.NamesrvAddr())
 	admin := NewAdmin(c)
 	ctx := testCtx(t, 60*time.Second)
-	if _, err := admin.CreateTopic(ctx, "DefaultCluster", protocol.TopicConfig{Topic: "TR", ReadQueueNums: 2, WriteQueueNums: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.WaitTopicRoute(ctx, "TR", 1); err != nil {
-		t.Fatal(err)
-	}
 	addr := rc.Group("broker-a").Member(0).Addr()
 	var mu sync.Mutex
 	obs := map[uint64]SendTraceClient{}
