@@ -116,6 +116,11 @@ type Config struct {
 	// sampled during the test and drain phases, for the lag of the slaves it lists (default
 	// DefaultHASampleInterval; negative: never).
 	HASampleInterval time.Duration
+	// TraceEvery traces about one producer batch in TraceEvery (client.WithTraceEvery) and
+	// prints where the traced batches' latency goes (Result.LatencyBreakdown); 0: no tracing.
+	// Petrel driver only; a run against brokers that do not record send traces goes on untraced,
+	// with a line.
+	TraceEvery int
 	// DrainTimeout bounds the wait, after the last send, for everything acknowledged to be
 	// consumed (default 30 s); a consume-only run gives up after this long without a new
 	// message.

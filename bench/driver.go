@@ -96,6 +96,11 @@ type petrelCluster struct {
 
 	mu        sync.Mutex // guards consumers
 	consumers []*client.Consumer
+
+	// trace collects send traces when tracing is on (startTracing), nil otherwise; producers and
+	// consumers made after startTracing report to it.
+	trace      *tracer
+	traceAddrs []string
 }
 
 func newPetrelCluster(ctx context.Context, nameServers string, o clusterOptions, log *slog.Logger) (*petrelCluster, error) {
@@ -189,11 +194,57 @@ const (
 )
 
 func (c *petrelCluster) newProducer() (producer, error) {
-	return client.NewProducer(c.prodClient, client.WithLinger(benchLinger), client.WithBufferBytes(benchBufferBytes))
+	opts := []client.ProducerOption{client.WithLinger(benchLinger), client.WithBufferBytes(benchBufferBytes)}
+	if c.trace != nil {
+		opts = append(opts, client.WithTraceEvery(c.trace.every), client.WithSendTraceObserver(c.trace.sent))
+	}
+	return client.NewProducer(c.prodClient, opts...)
+}
+
+// startTracing turns send tracing on for the producers and consumers made from now on, when
+// every master of groups records send traces, and polls their rings until close.
+func (c *petrelCluster) startTracing(ctx context.Context, every int, groups []groupInfo) error {
+	var addrs []string
+	for _, g := range groups {
+		if g.master == "" {
+			continue
+		}
+		if err := probe(ctx, c.admin, g.master); err != nil {
+			return err
+		}
+		addrs = append(addrs, g.master)
+	}
+	c.trace = newTracer(every)
+	c.trace.startPolling(c.admin, addrs)
+	c.traceAddrs = addrs
+	return nil
+}
+
+// traceBreakdown reads the masters' rings a last time and returns the breakdown (nil without
+// tracing). Thresholds in ms, as tracer.breakdown.
+func (c *petrelCluster) traceBreakdown(pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown {
+	if c.trace == nil {
+		return nil
+	}
+	c.trace.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.trace.poll(ctx, c.admin, c.traceAddrs)
+	return c.trace.breakdown(pub99, pub999, e2e99, e2e999)
+}
+
+// traceDelivered notes that the handler started on the pull of (topic, queue) from offset.
+func (c *petrelCluster) traceDelivered(topic string, queue int32, from int64, at int64) {
+	if c.trace != nil {
+		c.trace.delivered(topic, queue, from, at)
+	}
 }
 
 func (c *petrelCluster) newConsumer(group, topic string) (consumer, error) {
 	opts := []client.ConsumerOption{client.WithConsumeFrom(client.ConsumeFromFirst)}
+	if c.trace != nil {
+		opts = append(opts, client.WithPullObserver(c.trace.pulled))
+	}
 	if c.opts.readBrokerID >= 0 {
 		opts = append(opts, client.WithReadBrokerID(c.opts.readBrokerID))
 	}
@@ -348,6 +399,9 @@ func (c *petrelCluster) queueBounds(ctx context.Context, topic string) ([]queueB
 }
 
 func (c *petrelCluster) close() error {
+	if c.trace != nil {
+		c.trace.stop()
+	}
 	return errors.Join(c.prodClient.Close(), c.consClient.Close(), c.adminClient.Close())
 }
 

@@ -179,8 +179,11 @@ type Result struct {
 	// Replication has one entry per slave of the topics' broker groups: lag quantiles and
 	// compression, sampled every HASampleIntervalMs during the test and drain phases; empty
 	// when the groups have no slaves.
-	Replication        []SlaveReplication `json:"replication"`
-	HASampleIntervalMs int64              `json:"haSampleIntervalMs"`
+	Replication []SlaveReplication `json:"replication"`
+	// LatencyBreakdown is where the traced batches' latency went (Config.TraceEvery), nil
+	// without tracing.
+	LatencyBreakdown   *LatencyBreakdown `json:"latencyBreakdown,omitempty"`
+	HASampleIntervalMs int64             `json:"haSampleIntervalMs"`
 	// HASampleErrors counts the replication status requests that failed.
 	HASampleErrors int64 `json:"haSampleErrors"`
 	// ExpectedMessages is, for a consume-only run, the messages the topics' queues held at the

@@ -82,6 +82,8 @@ func (ps *prodState) takeRetries() []retryEntry {
 
 // runner is one run in progress.
 type runner struct {
+	// tr is the cluster while it traces sends (startTracing), nil otherwise.
+	tr    tracingCluster
 	cfg   *Config
 	plan  *plan
 	out   io.Writer
@@ -312,6 +314,7 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 	}
 	r.startLagSampler(ctx)
 	defer r.stopLagSampler()
+	r.startTracing(ctx)
 	if cfg.Verify {
 		r.v = NewVerifier(r.runID, w.SubscriptionsPerTopic)
 	}
@@ -1025,6 +1028,9 @@ func (r *runner) handler(sub int) client.Handler {
 			r.v.Consumed(sub, *ds)
 			pool.Put(ds)
 		}
+		if first >= 0 && r.tr != nil {
+			r.tr.traceDelivered(msgs[first].Topic, msgs[first].QueueID, msgs[first].QueueOffset, tnow.UnixNano())
+		}
 		if first >= 0 {
 			// One handler call is one pull: one broker served every message.
 			r.consTL.observe(msgs[first].BrokerName, msgs[first].BrokerAddr, tnow.Sub(r.clockBase), posOf(&msgs[first]), posOf(&msgs[last]))
@@ -1096,6 +1102,10 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 		res.Passed = false
 		res.Problems = append(res.Problems, offsetMovedBackProblem(res.OffsetMovedBack))
 	}
+	if r.tr != nil {
+		pub, e2e := msStats(r.totPubLat), msStats(r.totE2E)
+		res.LatencyBreakdown = r.tr.traceBreakdown(pub.P99, pub.P999, e2e.P99, e2e.P999)
+	}
 	var jsonErr error
 	if r.cfg.JSONFile != "" {
 		if jsonErr = res.WriteJSON(r.cfg.JSONFile); jsonErr == nil {
@@ -1103,7 +1113,33 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 		}
 	}
 	res.writeSummary(r.out, summary{pubLat: msStats(r.totPubLat), pubDelay: microsStats(r.totDelay), e2e: msStats(r.totE2E)})
+	writeBreakdown(r.out, res.LatencyBreakdown)
 	return res, jsonErr
+}
+
+// tracingCluster is a cluster that can trace sends (the Petrel driver).
+type tracingCluster interface {
+	startTracing(ctx context.Context, every int, groups []groupInfo) error
+	traceBreakdown(pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown
+	traceDelivered(topic string, queue int32, from int64, at int64)
+}
+
+// startTracing turns send tracing on when Config.TraceEvery asks for it and every master of the
+// topics' groups records send traces; otherwise the run goes on untraced, with a line.
+func (r *runner) startTracing(ctx context.Context) {
+	tc, ok := r.cl.(tracingCluster)
+	if r.cfg.TraceEvery <= 0 || !ok {
+		return
+	}
+	groups, err := r.cl.groups(ctx, r.topics)
+	if err == nil {
+		err = tc.startTracing(ctx, r.cfg.TraceEvery, groups)
+	}
+	if err != nil {
+		fmt.Fprintf(r.out, "stage breakdown: off (%v)\n", err)
+		return
+	}
+	r.tr = tc
 }
 
 // startLagSampler starts sampling the replication status of the masters of the topics'
