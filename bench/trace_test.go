@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -114,4 +116,57 @@ func TestStageSetsAndSummary(t *testing.T) {
 	if stageSets(nil, publishStages, 1, 2) != nil {
 		t.Fatal("sets of no batches")
 	}
+}
+
+// fakeTraces serves a fixed ring's records from a sequence number on.
+type fakeTraces struct {
+	recs []protocol.SendTrace
+	asks []uint64
+}
+
+func (f *fakeTraces) SendTraces(_ context.Context, _ string, from uint64) (*protocol.SendTraceTable, error) {
+	f.asks = append(f.asks, from)
+	if from >= uint64(len(f.recs)) {
+		return &protocol.SendTraceTable{Next: from}, nil
+	}
+	return &protocol.SendTraceTable{Next: uint64(len(f.recs)), Traces: f.recs[from:]}, nil
+}
+
+// TestTracerJoins: client traces, broker records and pulls join by ID and queue offset; a client
+// trace without a broker record, and a batch no pull delivered, are left out of the sets they
+// cannot be cut for.
+func TestTracerJoins(t *testing.T) {
+	tr := newTracer(4)
+	f := &fakeTraces{}
+	for i := range 10 {
+		id := uint64(i + 1)
+		base := int64(i * 10)
+		tr.sent(client.SendTraceClient{ID: id, Topic: "T", QueueID: 0, BaseQueueOffset: base, Count: 10,
+			Created: 1000, Sealed: 1010, Taken: 1010, Written: 1011, Received: 1100 + int64(i)*1000, Done: 1101 + int64(i)*1000})
+		if i < 9 { // the last one's record is not in the ring
+			f.recs = append(f.recs, protocol.SendTrace{ID: id, Topic: "T", BaseQueueOffset: base, Count: 10, Stamps: stamps(1020, 1021, 1030, 0, 0, 1040)})
+		}
+		if i < 8 { // nor did a pull deliver the 9th
+			tr.pulled(client.PullTiming{Topic: "T", From: base, Next: base + 10, Sent: 500, Received: 1200})
+			tr.delivered("T", 0, base, 1300)
+		}
+	}
+	tr.sent(client.SendTraceClient{ID: 99, Err: errors.New("failed")}) // failed sends are not kept
+	tr.poll(context.Background(), f, []string{"a"})
+	tr.poll(context.Background(), f, []string{"a"})
+	if len(f.asks) != 2 || f.asks[1] != 9 {
+		t.Fatalf("asked from %v, want [0 9]", f.asks)
+	}
+	b := tr.breakdown(0.005, 0.009, 1, 2)
+	if b.TracedBatches != 9 || b.Publish[0].Batches != 9 || b.EndToEnd[0].Batches != 8 {
+		t.Fatalf("breakdown %+v", b)
+	}
+	// The publish tail is the network back (answers read late); end to end it is the wake-up.
+	if p99 := b.Publish[1]; p99.Set != "p99" || p99.Stages[9].Share < 0.9 {
+		t.Fatalf("publish p99 %+v", p99)
+	}
+	if all := b.EndToEnd[0]; all.Stages[7].MeanMs != 170.0/1e6 || all.Stages[8].MeanMs != 100.0/1e6 {
+		t.Fatalf("end to end %+v", all)
+	}
+	tr.stop() // never started: nothing to stop
 }
