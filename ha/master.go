@@ -117,6 +117,21 @@ type MasterConfig struct {
 	// (TrackerConfig). It is called under the master's lock and must take none of the master's.
 	// Nil: no slave is known (static roles configure none).
 	KnownSlave func(brokerID int64, memberID string) bool
+	// Observer, when set, hears each answer that carries log bytes to a slave and each
+	// acknowledgement (the broker's send tracing). It is called on the slave's connection
+	// goroutine, without the master's locks, and must be short and allocation-free.
+	Observer ReplicationObserver
+}
+
+// ReplicationObserver hears the progress of replication, offset by offset, for a per-send
+// timeline of it (MasterConfig.Observer).
+type ReplicationObserver interface {
+	// ReplicationServed: the master is handing slave brokerID the answer that holds the log's
+	// bytes [start, end); the connection writes it when this returns.
+	ReplicationServed(brokerID, start, end int64)
+	// ReplicationAcked: slave brokerID acknowledged every byte before offset (a pull from it);
+	// called before the SYNC_MASTER waiters this completes run.
+	ReplicationAcked(brokerID, offset int64)
 }
 
 // SyncMember is a slave of a Raft-elected group's in-sync set.
@@ -667,6 +682,9 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 	m.publishLocked()
 	limit, n := m.ackLimit.Load(), int(m.inSyncN.Load())
 	m.mu.Unlock()
+	if o := m.cfg.Observer; o != nil {
+		o.ReplicationAcked(sess.slaveID, offset)
+	}
 	sess.ready = runAll(m.waiters.popReady(limit, n, sess.ready), nil)
 }
 
@@ -811,6 +829,9 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 		sess.bytes.raw.Add(int64(rd.raw))
 		sess.bytes.wire.Add(int64(len(rd.body)))
 		reply.Body = rd.body
+		if o := m.cfg.Observer; o != nil && rd.raw > 0 {
+			o.ReplicationServed(sess.slaveID, rd.start, rd.start+int64(rd.raw))
+		}
 	}
 	return reply
 }
