@@ -130,7 +130,8 @@ type ReplicationObserver interface {
 	// bytes [start, end); the connection writes it when this returns.
 	ReplicationServed(brokerID, start, end int64)
 	// ReplicationAcked: slave brokerID acknowledged every byte before offset (a pull from it);
-	// called before the SYNC_MASTER waiters this completes run.
+	// called before the master counts the acknowledgement, so before any SYNC_MASTER waiter
+	// it completes.
 	ReplicationAcked(brokerID, offset int64)
 }
 
@@ -672,6 +673,11 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 // accepted), re-evaluates its membership and completes the waiters this allows. readEnd is the
 // log end read for this request; the evaluation uses the previous one (see SlaveProgress).
 func (m *Master) ack(sess *session, offset, readEnd int64) {
+	if o := m.cfg.Observer; o != nil {
+		// NB: before the tracker publishes the acknowledgement, which completes waiters (on
+		// the service goroutine too): an acknowledgement is heard before what it completes.
+		o.ReplicationAcked(sess.slaveID, offset)
+	}
 	m.mu.Lock()
 	res := m.tr.Ack(sess.peer.ID(), offset, readEnd, m.cfg.Log.LogEndOffset(), m.cfg.Now())
 	if res.Regressed {
@@ -682,9 +688,6 @@ func (m *Master) ack(sess *session, offset, readEnd int64) {
 	m.publishLocked()
 	limit, n := m.ackLimit.Load(), int(m.inSyncN.Load())
 	m.mu.Unlock()
-	if o := m.cfg.Observer; o != nil {
-		o.ReplicationAcked(sess.slaveID, offset)
-	}
 	sess.ready = runAll(m.waiters.popReady(limit, n, sess.ready), nil)
 }
 
