@@ -40,7 +40,8 @@ type Broker struct {
 	offsets   *offsetTable
 	consumers *consumerTable
 	stats     stats
-	metrics   *metrics // nil unless metricsPromExporterPort is set (metrics.go)
+	metrics   *metrics   // nil unless metricsPromExporterPort is set (metrics.go)
+	trace     *traceRing // nil unless traceRingEntries > 0 (trace.go); set by Start
 	limits    protocol.BatchLimits
 	started   time.Time
 
@@ -237,6 +238,7 @@ func stampBatch(dst []byte, phys, baseQueueOffset, storeTimestamp int64, epoch u
 // the server accepts connections.
 func (b *Broker) Start() error {
 	b.started = time.Now()
+	b.trace = newTraceRing(b.cfg.TraceRingEntries)
 	h := &handler{b: b}
 	loops := b.cfg.NumEventLoop
 	var releaseProcs func()

@@ -129,6 +129,11 @@ type Config struct {
 	// MaxInboundBufferedBytes caps the bytes of incomplete request frames buffered over all
 	// connections (default 256 MiB); past it, connections holding an incomplete frame are closed.
 	MaxInboundBufferedBytes int64 `prop:"maxInboundBufferedBytes"`
+	// TraceRingEntries is how many send traces the broker keeps (default 4096, 0: send tracing
+	// off, at no cost): a send whose request header is a trace header (a client sampling its
+	// sends) has the time it passed each broker stage recorded, and GET_SEND_TRACES (petrel-bench)
+	// reads them. About 200 bytes each, allocated at start.
+	TraceRingEntries int `prop:"traceRingEntries"`
 	// FrameReadTimeout closes a connection whose request frame stays incomplete this long after
 	// its first byte, or that sends no whole request this long after it connects (ms in the
 	// file, default 30 s): on the client, replication, Raft and metrics ports alike (on the
@@ -238,6 +243,7 @@ func DefaultConfig() Config {
 		ChannelExpiredTimeout:         120 * time.Second,
 		ShutdownGracePeriod:           5 * time.Second,
 		MaxInboundBufferedBytes:       256 << 20,
+		TraceRingEntries:              4096,
 		MinInSyncReplicas:             1,
 		SyncReplicationTimeout:        2 * time.Second,
 		HACompression:                 "s2",
@@ -391,6 +397,9 @@ func (c *Config) Validate() error {
 		if n.v < 1 {
 			return fmt.Errorf("%s %d: at least 1", n.key, n.v)
 		}
+	}
+	if c.TraceRingEntries < 0 || c.TraceRingEntries > maxTraceRingEntries {
+		return fmt.Errorf("traceRingEntries %d: between 0 (off) and %d", c.TraceRingEntries, maxTraceRingEntries)
 	}
 	if c.MaxInboundBufferedBytes < int64(c.MaxFrameSize) {
 		return fmt.Errorf("maxInboundBufferedBytes %d: at least maxFrameSize (%d)", c.MaxInboundBufferedBytes, c.MaxFrameSize)

@@ -61,4 +61,5 @@ var configHelp = map[string]string{
 	"SlaveSyncInterval":             "how often a slave syncs topic configs and consumer offsets with its master (ms in the file, default 3 s)",
 	"StorePathRootDir":              "holds the commit log, consume queues, offsets and topic configs",
 	"SyncReplicationTimeout":        "bounds a SYNC_MASTER's wait for its in-sync slaves (ms in the file, default 2 s: below the client's 3 s send timeout, so that a client hears FLUSH_SLAVE_TIMEOUT rather than nothing); past it the send answers FLUSH_SLAVE_TIMEOUT (stored on the master only)",
+	"TraceRingEntries":              "how many send traces the broker keeps (default 4096, 0: send tracing off, at no cost): a send whose request header is a trace header (a client sampling its sends) has the time it passed each broker stage recorded, and GET_SEND_TRACES (petrel-bench) reads them. About 200 bytes each, allocated at start",
 }

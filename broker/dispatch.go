@@ -119,6 +119,8 @@ func init() {
 		// The replication status is read under the replication master's lock, which its
 		// slaves' pulls contend for.
 		protocol.CodeGetHAStatus: {reply: (*Broker).replyHAStatus, worker: true},
+		// The send traces are copied out of the ring with an allocation per read.
+		protocol.CodeGetSendTraces: {reply: (*Broker).replySendTraces, worker: true},
 		// An election waits for the target to catch up and take over.
 		protocol.CodeElectMaster: {reply: (*Broker).replyElectMaster, worker: true},
 		// A read index waits for the leader's no-op to commit through a quorum.

@@ -44,6 +44,7 @@ type dataPath struct {
 	b          *Broker
 	cs         *connState
 	send, pull protocol.Frame
+	traced     protocol.Frame // a send with a TraceHeader
 }
 
 func newDataPath(t testing.TB, edit func(*Config)) *dataPath {
@@ -59,6 +60,7 @@ func newDataPath(t testing.TB, edit func(*Config)) *dataPath {
 	}
 	p := &dataPath{b: b, cs: &connState{c: discardConn{}, remote: "test"}}
 	p.send = requestFrame(t, protocol.CodeSendMessage, nil, buildBatch("Hot", 0, "a message of the hot path"))
+	p.traced = requestFrame(t, protocol.CodeSendMessage, &protocol.TraceHeader{ID: 1}, buildBatch("Hot", 0, "a message of the hot path"))
 	p.pull = requestFrame(t, protocol.CodePullMessage, &protocol.PullRequestHeader{
 		ConsumerGroup: "g", Topic: "Hot", QueueOffset: 0, MaxMessages: 1, MaxBytes: 1 << 20, CommitOffset: -1,
 	}, nil)
@@ -74,8 +76,8 @@ func (p *dataPath) serve(f protocol.Frame) {
 }
 
 // TestDispatchDataPathAllocs guards the hot path: dispatching a send (ASYNC_FLUSH, answered at
-// once), a pull that finds its batch, and one that commits the group's offset (checked against
-// the queue's max offset) allocates nothing.
+// once), untraced and traced (recorded in the trace ring), a pull that finds its batch, and one
+// that commits the group's offset (checked against the queue's max offset) allocates nothing.
 func TestDispatchDataPathAllocs(t *testing.T) {
 	p := newDataPath(t, nil)
 	commit := requestFrame(t, protocol.CodePullMessage, &protocol.PullRequestHeader{
@@ -88,7 +90,7 @@ func TestDispatchDataPathAllocs(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    protocol.Frame
-	}{{"send", p.send}, {"pull", p.pull}, {"pull with a commit", commit}, {"pull with a commit and the queue's incarnation", withLife}} {
+	}{{"send", p.send}, {"traced send", p.traced}, {"pull", p.pull}, {"pull with a commit", commit}, {"pull with a commit and the queue's incarnation", withLife}} {
 		p.serve(tc.f) // scratch buffers grown once
 		if n := testing.AllocsPerRun(200, func() { p.serve(tc.f) }); n != 0 {
 			t.Errorf("dispatch of a %s: %v allocations, want 0", tc.name, n)
@@ -106,7 +108,7 @@ func BenchmarkDispatch(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		f    protocol.Frame
-	}{{"send", p.send}, {"pull", p.pull}} {
+	}{{"send", p.send}, {"traced send", p.traced}, {"pull", p.pull}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

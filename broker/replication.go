@@ -136,6 +136,7 @@ func (b *Broker) newMasterHA(commit func([]ha.SyncMember) error, initial []ha.Sy
 		Epoch:            func() uint32 { return b.role.Load().Epoch },
 		MemberOf:         memberOf,
 		KnownSlave:       known,
+		Observer:         b.replicationObserver(),
 	})
 }
 
@@ -524,4 +525,12 @@ func slowReadBytes(cfg *Config) int64 {
 		return 1 << 30
 	}
 	return int64(si.Totalram) * int64(si.Unit) * int64(cfg.AccessMessageInMemoryMaxRatio) / 100
+}
+
+// replicationObserver is the master's ReplicationObserver: the trace ring, nil when it is off.
+func (b *Broker) replicationObserver() ha.ReplicationObserver {
+	if b.trace == nil {
+		return nil
+	}
+	return b.trace
 }

@@ -14,11 +14,20 @@ import (
 // handleSend stores one batch (CodeSendMessage) on the event loop: validate, append (a copy
 // into the mapped commit log under the store's mutex), wake long polls of the queue, answer.
 // Under SYNC_FLUSH the answer waits for the group commit that covers the batch and is written
-// by the flusher goroutine. r is the master role dispatch admitted the send with.
+// by the flusher goroutine. r is the master role dispatch admitted the send with. A send whose
+// header is a protocol.TraceHeader is traced (trace.go) while the trace ring is on, and served
+// as any other while it is off.
 func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
+	var ts traceStart
 	if len(f.Header) != 0 {
-		b.replyError(cs, f, protocol.StatusRequestMalformed, "send request header must be empty", "")
-		return
+		var th protocol.TraceHeader
+		if th.ReadFrom(f.Header) != nil {
+			b.replyError(cs, f, protocol.StatusRequestMalformed, "send request header must be empty or a trace header", "")
+			return
+		}
+		if b.trace != nil {
+			ts = traceStart{on: true, id: th.ID, read: cs.readAt, dispatched: time.Now().UnixNano()}
+		}
 	}
 	h, tagHash, err := protocol.ValidateBatch(f.Body, b.limits)
 	if err == nil && h.Size != len(f.Body) {
@@ -68,6 +77,10 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 		appendStart = time.Now()
 	}
 	res, err := b.store.Append(h.Topic, h.QueueID, f.Body, h.Count, tagHash, r.Epoch, stampBatch)
+	var tr traceRef
+	if ts.on && err == nil {
+		tr = b.trace.claim(&ts, tp, h.QueueID, h.Count, &res)
+	}
 	if b.metrics != nil && err == nil {
 		b.metrics.appendLatency.Observe(time.Since(appendStart).Seconds())
 	}
@@ -94,6 +107,7 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 	}
 
 	if f.Flags.IsOneway() {
+		tr.finish(0)
 		return
 	}
 	resp := protocol.SendResponseHeader{
@@ -106,11 +120,15 @@ func (b *Broker) handleSend(cs *connState, f *protocol.Frame, r *role) {
 	waits := b.durableWaits(r)
 	if waits == 0 {
 		cs.out = appendSendResponse(cs.out[:0], f.RequestID, &resp)
-		cs.write(cs.out)
+		if tr.s != nil {
+			cs.writeTraced(cs.out, tr)
+		} else {
+			cs.write(cs.out)
+		}
 		return
 	}
 	// Answered later, by whichever of the flusher and the replication waiter finishes last.
-	a := &pendingAck{b: b, cs: cs, id: f.RequestID, resp: resp, tp: tp, qid: h.QueueID}
+	a := &pendingAck{b: b, cs: cs, id: f.RequestID, resp: resp, tp: tp, qid: h.QueueID, trace: tr}
 	a.pending.Store(waits)
 	cs.inflight.Add(1)
 	b.awaitDurable(r, res.EndOffset, a)
@@ -162,6 +180,7 @@ type pendingAck struct {
 	resp    protocol.SendResponseHeader
 	tp      *topic // the send's topic and queue, whose held pulls its replication wakes
 	qid     int32
+	trace   traceRef // the send's record, if traced: stamped as its waits complete
 	pending atomic.Int32
 	mu      sync.Mutex // guards failSt, failMsg
 	failSt  protocol.Status
@@ -172,6 +191,8 @@ func (a *pendingAck) flushed(err error) {
 	if err != nil {
 		a.b.warn.Error(a.b.log, "sync flush failed", "err", err)
 		a.fail(protocol.StatusFlushDiskTimeout, "stored, but the flush failed: "+err.Error())
+	} else {
+		a.trace.stamp(protocol.TraceFlushed)
 	}
 	a.done()
 }
@@ -179,6 +200,8 @@ func (a *pendingAck) flushed(err error) {
 func (a *pendingAck) replicated(err error) {
 	if err != nil {
 		a.fail(protocol.StatusFlushSlaveTimeout, "stored on the master, replication not confirmed: "+err.Error())
+	} else {
+		a.trace.stamp(protocol.TraceReplicated)
 	}
 	a.done()
 	if a.b.hwm {
@@ -205,9 +228,9 @@ func (a *pendingAck) done() {
 	a.mu.Unlock()
 	var scratch [256]byte
 	if st != 0 {
-		a.cs.queueAnswer(appendError(scratch[:0], a.id, st, msg))
+		a.cs.queueTracedAnswer(appendError(scratch[:0], a.id, st, msg), a.trace)
 	} else {
-		a.cs.queueAnswer(appendSendResponse(scratch[:0], a.id, &a.resp))
+		a.cs.queueTracedAnswer(appendSendResponse(scratch[:0], a.id, &a.resp), a.trace)
 	}
 }
 

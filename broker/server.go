@@ -53,6 +53,12 @@ type connState struct {
 	// call per read, not one per request.
 	corked bool   // loop
 	pend   []byte // loop
+	// pendTraces are the traced sends whose answers wait in pend: they are answered when pend
+	// is written.
+	pendTraces []traceRef // loop
+	// readAt is when OnTraffic began (Unix ns), the TraceRead of the sends it dispatches; kept
+	// only while the trace ring is on.
+	readAt int64 // loop
 	// answers collects the answers finished off the loop (group commit, replication waits,
 	// admin work) until one task on the loop writes all of them (writeAnswers); answerN counts
 	// them. A group commit that acknowledges 50 sends of a connection writes once.
@@ -60,6 +66,10 @@ type connState struct {
 	answers     []byte // (answerMu)
 	answerN     int32  // (answerMu)
 	answerSpare []byte // (answerMu) the buffer written last, reused next; set only on the loop
+	// answerTraces are the traced sends whose answers are in answers; answerTraceSpare is the
+	// slice of the last write, reused next.
+	answerTraces     []traceRef // (answerMu)
+	answerTraceSpare []traceRef // (answerMu)
 }
 
 // handler is the gnet event handler. Every method runs on an event loop and never blocks: work
@@ -140,6 +150,9 @@ func (cs *connState) overloaded(b *Broker) bool {
 // a logged reason; nothing else is affected.
 func (h *handler) OnTraffic(c gnet.Conn) gnet.Action {
 	cs := c.Context().(*connState)
+	if h.b.trace != nil {
+		cs.readAt = time.Now().UnixNano()
+	}
 	cs.corked = true
 	action := h.traffic(c, cs)
 	cs.corked = false
@@ -166,10 +179,39 @@ func (cs *connState) flushPending() {
 	if len(cs.pend) == 0 {
 		return
 	}
-	if !cs.closed.Load() {
+	written := !cs.closed.Load()
+	if written {
 		_, _ = cs.c.Write(cs.pend)
 	}
+	if len(cs.pendTraces) > 0 {
+		finishTraces(cs.pendTraces, written)
+		clear(cs.pendTraces)
+		cs.pendTraces = cs.pendTraces[:0]
+	}
 	cs.pendingWritten()
+}
+
+// writeTraced writes the answer of the traced send tr from the loop (write) and completes its
+// record once the answer left. Loop.
+func (cs *connState) writeTraced(p []byte, tr traceRef) {
+	cs.write(p)
+	if cs.corked && len(cs.pend) > 0 {
+		cs.pendTraces = append(cs.pendTraces, tr)
+		return
+	}
+	tr.finish(time.Now().UnixNano())
+}
+
+// finishTraces completes the records of traced sends whose answers were written (answered) or
+// dropped.
+func finishTraces(trs []traceRef, answered bool) {
+	var now int64
+	if answered {
+		now = time.Now().UnixNano()
+	}
+	for _, tr := range trs {
+		tr.finish(now)
+	}
 }
 
 // pendingWritten empties pend after its bytes went out (gnet copied what the socket did not
@@ -353,10 +395,19 @@ func (b *Broker) asyncReply(cs *connState, requestID uint32, rep *rpc.Reply) {
 // The task goes to gnet's normal task queue (AsyncWrite used its urgent one): under load the
 // answers may wait behind other tasks of the loop (at most 256 per loop turn).
 func (cs *connState) queueAnswer(frame []byte) {
+	cs.queueTracedAnswer(frame, traceRef{})
+}
+
+// queueTracedAnswer is queueAnswer for the answer of the traced send tr (the zero traceRef: an
+// untraced one), whose record is completed when the answer is written.
+func (cs *connState) queueTracedAnswer(frame []byte, tr traceRef) {
 	cs.answerMu.Lock()
 	first := cs.answerN == 0
 	cs.answers = append(cs.answers, frame...)
 	cs.answerN++
+	if tr.s != nil {
+		cs.answerTraces = append(cs.answerTraces, tr)
+	}
 	cs.answerMu.Unlock()
 	if first && (cs.closed.Load() || !onLoop(cs, cs.writeAnswers)) {
 		cs.dropAnswers() // nobody will write them
@@ -368,14 +419,22 @@ func (cs *connState) writeAnswers() {
 	cs.answerMu.Lock()
 	out, n := cs.answers, cs.answerN
 	cs.answers, cs.answerN, cs.answerSpare = cs.answerSpare, 0, nil
+	trs := cs.answerTraces
+	cs.answerTraces, cs.answerTraceSpare = cs.answerTraceSpare, nil
 	cs.answerMu.Unlock()
 	cs.inflight.Add(-n)
-	if len(out) > 0 && !cs.closed.Load() {
+	written := len(out) > 0 && !cs.closed.Load()
+	if written {
 		_, _ = cs.c.Write(out) // gnet copies what the socket does not take at once
+	}
+	if len(trs) > 0 {
+		finishTraces(trs, written)
+		clear(trs)
 	}
 	if cap(out) <= maxKeptPending {
 		cs.answerMu.Lock()
 		cs.answerSpare = out[:0]
+		cs.answerTraceSpare = trs[:0]
 		cs.answerMu.Unlock()
 	}
 }
@@ -385,9 +444,11 @@ func (cs *connState) writeAnswers() {
 func (cs *connState) dropAnswers() {
 	cs.answerMu.Lock()
 	n := cs.answerN
-	cs.answers, cs.answerN = cs.answers[:0], 0
+	trs := cs.answerTraces
+	cs.answers, cs.answerN, cs.answerTraces = cs.answers[:0], 0, nil
 	cs.answerMu.Unlock()
 	cs.inflight.Add(-n)
+	finishTraces(trs, false)
 }
 
 // onLoop runs fn on cs's event loop; it reports false when the loop no longer runs.

@@ -117,6 +117,22 @@ type MasterConfig struct {
 	// (TrackerConfig). It is called under the master's lock and must take none of the master's.
 	// Nil: no slave is known (static roles configure none).
 	KnownSlave func(brokerID int64, memberID string) bool
+	// Observer, when set, hears each answer that carries log bytes to a slave and each
+	// acknowledgement (the broker's send tracing). It is called on the slave's connection
+	// goroutine, without the master's locks, and must be short and allocation-free.
+	Observer ReplicationObserver
+}
+
+// ReplicationObserver hears the progress of replication, offset by offset, for a per-send
+// timeline of it (MasterConfig.Observer).
+type ReplicationObserver interface {
+	// ReplicationServed: the master is handing slave brokerID the answer that holds the log's
+	// bytes [start, end); the connection writes it when this returns.
+	ReplicationServed(brokerID, start, end int64)
+	// ReplicationAcked: slave brokerID acknowledged every byte before offset (a pull from it);
+	// called before the master counts the acknowledgement, so before any SYNC_MASTER waiter
+	// it completes.
+	ReplicationAcked(brokerID, offset int64)
 }
 
 // SyncMember is a slave of a Raft-elected group's in-sync set.
@@ -657,6 +673,11 @@ func (m *Master) onDisconnect(p *rpc.Peer) {
 // accepted), re-evaluates its membership and completes the waiters this allows. readEnd is the
 // log end read for this request; the evaluation uses the previous one (see SlaveProgress).
 func (m *Master) ack(sess *session, offset, readEnd int64) {
+	if o := m.cfg.Observer; o != nil {
+		// NB: before the tracker publishes the acknowledgement, which completes waiters (on
+		// the service goroutine too): an acknowledgement is heard before what it completes.
+		o.ReplicationAcked(sess.slaveID, offset)
+	}
 	m.mu.Lock()
 	res := m.tr.Ack(sess.peer.ID(), offset, readEnd, m.cfg.Log.LogEndOffset(), m.cfg.Now())
 	if res.Regressed {
@@ -811,6 +832,9 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 		sess.bytes.raw.Add(int64(rd.raw))
 		sess.bytes.wire.Add(int64(len(rd.body)))
 		reply.Body = rd.body
+		if o := m.cfg.Observer; o != nil && rd.raw > 0 {
+			o.ReplicationServed(sess.slaveID, rd.start, rd.start+int64(rd.raw))
+		}
 	}
 	return reply
 }
