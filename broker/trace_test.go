@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/petrel-mq/petrel/commitlog"
@@ -48,14 +50,22 @@ func waitTraces(t testing.TB, c *rpc.Conn, from uint64, n int) protocol.SendTrac
 // checkOrdered fails unless every stage named is set and each is at or after the one before.
 func checkOrdered(t testing.TB, what string, stamps ...int64) {
 	t.Helper()
+	if err := ordered(stamps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// ordered says which of stamps is not set or comes before the one before it.
+func ordered(stamps ...int64) error {
 	for i, v := range stamps {
 		if v == 0 {
-			t.Fatalf("%s: stage %d of %v not stamped", what, i, stamps)
+			return fmt.Errorf("stage %d of %v not stamped", i, stamps)
 		}
 		if i > 0 && v < stamps[i-1] {
-			t.Fatalf("%s: stage %d before stage %d: %v", what, i, i-1, stamps)
+			return fmt.Errorf("stage %d before stage %d: %v", i, i-1, stamps)
 		}
 	}
+	return nil
 }
 
 // TestSendTraceSyncFlush: on a SYNC_FLUSH broker a send with a TraceHeader is recorded with its
@@ -229,5 +239,96 @@ func TestTraceRingLateStamps(t *testing.T) {
 	r.read(2, &tbl)
 	if tbl.Next != 3 || tbl.Dropped != 1 || len(tbl.Traces) != 0 {
 		t.Fatalf("void record: %+v, want next 3, dropped 1", tbl)
+	}
+}
+
+// TestSendTraceConcurrent: traced sends pipelined on several connections of a SYNC_FLUSH broker
+// (answers written by the loop's task for the group commit) while a reader follows the ring:
+// every trace served is whole and ordered, none twice, and every traced send is either served
+// or counted as dropped.
+func TestSendTraceConcurrent(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushDiskType = SyncFlush
+	cfg.TraceRingEntries = 64
+	b := startBroker(t, cfg)
+	defer b.Close()
+	admin := dial(t, b.Addr())
+	createTopic(t, admin, "C", 4)
+	const conns, perConn = 4, 150
+	const total = conns * perConn
+	seen := map[uint64]bool{}
+	var next, dropped uint64
+	// follow reads the ring once from next on; it runs on the reader goroutine, then on the test's.
+	follow := func() error {
+		resp, err := admin.Call(context.Background(), protocol.CodeGetSendTraces, &protocol.GetSendTracesRequest{From: next}, nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Release()
+		var tbl protocol.SendTraceTable
+		if err := tbl.ReadFrom(resp.Body); err != nil {
+			return err
+		}
+		for _, tr := range tbl.Traces {
+			if tr.ID == 0 || tr.ID > total || seen[tr.ID] {
+				return fmt.Errorf("trace ID %d unknown or served twice", tr.ID)
+			}
+			seen[tr.ID] = true
+			s := tr.Stamps
+			if err := ordered(s[protocol.TraceRead], s[protocol.TraceDispatched], s[protocol.TraceAppended], s[protocol.TraceFlushed], s[protocol.TraceAnswered]); err != nil {
+				return fmt.Errorf("trace %d: %w", tr.ID, err)
+			}
+			if tr.Topic != "C" || tr.Count != 1 || tr.QueueID != int32((tr.ID-1)/perConn) {
+				return fmt.Errorf("trace %+v of another batch", tr)
+			}
+		}
+		next, dropped = tbl.Next, dropped+tbl.Dropped
+		return nil
+	}
+	stop := make(chan struct{})
+	readerDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				readerDone <- nil
+				return
+			default:
+			}
+			if err := follow(); err != nil {
+				readerDone <- err
+				return
+			}
+		}
+	}()
+	errs := make(chan error, total)
+	for g := range conns {
+		c := dial(t, b.Addr())
+		for i := range perConn {
+			id := uint64(g*perConn + i + 1)
+			c.CallAsync(protocol.CodeSendMessage, &protocol.TraceHeader{ID: id}, buildBatch("C", int32(g), "m"), func(resp *rpc.Response, err error) {
+				_, err = sendAnswerOffset(resp, err)
+				errs <- err
+			})
+		}
+	}
+	for range total {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-readerDone; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "every traced send served or dropped", func() bool {
+		if err := follow(); err != nil {
+			t.Fatal(err)
+		}
+		return next == total
+	})
+	t.Logf("%d traces served, %d dropped", len(seen), dropped)
+	if uint64(len(seen))+dropped != total {
+		t.Fatalf("%d traces served, %d dropped, of %d traced sends", len(seen), dropped, total)
 	}
 }
