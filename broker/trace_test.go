@@ -68,16 +68,21 @@ func ordered(stamps ...int64) error {
 	return nil
 }
 
+// traceBroker starts a broker of testConfig changed by edit (nil: as is) with topic of queues
+// queues, and returns it and a connection to it.
+func traceBroker(t *testing.T, edit func(*Config), topic string, queues int32) (*Broker, *rpc.Conn) {
+	t.Helper()
+	b := startEdited(t, edit)
+	c := dial(t, b.Addr())
+	createTopic(t, c, topic, queues)
+	return b, c
+}
+
 // TestSendTraceSyncFlush: on a SYNC_FLUSH broker a send with a TraceHeader is recorded with its
 // batch and its stages in order, Read to Answered, no replication; a send without a header is
 // answered as before and records nothing.
 func TestSendTraceSyncFlush(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.FlushDiskType = SyncFlush
-	b := startBroker(t, cfg)
-	defer b.Close()
-	c := dial(t, b.Addr())
-	createTopic(t, c, "T", 2)
+	_, c := traceBroker(t, func(c *Config) { c.FlushDiskType = SyncFlush }, "T", 2)
 	if got := send(t, c, "T", 1, "untraced"); got.QueueOffset != 0 || got.Count != 1 {
 		t.Fatalf("untraced send answered %+v", got)
 	}
@@ -125,12 +130,7 @@ func TestSendTraceSyncMaster(t *testing.T) {
 // TestSendTraceRingWraps: traces the ring overwrote before they were read count as dropped, and
 // the reader goes on from the oldest the ring holds.
 func TestSendTraceRingWraps(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.TraceRingEntries = 4
-	b := startBroker(t, cfg)
-	defer b.Close()
-	c := dial(t, b.Addr())
-	createTopic(t, c, "W", 1)
+	_, c := traceBroker(t, func(c *Config) { c.TraceRingEntries = 4 }, "W", 1)
 	for i := range 10 {
 		tracedSend(t, c, uint64(100+i), "W", 0, "m")
 	}
@@ -155,15 +155,10 @@ func TestSendTraceRingWraps(t *testing.T) {
 // TestSendTraceRingOff: with traceRingEntries 0 a traced send is stored and answered as any
 // other, and GET_SEND_TRACES answers an empty table that stays where it was asked from.
 func TestSendTraceRingOff(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.TraceRingEntries = 0
-	b := startBroker(t, cfg)
-	defer b.Close()
+	b, c := traceBroker(t, func(c *Config) { c.TraceRingEntries = 0 }, "O", 1)
 	if b.trace != nil || b.replicationObserver() != nil {
 		t.Fatal("trace ring allocated while off")
 	}
-	c := dial(t, b.Addr())
-	createTopic(t, c, "O", 1)
 	if got := tracedSend(t, c, 1, "O", 0, "m"); got.QueueOffset != 0 {
 		t.Fatalf("answer %+v", got)
 	}
@@ -175,10 +170,7 @@ func TestSendTraceRingOff(t *testing.T) {
 // TestSendHeaderNotATraceHeader: a send whose header is not a TraceHeader is refused as
 // malformed, and nothing is stored.
 func TestSendHeaderNotATraceHeader(t *testing.T) {
-	b := startBroker(t, testConfig(t.TempDir()))
-	defer b.Close()
-	c := dial(t, b.Addr())
-	createTopic(t, c, "M", 1)
+	b, c := traceBroker(t, nil, "M", 1)
 	for _, hdr := range [][]byte{{1, 2, 3}, make([]byte, protocol.TraceHeaderSize+1)} {
 		_, err := c.Call(ctx5s(t), protocol.CodeSendMessage, rawHeader(hdr), buildBatch("M", 0, "m"))
 		if st := statusOf(err); st != protocol.StatusRequestMalformed {
@@ -247,13 +239,10 @@ func TestTraceRingLateStamps(t *testing.T) {
 // every trace served is whole and ordered, none twice, and every traced send is either served
 // or counted as dropped.
 func TestSendTraceConcurrent(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.FlushDiskType = SyncFlush
-	cfg.TraceRingEntries = 64
-	b := startBroker(t, cfg)
-	defer b.Close()
-	admin := dial(t, b.Addr())
-	createTopic(t, admin, "C", 4)
+	b, admin := traceBroker(t, func(c *Config) {
+		c.FlushDiskType = SyncFlush
+		c.TraceRingEntries = 64
+	}, "C", 4)
 	const conns, perConn = 4, 150
 	const total = conns * perConn
 	seen := map[uint64]bool{}
