@@ -50,6 +50,19 @@ func startBroker(t testing.TB, cfg Config) *Broker {
 	return startBrokerLogging(t, cfg, testLogger(t))
 }
 
+// startEdited starts a broker of testConfig changed by edit (nil: as is), closed when the test
+// ends.
+func startEdited(t testing.TB, edit func(*Config)) *Broker {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	if edit != nil {
+		edit(&cfg)
+	}
+	b := startBroker(t, cfg)
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
 // startBrokerLogging is startBroker with the broker's log lines going to logger.
 func startBrokerLogging(t testing.TB, cfg Config, logger *slog.Logger) *Broker {
 	t.Helper()

@@ -49,12 +49,7 @@ type dataPath struct {
 
 func newDataPath(t testing.TB, edit func(*Config)) *dataPath {
 	t.Helper()
-	cfg := testConfig(t.TempDir())
-	if edit != nil {
-		edit(&cfg)
-	}
-	b := startBroker(t, cfg)
-	t.Cleanup(func() { _ = b.Close() })
+	b := startEdited(t, edit)
 	if _, err := b.topics.upsert(protocol.TopicConfig{Topic: "Hot", ReadQueueNums: 1, WriteQueueNums: 1, Perm: protocol.PermReadWrite}); err != nil {
 		t.Fatal(err)
 	}

@@ -180,11 +180,12 @@ func (cs *connState) flushPending() {
 		return
 	}
 	written := !cs.closed.Load()
+	at := traceAnswerTime(cs.pendTraces, written)
 	if written {
 		_, _ = cs.c.Write(cs.pend)
 	}
 	if len(cs.pendTraces) > 0 {
-		finishTraces(cs.pendTraces, written)
+		finishTraces(cs.pendTraces, at)
 		clear(cs.pendTraces)
 		cs.pendTraces = cs.pendTraces[:0]
 	}
@@ -192,25 +193,32 @@ func (cs *connState) flushPending() {
 }
 
 // writeTraced writes the answer of the traced send tr from the loop (write) and completes its
-// record once the answer left. Loop.
+// record, answered the moment the answer is handed to the connection's write. Loop.
 func (cs *connState) writeTraced(p []byte, tr traceRef) {
-	cs.write(p)
-	if cs.corked && len(cs.pend) > 0 {
-		cs.pendTraces = append(cs.pendTraces, tr)
+	if cs.corked {
+		cs.pendTraces = append(cs.pendTraces, tr) // before write, which may write pend at once
+		cs.write(p)
 		return
 	}
 	tr.finish(time.Now().UnixNano())
+	cs.write(p)
 }
 
-// finishTraces completes the records of traced sends whose answers were written (answered) or
-// dropped.
-func finishTraces(trs []traceRef, answered bool) {
-	var now int64
-	if answered {
-		now = time.Now().UnixNano()
+// traceAnswerTime is the TraceAnswered of the traced sends trs whose answers are about to be
+// written (written) or dropped (0): taken before the write, so that it precedes the client's
+// reading of the answer.
+func traceAnswerTime(trs []traceRef, written bool) int64 {
+	if !written || len(trs) == 0 {
+		return 0
 	}
+	return time.Now().UnixNano()
+}
+
+// finishTraces completes the records of traced sends whose answers were written, answered at at
+// (0: dropped).
+func finishTraces(trs []traceRef, at int64) {
 	for _, tr := range trs {
-		tr.finish(now)
+		tr.finish(at)
 	}
 }
 
@@ -424,11 +432,12 @@ func (cs *connState) writeAnswers() {
 	cs.answerMu.Unlock()
 	cs.inflight.Add(-n)
 	written := len(out) > 0 && !cs.closed.Load()
+	at := traceAnswerTime(trs, written)
 	if written {
 		_, _ = cs.c.Write(out) // gnet copies what the socket does not take at once
 	}
 	if len(trs) > 0 {
-		finishTraces(trs, written)
+		finishTraces(trs, at)
 		clear(trs)
 	}
 	if cap(out) <= maxKeptPending {
@@ -448,7 +457,7 @@ func (cs *connState) dropAnswers() {
 	cs.answers, cs.answerN, cs.answerTraces = cs.answers[:0], 0, nil
 	cs.answerMu.Unlock()
 	cs.inflight.Add(-n)
-	finishTraces(trs, false)
+	finishTraces(trs, 0)
 }
 
 // onLoop runs fn on cs's event loop; it reports false when the loop no longer runs.

@@ -44,6 +44,10 @@ const (
 // a send older than that many traced sends gets no more slave stamps.
 const traceWatchEntries = 32
 
+// maxTracesPerAnswer bounds the traces of one GET_SEND_TRACES answer (a few hundred bytes
+// each, well under a frame); the reader asks again from Next for the rest.
+const maxTracesPerAnswer = 4096
+
 // maxTraceRingEntries bounds traceRingEntries (about 200 bytes a record).
 const maxTraceRingEntries = 1 << 20
 
@@ -242,8 +246,9 @@ func (r *traceRing) ReplicationAcked(brokerID, offset int64) {
 	r.slaveStage(brokerID, true, math.MinInt64, offset)
 }
 
-// read copies the complete records from sequence number from on into t: it stops at the first
-// record still being recorded, which the next read asks for again (t.Next). A record the ring
+// read copies the complete records from sequence number from on into t, at most
+// maxTracesPerAnswer: it stops at the first record still being recorded, which the next read
+// asks for again (t.Next). A record the ring
 // reused before it was read counts in t.Dropped.
 func (r *traceRing) read(from uint64, t *protocol.SendTraceTable) {
 	next := r.next.Load()
@@ -255,7 +260,7 @@ func (r *traceRing) read(from uint64, t *protocol.SendTraceTable) {
 		from = next - n
 	}
 	seq := from
-	for ; seq < next; seq++ {
+	for ; seq < next && len(t.Traces) < maxTracesPerAnswer; seq++ {
 		s := &r.slots[seq%uint64(len(r.slots))]
 		st := s.state.Load()
 		switch {

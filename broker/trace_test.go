@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/petrel-mq/petrel/commitlog"
@@ -48,26 +50,39 @@ func waitTraces(t testing.TB, c *rpc.Conn, from uint64, n int) protocol.SendTrac
 // checkOrdered fails unless every stage named is set and each is at or after the one before.
 func checkOrdered(t testing.TB, what string, stamps ...int64) {
 	t.Helper()
+	if err := ordered(stamps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// ordered says which of stamps is not set or comes before the one before it.
+func ordered(stamps ...int64) error {
 	for i, v := range stamps {
 		if v == 0 {
-			t.Fatalf("%s: stage %d of %v not stamped", what, i, stamps)
+			return fmt.Errorf("stage %d of %v not stamped", i, stamps)
 		}
 		if i > 0 && v < stamps[i-1] {
-			t.Fatalf("%s: stage %d before stage %d: %v", what, i, i-1, stamps)
+			return fmt.Errorf("stage %d before stage %d: %v", i, i-1, stamps)
 		}
 	}
+	return nil
+}
+
+// traceBroker starts a broker of testConfig changed by edit (nil: as is) with topic of queues
+// queues, and returns it and a connection to it.
+func traceBroker(t *testing.T, edit func(*Config), topic string, queues int32) (*Broker, *rpc.Conn) {
+	t.Helper()
+	b := startEdited(t, edit)
+	c := dial(t, b.Addr())
+	createTopic(t, c, topic, queues)
+	return b, c
 }
 
 // TestSendTraceSyncFlush: on a SYNC_FLUSH broker a send with a TraceHeader is recorded with its
 // batch and its stages in order, Read to Answered, no replication; a send without a header is
 // answered as before and records nothing.
 func TestSendTraceSyncFlush(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.FlushDiskType = SyncFlush
-	b := startBroker(t, cfg)
-	defer b.Close()
-	c := dial(t, b.Addr())
-	createTopic(t, c, "T", 2)
+	_, c := traceBroker(t, func(c *Config) { c.FlushDiskType = SyncFlush }, "T", 2)
 	if got := send(t, c, "T", 1, "untraced"); got.QueueOffset != 0 || got.Count != 1 {
 		t.Fatalf("untraced send answered %+v", got)
 	}
@@ -115,12 +130,7 @@ func TestSendTraceSyncMaster(t *testing.T) {
 // TestSendTraceRingWraps: traces the ring overwrote before they were read count as dropped, and
 // the reader goes on from the oldest the ring holds.
 func TestSendTraceRingWraps(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.TraceRingEntries = 4
-	b := startBroker(t, cfg)
-	defer b.Close()
-	c := dial(t, b.Addr())
-	createTopic(t, c, "W", 1)
+	_, c := traceBroker(t, func(c *Config) { c.TraceRingEntries = 4 }, "W", 1)
 	for i := range 10 {
 		tracedSend(t, c, uint64(100+i), "W", 0, "m")
 	}
@@ -145,15 +155,10 @@ func TestSendTraceRingWraps(t *testing.T) {
 // TestSendTraceRingOff: with traceRingEntries 0 a traced send is stored and answered as any
 // other, and GET_SEND_TRACES answers an empty table that stays where it was asked from.
 func TestSendTraceRingOff(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.TraceRingEntries = 0
-	b := startBroker(t, cfg)
-	defer b.Close()
+	b, c := traceBroker(t, func(c *Config) { c.TraceRingEntries = 0 }, "O", 1)
 	if b.trace != nil || b.replicationObserver() != nil {
 		t.Fatal("trace ring allocated while off")
 	}
-	c := dial(t, b.Addr())
-	createTopic(t, c, "O", 1)
 	if got := tracedSend(t, c, 1, "O", 0, "m"); got.QueueOffset != 0 {
 		t.Fatalf("answer %+v", got)
 	}
@@ -165,10 +170,7 @@ func TestSendTraceRingOff(t *testing.T) {
 // TestSendHeaderNotATraceHeader: a send whose header is not a TraceHeader is refused as
 // malformed, and nothing is stored.
 func TestSendHeaderNotATraceHeader(t *testing.T) {
-	b := startBroker(t, testConfig(t.TempDir()))
-	defer b.Close()
-	c := dial(t, b.Addr())
-	createTopic(t, c, "M", 1)
+	b, c := traceBroker(t, nil, "M", 1)
 	for _, hdr := range [][]byte{{1, 2, 3}, make([]byte, protocol.TraceHeaderSize+1)} {
 		_, err := c.Call(ctx5s(t), protocol.CodeSendMessage, rawHeader(hdr), buildBatch("M", 0, "m"))
 		if st := statusOf(err); st != protocol.StatusRequestMalformed {
@@ -229,5 +231,93 @@ func TestTraceRingLateStamps(t *testing.T) {
 	r.read(2, &tbl)
 	if tbl.Next != 3 || tbl.Dropped != 1 || len(tbl.Traces) != 0 {
 		t.Fatalf("void record: %+v, want next 3, dropped 1", tbl)
+	}
+}
+
+// TestSendTraceConcurrent: traced sends pipelined on several connections of a SYNC_FLUSH broker
+// (answers written by the loop's task for the group commit) while a reader follows the ring:
+// every trace served is whole and ordered, none twice, and every traced send is either served
+// or counted as dropped.
+func TestSendTraceConcurrent(t *testing.T) {
+	b, admin := traceBroker(t, func(c *Config) {
+		c.FlushDiskType = SyncFlush
+		c.TraceRingEntries = 64
+	}, "C", 4)
+	const conns, perConn = 4, 150
+	const total = conns * perConn
+	seen := map[uint64]bool{}
+	var next, dropped uint64
+	// follow reads the ring once from next on; it runs on the reader goroutine, then on the test's.
+	follow := func() error {
+		resp, err := admin.Call(context.Background(), protocol.CodeGetSendTraces, &protocol.GetSendTracesRequest{From: next}, nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Release()
+		var tbl protocol.SendTraceTable
+		if err := tbl.ReadFrom(resp.Body); err != nil {
+			return err
+		}
+		for _, tr := range tbl.Traces {
+			if tr.ID == 0 || tr.ID > total || seen[tr.ID] {
+				return fmt.Errorf("trace ID %d unknown or served twice", tr.ID)
+			}
+			seen[tr.ID] = true
+			s := tr.Stamps
+			if err := ordered(s[protocol.TraceRead], s[protocol.TraceDispatched], s[protocol.TraceAppended], s[protocol.TraceFlushed], s[protocol.TraceAnswered]); err != nil {
+				return fmt.Errorf("trace %d: %w", tr.ID, err)
+			}
+			if tr.Topic != "C" || tr.Count != 1 || tr.QueueID != int32((tr.ID-1)/perConn) {
+				return fmt.Errorf("trace %+v of another batch", tr)
+			}
+		}
+		next, dropped = tbl.Next, dropped+tbl.Dropped
+		return nil
+	}
+	stop := make(chan struct{})
+	readerDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				readerDone <- nil
+				return
+			default:
+			}
+			if err := follow(); err != nil {
+				readerDone <- err
+				return
+			}
+		}
+	}()
+	errs := make(chan error, total)
+	for g := range conns {
+		c := dial(t, b.Addr())
+		for i := range perConn {
+			id := uint64(g*perConn + i + 1)
+			c.CallAsync(protocol.CodeSendMessage, &protocol.TraceHeader{ID: id}, buildBatch("C", int32(g), "m"), func(resp *rpc.Response, err error) {
+				_, err = sendAnswerOffset(resp, err)
+				errs <- err
+			})
+		}
+	}
+	for range total {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-readerDone; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "every traced send served or dropped", func() bool {
+		if err := follow(); err != nil {
+			t.Fatal(err)
+		}
+		return next == total
+	})
+	t.Logf("%d traces served, %d dropped", len(seen), dropped)
+	if uint64(len(seen))+dropped != total {
+		t.Fatalf("%d traces served, %d dropped, of %d traced sends", len(seen), dropped, total)
 	}
 }
