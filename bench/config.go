@@ -121,6 +121,10 @@ type Config struct {
 	// Petrel driver only; a run against brokers that do not record send traces goes on untraced,
 	// with a line.
 	TraceEvery int
+	// ExecTrace and CPUProfile name the Go execution trace and CPU profile the caller records
+	// during the run (petrel-bench --exec-trace, --cpu-profile; "": none): the stage breakdown
+	// names them, with the commands that read them. The run itself records nothing.
+	ExecTrace, CPUProfile string
 	// DrainTimeout bounds the wait, after the last send, for everything acknowledged to be
 	// consumed (default 30 s); a consume-only run gives up after this long without a new
 	// message.

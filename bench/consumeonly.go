@@ -363,7 +363,11 @@ func (r *runner) waitConsumeOnly(ctx context.Context, chk *consumeChecker) {
 	control := time.NewTicker(20 * time.Millisecond)
 	defer control.Stop()
 	lastRemaining, lastChange := int64(-1), r.start
-	defer func() { r.res.TestSeconds = round3(time.Since(r.start).Seconds()) }()
+	r.cpu.start()
+	defer func() {
+		r.res.TestSeconds = round3(time.Since(r.start).Seconds())
+		r.res.CPU = r.cpu.stop()
+	}()
 	for {
 		rem, passed := chk.remaining()
 		now := time.Now()

@@ -180,6 +180,10 @@ type Result struct {
 	// compression, sampled every HASampleIntervalMs during the test and drain phases; empty
 	// when the groups have no slaves.
 	Replication []SlaveReplication `json:"replication"`
+	// CPU is the machine's and the bench process's CPU use over the measured part of the run,
+	// so that every latency has the load it was measured under beside it; nil off Linux or
+	// when /proc cannot be read.
+	CPU *CPULoad `json:"cpu,omitempty"`
 	// LatencyBreakdown is where the traced batches' latency went (Config.TraceEvery), nil
 	// without tracing.
 	LatencyBreakdown   *LatencyBreakdown `json:"latencyBreakdown,omitempty"`
@@ -459,6 +463,9 @@ func (r *Result) writeSummary(w io.Writer, s summary) {
 			fmt.Fprintln(w, latencyLine("publish delay", "µs", s.pubDelay, func(v float64) string { return fmt.Sprintf("%.0f", v) }))
 		}
 		fmt.Fprintln(w, latencyLine("end-to-end", "ms", s.e2e, fmtMs))
+	}
+	if line := cpuLine(r.CPU); line != "" {
+		fmt.Fprintln(w, line)
 	}
 	if r.Mode == "consume-only" {
 		fmt.Fprintf(w, "  messages          expected=%d consumed=%d (%.1f MB consumed)\n",

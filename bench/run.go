@@ -142,6 +142,9 @@ type runner struct {
 	lagStart, lagStop        chan struct{}
 	lagDone                  chan struct{}
 	lagStarting, lagStopping bool
+	// cpu measures the CPU load of the measured part (the phases whose intervals make the
+	// rates). Owned by the main goroutine.
+	cpu cpuMeter
 
 	// Owned by the main goroutine.
 	last                        tickCounts
@@ -558,6 +561,7 @@ func (r *runner) measure(ctx context.Context) {
 		phase = phaseWarmup
 	} else {
 		r.lagStarted()
+		r.cpu.start()
 	}
 	// enter closes the current phase's last interval and starts the next phase ("" at the
 	// end) with a full progress interval. A remainder too short to give meaningful rates (it
@@ -572,6 +576,9 @@ func (r *runner) measure(ctx context.Context) {
 		progress.Reset(interval)
 		if next == phaseTest || next == phaseDrain {
 			r.lagStarted() // a run interrupted in its warm-up samples its drain
+		}
+		if next == phaseTest || next == phaseDrain && r.replayDrainIsTest() && !r.cpu.started() {
+			r.cpu.start()
 		}
 	}
 
@@ -632,6 +639,9 @@ loop:
 	}
 	now := time.Now()
 	r.sendStop = now
+	if !r.replayDrainIsTest() {
+		r.res.CPU = r.cpu.stop()
+	}
 	if phase == phaseTest {
 		r.res.WarmupSeconds = round3(phaseStart.Sub(r.start).Seconds())
 		r.res.TestSeconds = round3(now.Sub(phaseStart).Seconds())
@@ -673,6 +683,9 @@ drain:
 		}
 	}
 	enter("")
+	if r.replayDrainIsTest() {
+		r.res.CPU = r.cpu.stop()
+	}
 	r.res.DrainSeconds = round3(time.Since(drainStart).Seconds())
 	r.stopLagSampler()
 }
@@ -750,8 +763,7 @@ func (r *runner) tick(phase string) {
 	r.last, r.lastTick = cur, now
 	r.phaseTicks++
 	fmt.Fprintln(r.out, progressLine(iv, r.failed.Load(), r.unknown.Load()))
-	// A replay's test is delivering every line, so its drain belongs to the test.
-	test := phase == phaseTest || (phase == phaseDrain && r.plan.mode == "replay")
+	test := phase == phaseTest || (phase == phaseDrain && r.replayDrainIsTest())
 	if test {
 		r.res.addInterval(iv)
 		r.testLen += iv.length
@@ -769,6 +781,10 @@ func (r *runner) tick(phase string) {
 	r.pubDelay.Recycle(iv.pubDelay)
 	r.e2e.Recycle(iv.e2e)
 }
+
+// replayDrainIsTest reports whether the drain belongs to the test: a replay's test is
+// delivering every line.
+func (r *runner) replayDrainIsTest() bool { return r.plan.mode == "replay" }
 
 // errBackoffMax caps a producer's pause after consecutive failed sends.
 const errBackoffMax = 50 * time.Millisecond
@@ -1105,6 +1121,9 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	if r.tr != nil {
 		pub, e2e := msStats(r.totPubLat), msStats(r.totE2E)
 		res.LatencyBreakdown = r.tr.traceBreakdown(pub.P99, pub.P999, e2e.P99, e2e.P999)
+		if res.LatencyBreakdown != nil {
+			res.LatencyBreakdown.ExecTrace, res.LatencyBreakdown.CPUProfile = absPath(r.cfg.ExecTrace), absPath(r.cfg.CPUProfile)
+		}
 	}
 	var jsonErr error
 	if r.cfg.JSONFile != "" {

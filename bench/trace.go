@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +50,14 @@ var endToEndStages = []string{
 	"unattributed",
 }
 
+// Replication stages of one slave, from the batch's append on the master to its durability.
+var slaveStages = []string{
+	"held pull wake-up", // appended -> the master answered the slave's held pull with the batch's end (noticing, reading, compressing)
+	"slave round trip",  // answered -> the slave's ack covering it reached the master (network, decompress, append, ack)
+	"ack to durable",    // ack -> replicated, the master counting in-sync slaves (0 when another slave made it durable first)
+	"unattributed",      // a stamp missing or out of order between two known ones
+}
+
 // StageShare is one stage's part of a set of traced batches' latency.
 type StageShare struct {
 	Stage  string  `json:"stage"`
@@ -75,6 +86,29 @@ type LatencyBreakdown struct {
 	BrokerDropped uint64     `json:"brokerDropped"` // broker records overwritten before the bench read them
 	Publish       []StageSet `json:"publish"`
 	EndToEnd      []StageSet `json:"endToEnd"`
+	// Slaves is each slave's part in the replication wait, by brokerId (slaves of one brokerId
+	// in several broker groups are one element): from the batch's append to the slave's ack
+	// and the batch's durability, cut into slaveStages, for all traced batches it acknowledged
+	// and for those in the publish p99 and p99.9 sets.
+	Slaves []SlaveBreakdown `json:"slaves"`
+	// ExecTrace and CPUProfile name the Go execution trace and CPU profile recorded during the
+	// run (petrel-bench --exec-trace, --cpu-profile): where a stage's time went inside the
+	// process (waiting for a CPU, running what).
+	ExecTrace  string `json:"execTrace,omitempty"`
+	CPUProfile string `json:"cpuProfile,omitempty"`
+}
+
+// SlaveBreakdown is one slave's replication stages over the traced batches.
+type SlaveBreakdown struct {
+	BrokerID int64 `json:"brokerId"`
+	// Unacked counts the traced batches the slave took part in but whose ack had not reached
+	// the master when the broker's record was read (a slave slower than the in-sync slaves
+	// that made the batch durable): left out of Sets, so it tells how many of the slave's
+	// slowest batches the sets miss.
+	Unacked int `json:"unacked"`
+	// Sets are "all", "p99" and "p99.9": the batch's publish latency selects the tail sets,
+	// whose MeanMs and stages are the slave's span.
+	Sets []StageSet `json:"sets"`
 }
 
 // stagesOfPublish cuts a traced batch's publish latency (client Created -> Done, ns) into
@@ -138,6 +172,35 @@ func stagesOfEndToEnd(c *client.SendTraceClient, b *protocol.SendTrace, p *pullR
 	total = p.delivered - c.Created
 	d[len(d)-1] = total - sum(d)
 	return total, d
+}
+
+// stagesOfSlave cuts slave sl's part in replicating batch b into slaveStages: from the batch's
+// append on the master to the latest of the slave's stamps and the batch's durability (ns).
+// Pure. A stage whose end stamp is missing (0) or below the stamp before it is not known: it
+// counts 0, and the time up to the next stamp in order goes to "unattributed"; the stages sum
+// to the span. ok is false when the span has no start or no end of the slave's: no append or
+// no ack stamp.
+func stagesOfSlave(b *protocol.SendTrace, sl *protocol.TraceSlave) (total int64, d []int64, ok bool) {
+	app, repl := b.Stamps[protocol.TraceAppended], b.Stamps[protocol.TraceReplicated]
+	if app == 0 || sl.Acked == 0 {
+		return 0, nil, false
+	}
+	d = make([]int64, len(slaveStages))
+	unattributed := len(d) - 1
+	prev, lost := app, false
+	for stage, at := range []int64{sl.Served, sl.Acked} {
+		if at == 0 || at < prev {
+			lost = true
+			continue
+		}
+		d[cond(lost, unattributed, stage)] += at - prev
+		prev, lost = at, false
+	}
+	if repl > prev { // a replication before this slave's ack was another slave's doing: 0
+		d[cond(lost, unattributed, 2)] += repl - prev
+		prev = repl
+	}
+	return prev - app, d, true
 }
 
 func sum(d []int64) int64 {
@@ -305,21 +368,64 @@ func (t *tracer) breakdown(pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdo
 		slices.SortStableFunc(ps, func(a, b pullRecord) int { return cmp.Compare(a.from, b.from) })
 	}
 	var pubs, e2es []stagedBatch
+	slaves := slaveBatches{}
 	for id, c := range t.sends {
 		b, ok := t.brokers[id]
 		if !ok {
 			continue
 		}
 		out.TracedBatches++
-		total, d := stagesOfPublish(&c, &b)
-		pubs = append(pubs, stagedBatch{total, d})
+		pubTotal, d := stagesOfPublish(&c, &b)
+		pubs = append(pubs, stagedBatch{pubTotal, d, pubTotal})
 		if p := t.pullOf(b.Topic, b.QueueID, b.BaseQueueOffset); p != nil && p.delivered != 0 {
 			total, d := stagesOfEndToEnd(&c, &b, p)
-			e2es = append(e2es, stagedBatch{total, d})
+			e2es = append(e2es, stagedBatch{total, d, total})
 		}
+		slaves.add(&b, pubTotal)
 	}
 	out.Publish = stageSets(pubs, publishStages, pub99, pub999)
 	out.EndToEnd = stageSets(e2es, endToEndStages, e2e99, e2e999)
+	out.Slaves = slaves.breakdown(pub99, pub999)
+	return out
+}
+
+// slaveBatches gathers, per slave brokerId, its stages of the traced batches.
+type slaveBatches map[int64]*slaveStaged
+
+type slaveStaged struct {
+	batches []stagedBatch
+	unacked int
+}
+
+// add cuts every slave's part of batch b, whose publish latency was pub (ns).
+func (m slaveBatches) add(b *protocol.SendTrace, pub int64) {
+	for i := range b.Slaves {
+		sl := &b.Slaves[i]
+		s := m[sl.BrokerID]
+		if s == nil {
+			s = &slaveStaged{}
+			m[sl.BrokerID] = s
+		}
+		if total, d, ok := stagesOfSlave(b, sl); ok {
+			s.batches = append(s.batches, stagedBatch{total, d, pub})
+		} else {
+			s.unacked++
+		}
+	}
+}
+
+// breakdown returns the slaves' stage sets in brokerId order (empty when no batch had a
+// slave: a lone master, or an older broker).
+func (m slaveBatches) breakdown(pub99, pub999 float64) []SlaveBreakdown {
+	out := []SlaveBreakdown{}
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		s := m[id]
+		sets := stageSets(s.batches, slaveStages, pub99, pub999)
+		if sets == nil {
+			sets = []StageSet{}
+		}
+		out = append(out, SlaveBreakdown{BrokerID: id, Unacked: s.unacked, Sets: sets})
+	}
 	return out
 }
 
@@ -344,6 +450,9 @@ func (t *tracer) pullOf(topic string, queue int32, off int64) *pullRecord {
 type stagedBatch struct {
 	total int64
 	d     []int64
+	// by is the latency that puts the batch in the tail sets (ns): total, or for a slave's
+	// stages the batch's publish latency.
+	by int64
 }
 
 // stageSets summarises all batches, and those at or above each threshold (ms). Pure.
@@ -358,7 +467,7 @@ func stageSets(bs []stagedBatch, names []string, p99, p999 float64) []StageSet {
 	}{{"p99", p99}, {"p99.9", p999}} {
 		var tail []stagedBatch
 		for _, b := range bs {
-			if float64(b.total)/1e6 >= th.ms {
+			if float64(b.by)/1e6 >= th.ms {
 				tail = append(tail, b)
 			}
 		}
@@ -391,7 +500,8 @@ func summarise(name string, th float64, bs []stagedBatch, names []string) StageS
 	return s
 }
 
-// writeBreakdown prints the breakdown: per set, the stages that take at least 1% of its mean.
+// writeBreakdown prints the breakdown: per set, the stages that take at least 1% of its mean;
+// then the profiles recorded meanwhile, with the commands that read them.
 func writeBreakdown(w io.Writer, b *LatencyBreakdown) {
 	if b == nil {
 		return
@@ -402,13 +512,59 @@ func writeBreakdown(w io.Writer, b *LatencyBreakdown) {
 		sets []StageSet
 	}{{"publish", b.Publish}, {"end to end", b.EndToEnd}} {
 		for _, s := range part.sets {
-			fmt.Fprintf(w, "  %s %s (>= %.2f ms, %d batches, mean %.2f ms):", part.name, s.Set, s.ThresholdMs, s.Batches, s.MeanMs)
-			for _, st := range s.Stages {
-				if st.Share >= 0.01 {
-					fmt.Fprintf(w, " %s %.2f ms (%.0f%%);", st.Stage, st.MeanMs, 100*st.Share)
-				}
-			}
-			fmt.Fprintln(w)
+			writeStageSet(w, part.name, &s)
 		}
 	}
+	for _, sl := range b.Slaves {
+		name := fmt.Sprintf("replication slave %d", sl.BrokerID)
+		for _, s := range sl.Sets {
+			writeStageSet(w, name, &s)
+		}
+		if sl.Unacked > 0 {
+			fmt.Fprintf(w, "  %s: %d traced batches without its ack when the broker's record was read (left out)\n", name, sl.Unacked)
+		}
+	}
+	if line := profilesLine(b.ExecTrace, b.CPUProfile); line != "" {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// writeStageSet prints one set's line: "  publish p99 (>= 27.60 ms, 3 batches, mean 24.10 ms):
+// append 20.30 ms (84%); ...".
+func writeStageSet(w io.Writer, part string, s *StageSet) {
+	fmt.Fprintf(w, "  %s %s (>= %.2f ms, %d batches, mean %.2f ms):", part, s.Set, s.ThresholdMs, s.Batches, s.MeanMs)
+	for _, st := range s.Stages {
+		if st.Share >= 0.01 {
+			fmt.Fprintf(w, " %s %.2f ms (%.0f%%);", st.Stage, st.MeanMs, 100*st.Share)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// profilesLine names the execution trace and CPU profile of the run and how to read them, ""
+// when neither was recorded.
+func profilesLine(execTrace, cpuProfile string) string {
+	var parts []string
+	if execTrace != "" {
+		parts = append(parts, fmt.Sprintf("execution trace %s (scheduling waits: go tool trace -pprof=sched %s)", execTrace, execTrace))
+	}
+	if cpuProfile != "" {
+		parts = append(parts, fmt.Sprintf("CPU profile %s (go tool pprof %s)", cpuProfile, cpuProfile))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "  profiles: " + strings.Join(parts, "; ")
+}
+
+// absPath is path made absolute, so that the summary's commands work from any directory; path
+// itself when that fails.
+func absPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
 }

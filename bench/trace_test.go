@@ -99,7 +99,7 @@ func TestStageSetsAndSummary(t *testing.T) {
 		} else {
 			d[5] = total
 		}
-		bs = append(bs, stagedBatch{total, d})
+		bs = append(bs, stagedBatch{total, d, total})
 	}
 	sets := stageSets(bs, publishStages, 99.5, 100)
 	if len(sets) != 3 || sets[0].Batches != 100 || sets[1].Batches != 1 || sets[2].Batches != 1 {
@@ -169,4 +169,137 @@ func TestTracerJoins(t *testing.T) {
 		t.Fatalf("end to end %+v", all)
 	}
 	tr.stop() // never started: nothing to stop
+}
+
+func TestStagesOfSlave(t *testing.T) {
+	// Appended at 100 on the master; stages are held pull wake-up, slave round trip, ack to
+	// durable, unattributed.
+	for _, tc := range []struct {
+		name       string
+		repl       int64
+		sl         protocol.TraceSlave
+		ok         bool
+		total      int64
+		d0, d1, d2 int64
+		un         int64
+	}{
+		{"the in-sync slave that made it durable", 150, protocol.TraceSlave{Served: 120, Acked: 140}, true, 50, 20, 20, 10, 0},
+		{"another slave made it durable first", 130, protocol.TraceSlave{Served: 120, Acked: 140}, true, 40, 20, 20, 0, 0},
+		{"an async master: nothing waits for the slave", 0, protocol.TraceSlave{Served: 120, Acked: 140}, true, 40, 20, 20, 0, 0},
+		{"served before the record was claimed: no serve stamp", 150, protocol.TraceSlave{Acked: 140}, true, 50, 0, 0, 10, 40},
+		{"the ack had not come back when the record was read", 150, protocol.TraceSlave{Served: 120}, false, 0, 0, 0, 0, 0},
+		{"a serve stamp before the append (clock step)", 150, protocol.TraceSlave{Served: 90, Acked: 140}, true, 50, 0, 0, 10, 40},
+		{"an ack stamp before the serve stamp", 150, protocol.TraceSlave{Served: 120, Acked: 110}, true, 50, 20, 0, 0, 30},
+		{"an ack stamp before everything, no durability after the serve", 115, protocol.TraceSlave{Served: 120, Acked: 90}, true, 20, 20, 0, 0, 0},
+	} {
+		b := protocol.SendTrace{Stamps: stamps(80, 90, 100, 0, tc.repl, 160), Slaves: []protocol.TraceSlave{tc.sl}}
+		total, d, ok := stagesOfSlave(&b, &b.Slaves[0])
+		if ok != tc.ok {
+			t.Errorf("%s: ok %v, want %v", tc.name, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if total != tc.total || sum(d) != total || d[0] != tc.d0 || d[1] != tc.d1 || d[2] != tc.d2 || d[3] != tc.un {
+			t.Errorf("%s: total %d stages %v, want %d [%d %d %d %d]", tc.name, total, d, tc.total, tc.d0, tc.d1, tc.d2, tc.un)
+		}
+	}
+	if _, _, ok := stagesOfSlave(&protocol.SendTrace{}, &protocol.TraceSlave{Served: 1, Acked: 2}); ok {
+		t.Error("a batch without an append stamp was cut")
+	}
+}
+
+// TestSlaveBreakdown: each slave's stages over the traced batches, in brokerId order; a slave
+// missing from some batches counts only those it was in, an unacknowledged batch is counted
+// apart, and the publish latency (not the slave's span) selects the tail sets.
+func TestSlaveBreakdown(t *testing.T) {
+	tr := newTracer(1)
+	f := &fakeTraces{}
+	for i := range 100 {
+		id := uint64(i + 1)
+		pub := int64(i+1) * 1e6 // publish latency 1..100 ms
+		tr.sent(client.SendTraceClient{ID: id, Topic: "T", BaseQueueOffset: int64(i), Count: 1, Created: 1e9, Done: 1e9 + pub})
+		app := int64(1e9 + 1e5)
+		// Slave 2 wakes up in 1 ms and answers in 1 ms; slave 1 is in every other batch, wakes up
+		// late in the slowest (the tail's cause), and its ack is missing from one.
+		slaves := []protocol.TraceSlave{{BrokerID: 2, Served: app + 1e6, Acked: app + 2e6}}
+		if i%2 == 1 {
+			wake := int64(1e6)
+			if i == 99 {
+				wake = 50e6
+			}
+			acked := app + wake + 1e6
+			if i == 1 {
+				acked = 0
+			}
+			slaves = append(slaves, protocol.TraceSlave{BrokerID: 1, Served: app + wake, Acked: acked})
+		}
+		f.recs = append(f.recs, protocol.SendTrace{ID: id, Topic: "T", BaseQueueOffset: int64(i), Count: 1,
+			Stamps: stamps(app-2, app-1, app, 0, app+2e6, app+3e6), Slaves: slaves})
+	}
+	tr.poll(context.Background(), f, []string{"a"})
+	b := tr.breakdown(99.5, 100, 1, 2)
+	if len(b.Slaves) != 2 || b.Slaves[0].BrokerID != 1 || b.Slaves[1].BrokerID != 2 {
+		t.Fatalf("slaves %+v", b.Slaves)
+	}
+	s1, s2 := b.Slaves[0], b.Slaves[1]
+	if s1.Unacked != 1 || s2.Unacked != 0 {
+		t.Fatalf("unacked: slave 1 %d, slave 2 %d; want 1, 0", s1.Unacked, s2.Unacked)
+	}
+	if len(s1.Sets) != 3 || s1.Sets[0].Batches != 49 || s1.Sets[1].Batches != 1 || s1.Sets[1].ThresholdMs != 99.5 || s1.Sets[2].Set != "p99.9" {
+		t.Fatalf("slave 1 sets %+v", s1.Sets)
+	}
+	if p99 := s1.Sets[1]; p99.MeanMs != 51 || p99.Stages[0].MeanMs != 50 || p99.Stages[1].MeanMs != 1 || p99.Stages[2].MeanMs != 0 {
+		t.Fatalf("slave 1 p99 %+v", p99)
+	}
+	if len(s2.Sets) != 3 || s2.Sets[0].Batches != 100 || s2.Sets[0].MeanMs != 2 || s2.Sets[0].Stages[0].Share != 0.5 {
+		t.Fatalf("slave 2 sets %+v", s2.Sets)
+	}
+	var out bytes.Buffer
+	writeBreakdown(&out, b)
+	for _, want := range []string{
+		"  replication slave 1 p99 (>= 99.50 ms, 1 batches, mean 51.00 ms): held pull wake-up 50.00 ms (98%); slave round trip 1.00 ms (2%);\n",
+		"  replication slave 1: 1 traced batches without its ack when the broker's record was read (left out)\n",
+		"  replication slave 2 all (>= 0.00 ms, 100 batches, mean 2.00 ms): held pull wake-up 1.00 ms (50%); slave round trip 1.00 ms (50%);\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "slave 2: ") || strings.Contains(out.String(), "profiles") {
+		t.Errorf("summary has a line it should not:\n%s", out.String())
+	}
+}
+
+// TestSlaveBreakdownLoneMaster: no slave in any record gives an empty list, not a null.
+func TestSlaveBreakdownLoneMaster(t *testing.T) {
+	tr := newTracer(1)
+	tr.sent(client.SendTraceClient{ID: 1, Created: 1, Done: 10})
+	tr.poll(context.Background(), &fakeTraces{recs: []protocol.SendTrace{{ID: 1, Stamps: stamps(2, 3, 4, 0, 0, 5)}}}, []string{"a"})
+	if b := tr.breakdown(1, 2, 1, 2); b.Slaves == nil || len(b.Slaves) != 0 {
+		t.Fatalf("slaves %#v", b.Slaves)
+	}
+}
+
+func TestProfilesLine(t *testing.T) {
+	for _, tc := range []struct{ exec, cpu, want string }{
+		{"", "", ""},
+		{"/d/x.trace", "", "  profiles: execution trace /d/x.trace (scheduling waits: go tool trace -pprof=sched /d/x.trace)"},
+		{"", "/d/cpu.pprof", "  profiles: CPU profile /d/cpu.pprof (go tool pprof /d/cpu.pprof)"},
+		{"/d/x.trace", "/d/cpu.pprof", "  profiles: execution trace /d/x.trace (scheduling waits: go tool trace -pprof=sched /d/x.trace); CPU profile /d/cpu.pprof (go tool pprof /d/cpu.pprof)"},
+	} {
+		if got := profilesLine(tc.exec, tc.cpu); got != tc.want {
+			t.Errorf("profilesLine(%q, %q) = %q, want %q", tc.exec, tc.cpu, got, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	writeBreakdown(&out, &LatencyBreakdown{TraceEvery: 4, ExecTrace: "/d/x.trace", CPUProfile: "/d/cpu.pprof"})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; last != profilesLine("/d/x.trace", "/d/cpu.pprof") {
+		t.Fatalf("breakdown's last line %q", last)
+	}
+	if a := absPath("x.trace"); !strings.HasPrefix(a, "/") || !strings.HasSuffix(a, "/x.trace") || absPath("") != "" {
+		t.Fatalf("absPath(x.trace) = %q", a)
+	}
 }

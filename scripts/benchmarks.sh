@@ -90,7 +90,7 @@ run() { # name, then petrel-bench arguments
   echo "\$ petrel-bench $*" | log
   TMPDIR=$DATA $BENCH "$@" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || rc=$?
   if ((rc != 0)) && [[ ! -s $OUT/$name.json ]]; then tail -20 "$OUT/$name.txt"; exit 1; fi # no result: stop
-  grep -E '^  (publish rate|consume rate|publish latency|end-to-end|messages|backlog drain|served by|replication|verification) ' "$OUT/$name.txt" | log || true
+  grep -E '^  (publish rate|consume rate|cpu|publish latency|end-to-end|messages|backlog drain|served by|replication|verification) ' "$OUT/$name.txt" | log || true
   grep -E '^lost=' "$OUT/$name.txt" | log || true
   if ((rc != 0)); then
     FAILED+=("$name")

@@ -150,6 +150,7 @@ consume-only run against one slave.`,
 			if cpuProfile != "" && cpuProfile == execTrace {
 				return fmt.Errorf("--cpu-profile and --exec-trace name the same file %s", cpuProfile)
 			}
+			cfg.CPUProfile, cfg.ExecTrace = cpuProfile, execTrace
 			if cmd.Flags().Changed("warmup") {
 				cfg.Warmup = warmup
 			} else {
@@ -247,7 +248,7 @@ consume-only run against one slave.`,
 	f.Int64Var(&readBroker, "read-broker-id", -1, "consumers read from this member of each broker group only (0: the master, N: slave N), ignoring read suggestions (default: follow them); with --verify the final read checks member N too")
 	f.BoolVar(&cfg.ConsumeOnly, "consume-only", false, "consume existing topics (--topic or --topic-id) of a running cluster from the earliest offset, no producers, and check every message up to the queues' max offsets at the start; exit 1 on any problem")
 	f.StringSliceVar(&cfg.Topics, "topic", nil, "with --consume-only: the topics to consume (repeat or comma-separate; default <prefix>-<topic-id>-<i>)")
-	f.IntVar(&cfg.TraceEvery, "trace-every", 0, "trace about 1 producer batch in N through client and brokers and print where the traced batches' publish and end-to-end latency goes, for all of them and those at or above the run's p99 and p99.9 (latencyBreakdown in the JSON); brokers must run on this machine; 0: off")
+	f.IntVar(&cfg.TraceEvery, "trace-every", 0, "trace about 1 producer batch in N through client and brokers and print where the traced batches' publish and end-to-end latency and each slave's replication wait go, for all of them and those at or above the run's p99 and p99.9 (latencyBreakdown in the JSON); brokers must run on this machine; 0: off")
 	f.DurationVar(&haInterval, "ha-sample-interval", bench.DefaultHASampleInterval, "period of the replication-lag samples (each group master's haStatus) during the test and drain; 0: off")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run (load generator and embedded cluster) to this file, for go tool pprof")
 	f.StringVar(&execTrace, "exec-trace", "", "write a Go execution trace of the whole run to this file, for go tool trace (e.g. -pprof=sched: where goroutines waited for a CPU)")
