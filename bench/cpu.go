@@ -27,6 +27,10 @@ type CPULoad struct {
 	// MachineBusyPct is the machine's busy time (user, nice, system, irq, softirq, steal)
 	// over all its cores, as a percent of Cores cores' time.
 	MachineBusyPct float64 `json:"machineBusyPct"`
+	// StealPct is the part of MachineBusyPct the hypervisor gave to other guests while this
+	// machine's CPUs had work (steal time): on a shared virtual machine, CPU the run wanted
+	// and did not get.
+	StealPct float64 `json:"stealPct"`
 	// Cores is the number of CPUs /proc/stat lists.
 	Cores int `json:"cores"`
 	// ProcessCores is the bench process's user and system CPU time over the wall time, in
@@ -39,7 +43,7 @@ type CPULoad struct {
 
 // cpuTimes is the aggregate "cpu" line of /proc/stat (clock ticks) and the per-CPU line count.
 type cpuTimes struct {
-	busy, total uint64
+	busy, total, steal uint64
 	cores       int
 }
 
@@ -76,6 +80,7 @@ func parseProcStat(data []byte) (cpuTimes, error) {
 		}
 		t.busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
 		t.total = t.busy + v[3] + v[4]
+		t.steal = v[7]
 		found = true
 	}
 	if !found {
@@ -132,10 +137,13 @@ func cpuLoadBetween(a, b cpuSample, loadAvg1 float64) *CPULoad {
 	if !a.ok || !b.ok || wall <= 0 || b.machine.total <= a.machine.total || b.machine.busy < a.machine.busy {
 		return nil
 	}
-	busy := float64(b.machine.busy-a.machine.busy) / float64(b.machine.total-a.machine.total)
+	all := float64(b.machine.total - a.machine.total)
+	busy := float64(b.machine.busy-a.machine.busy) / all
+	steal := float64(b.machine.steal-min(a.machine.steal, b.machine.steal)) / all
 	return &CPULoad{
 		Seconds:        round3(wall.Seconds()),
 		MachineBusyPct: math.Round(1000*busy) / 10,
+		StealPct:       math.Round(1000*steal) / 10,
 		Cores:          b.machine.cores,
 		ProcessCores:   round3(float64(b.process-a.process) / float64(wall)),
 		LoadAvg1:       loadAvg1,
@@ -177,5 +185,5 @@ func cpuLine(c *CPULoad) string {
 	if c == nil {
 		return ""
 	}
-	return fmt.Sprintf("  %-17s machine %.0f%% busy of %d cores, petrel-bench %.2f cores, load average %.1f", "cpu", c.MachineBusyPct, c.Cores, c.ProcessCores, c.LoadAvg1)
+	return fmt.Sprintf("  %-17s machine %.0f%% busy of %d cores (steal %.0f%%), petrel-bench %.2f cores, load average %.1f", "cpu", c.MachineBusyPct, c.Cores, c.StealPct, c.ProcessCores, c.LoadAvg1)
 }

@@ -221,8 +221,8 @@ func (c *petrelCluster) startTracing(ctx context.Context, every int, groups []gr
 }
 
 // traceBreakdown reads the masters' rings a last time and returns the breakdown (nil without
-// tracing). Thresholds in ms, as tracer.breakdown.
-func (c *petrelCluster) traceBreakdown(pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown {
+// tracing). from and the thresholds (ms) as tracer.breakdown's.
+func (c *petrelCluster) traceBreakdown(from int64, pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown {
 	if c.trace == nil {
 		return nil
 	}
@@ -230,7 +230,7 @@ func (c *petrelCluster) traceBreakdown(pub99, pub999, e2e99, e2e999 float64) *La
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.trace.poll(ctx, c.admin, c.traceAddrs)
-	return c.trace.breakdown(pub99, pub999, e2e99, e2e999)
+	return c.trace.breakdown(from, pub99, pub999, e2e99, e2e999)
 }
 
 // traceDelivered notes that the handler started on the pull of (topic, queue) from offset.

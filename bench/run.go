@@ -145,6 +145,9 @@ type runner struct {
 	// cpu measures the CPU load of the measured part (the phases whose intervals make the
 	// rates). Owned by the main goroutine.
 	cpu cpuMeter
+	// measuredFrom is when the warm-up ended: the latency histograms hold what was answered or
+	// consumed from then on, and so does the stage breakdown.
+	measuredFrom time.Time
 
 	// Owned by the main goroutine.
 	last                        tickCounts
@@ -562,6 +565,7 @@ func (r *runner) measure(ctx context.Context) {
 	} else {
 		r.lagStarted()
 		r.cpu.start()
+		r.measuredFrom = time.Now()
 	}
 	// enter closes the current phase's last interval and starts the next phase ("" at the
 	// end) with a full progress interval. A remainder too short to give meaningful rates (it
@@ -576,6 +580,9 @@ func (r *runner) measure(ctx context.Context) {
 		progress.Reset(interval)
 		if next == phaseTest || next == phaseDrain {
 			r.lagStarted() // a run interrupted in its warm-up samples its drain
+			if r.measuredFrom.IsZero() {
+				r.measuredFrom = phaseStart
+			}
 		}
 		if next == phaseTest || next == phaseDrain && r.replayDrainIsTest() && !r.cpu.started() {
 			r.cpu.start()
@@ -1120,7 +1127,7 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 	}
 	if r.tr != nil {
 		pub, e2e := msStats(r.totPubLat), msStats(r.totE2E)
-		res.LatencyBreakdown = r.tr.traceBreakdown(pub.P99, pub.P999, e2e.P99, e2e.P999)
+		res.LatencyBreakdown = r.tr.traceBreakdown(r.measuredFrom.UnixNano(), pub.P99, pub.P999, e2e.P99, e2e.P999)
 		if res.LatencyBreakdown != nil {
 			res.LatencyBreakdown.ExecTrace, res.LatencyBreakdown.CPUProfile = absPath(r.cfg.ExecTrace), absPath(r.cfg.CPUProfile)
 		}
@@ -1139,7 +1146,7 @@ func (r *runner) finish(clusterDesc string) (*Result, error) {
 // tracingCluster is a cluster that can trace sends (the Petrel driver).
 type tracingCluster interface {
 	startTracing(ctx context.Context, every int, groups []groupInfo) error
-	traceBreakdown(pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown
+	traceBreakdown(from int64, pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown
 	traceDelivered(topic string, queue int32, from int64, at int64)
 }
 

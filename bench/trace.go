@@ -359,8 +359,10 @@ func (t *tracer) stop() {
 }
 
 // breakdown joins what was collected and cuts it into stages; thresholds are the run's publish
-// and end-to-end latencies at p99 and p99.9 (ms).
-func (t *tracer) breakdown(pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown {
+// and end-to-end latencies at p99 and p99.9 (ms). A batch answered before from (Unix ns: the end
+// of the warm-up) is left out, as the run's latency histograms leave it out; end to end, one
+// delivered before it.
+func (t *tracer) breakdown(from int64, pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdown {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := &LatencyBreakdown{TraceEvery: t.every, BrokerDropped: t.dropped}
@@ -371,13 +373,13 @@ func (t *tracer) breakdown(pub99, pub999, e2e99, e2e999 float64) *LatencyBreakdo
 	slaves := slaveBatches{}
 	for id, c := range t.sends {
 		b, ok := t.brokers[id]
-		if !ok {
-			continue
+		if !ok || c.Done < from {
+			continue // a warm-up batch: the run's latencies leave it out too
 		}
 		out.TracedBatches++
 		pubTotal, d := stagesOfPublish(&c, &b)
 		pubs = append(pubs, stagedBatch{pubTotal, d, pubTotal})
-		if p := t.pullOf(b.Topic, b.QueueID, b.BaseQueueOffset); p != nil && p.delivered != 0 {
+		if p := t.pullOf(b.Topic, b.QueueID, b.BaseQueueOffset); p != nil && p.delivered >= max(from, 1) {
 			total, d := stagesOfEndToEnd(&c, &b, p)
 			e2es = append(e2es, stagedBatch{total, d, total})
 		}

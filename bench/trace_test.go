@@ -157,7 +157,7 @@ func TestTracerJoins(t *testing.T) {
 	if len(f.asks) != 2 || f.asks[1] != 9 {
 		t.Fatalf("asked from %v, want [0 9]", f.asks)
 	}
-	b := tr.breakdown(0.005, 0.009, 1, 2)
+	b := tr.breakdown(0, 0.005, 0.009, 1, 2)
 	if b.TracedBatches != 9 || b.Publish[0].Batches != 9 || b.EndToEnd[0].Batches != 8 {
 		t.Fatalf("breakdown %+v", b)
 	}
@@ -167,6 +167,12 @@ func TestTracerJoins(t *testing.T) {
 	}
 	if all := b.EndToEnd[0]; all.Stages[7].MeanMs != 170.0/1e6 || all.Stages[8].MeanMs != 100.0/1e6 {
 		t.Fatalf("end to end %+v", all)
+	}
+	// From the end of the warm-up on: batches answered before it (Done 1101+i*1000) and pulls
+	// delivered before it are left out, as the run's histograms leave them out.
+	late := tr.breakdown(5000, 0.005, 0.009, 1, 2)
+	if late.TracedBatches != 5 || late.Publish[0].Batches != 5 || len(late.EndToEnd) != 0 {
+		t.Fatalf("breakdown from 5000: %+v", late)
 	}
 	tr.stop() // never started: nothing to stop
 }
@@ -239,7 +245,7 @@ func TestSlaveBreakdown(t *testing.T) {
 			Stamps: stamps(app-2, app-1, app, 0, app+2e6, app+3e6), Slaves: slaves})
 	}
 	tr.poll(context.Background(), f, []string{"a"})
-	b := tr.breakdown(99.5, 100, 1, 2)
+	b := tr.breakdown(0, 99.5, 100, 1, 2)
 	if len(b.Slaves) != 2 || b.Slaves[0].BrokerID != 1 || b.Slaves[1].BrokerID != 2 {
 		t.Fatalf("slaves %+v", b.Slaves)
 	}
@@ -277,7 +283,7 @@ func TestSlaveBreakdownLoneMaster(t *testing.T) {
 	tr := newTracer(1)
 	tr.sent(client.SendTraceClient{ID: 1, Created: 1, Done: 10})
 	tr.poll(context.Background(), &fakeTraces{recs: []protocol.SendTrace{{ID: 1, Stamps: stamps(2, 3, 4, 0, 0, 5)}}}, []string{"a"})
-	if b := tr.breakdown(1, 2, 1, 2); b.Slaves == nil || len(b.Slaves) != 0 {
+	if b := tr.breakdown(0, 1, 2, 1, 2); b.Slaves == nil || len(b.Slaves) != 0 {
 		t.Fatalf("slaves %#v", b.Slaves)
 	}
 }
