@@ -22,12 +22,21 @@
 #                r3 (--nats-replicas 3) for the replicated ones; NATS_PORT (default 4222, r3 uses
 #                the next two as well and route ports +2000)
 #   micro        Go micro-benchmarks (codec, append, read, replication chunks)
+#   latency      only the latency runs of single and replication, each embedded and against
+#                processes: e2e-50k, sync-send-1kb-ASYNC_FLUSH, repl-sync-50k, repl-sync-sync-send
+#                and their -proc twins (those of a section also selected run once, in it)
+# Each latency run (the four above) also runs as <name>-proc against a NameServer and broker
+# group started as processes of their own (proc_start below), as brokers are deployed: the
+# embedded cluster shares the bench's process and Go scheduler. Their ports are on 127.0.0.1
+# from PROC_PORT (default 19876): the NameServer on PROC_PORT, broker i (0: the master, then
+# the slaves) on PROC_PORT+1+2i and its replication port on the next one.
 # REPORT=1 measures nothing: it redraws the charts and appends the goal ratios to OUTDIR/summary.md
 # from the results already in OUTDIR (SECTIONS=micro also appends the micro-benchmarks).
 # DURATION (default 20s) sets the length of each run. Every result is written as <name>.json and
 # <name>.txt in OUTDIR; charts go to OUTDIR/charts/<comparison>/ and the goal ratios (with jq, else
 # python3) to the end of OUTDIR/summary.md. Everything runs on this machine: the embedded
-# NameServer and brokers (or the NATS servers) share it with the load generator.
+# NameServer and brokers (or the broker processes, or the NATS servers) share it with the load
+# generator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-results/$(date +%Y%m%d-%H%M%S)}
@@ -35,6 +44,7 @@ DURATION=${DURATION:-20s}
 REPORT=${REPORT:-0}
 if [[ $REPORT == 1 ]]; then SECTIONS=${SECTIONS:-}; else SECTIONS=${SECTIONS:-single replication nats micro}; fi
 NATS_PORT=${NATS_PORT:-4222}
+PROC_PORT=${PROC_PORT:-19876}
 want() { [[ " $SECTIONS " == *" $1 "* ]] && { [[ $REPORT != 1 ]] || [[ $1 == micro ]]; }; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/petrel-benchmarks.XXXXXX")
@@ -46,7 +56,173 @@ nats_stop() { # stops the servers scripts/nats-server.sh started (its EXIT trap 
     NATS_PID=
   fi
 }
-trap 'nats_stop; rm -rf "$DATA"' EXIT
+
+# Broker processes for the -proc runs: a NameServer and one broker group (broker-a), each a
+# process of its own. proc_start takes the embedded cluster's settings from the run's own
+# petrel-bench arguments (--flush, --slaves, --broker-role, --ha-compression, --segment-size,
+# with petrel-bench's defaults, which -n makes it ignore) and gives the processes the same, so a
+# run and its -proc twin differ only in where the brokers run. What bench/embedded.go sets, the
+# processes get too:
+#   NameServer  registrationPeriod 1ns: the embedded one answers at once, not after 30 s
+#   every       brokerClusterName DefaultCluster, brokerName broker-a, bound to and advertising
+#   broker      127.0.0.1 (bindAddress, brokerIP1); flushDiskType (--flush, default
+#               ASYNC_FLUSH); mappedFileSizeCommitLog (--segment-size, default 128 MiB, not the
+#               broker's 1 GiB); haCompression (--ha-compression, default s2); logs at warn
+#               (petrel-bench's --log-level default, which the embedded servers log at)
+#   master      brokerId 0, brokerRole --broker-role (default SYNC_MASTER with slaves,
+#               ASYNC_MASTER without)
+#   slave i     brokerId i, brokerRole SLAVE, slaveSyncInterval 500 ms (not 3 s: consumer offsets
+#               reach the slaves within a short run); started once the master is registered, so
+#               it learns the master's addresses from the NameServer, as an embedded slave does
+# Everything else is the broker's default (broker.DefaultConfig, which the embedded brokers start
+# from too), minInSyncReplicas 1 among them. What differs is the point: each process has its own
+# Go runtime, GOMAXPROCS (the CPU count, plus one P per event loop: reserveLoopProcs) and garbage
+# collector. proc_start returns once the NameServer lists every member and the master every
+# slave connected, as startEmbedded does. Each member's store is under $DATA/procs, removed by
+# proc_stop; the processes' logs (warnings and errors), when there are any, are kept as
+# OUTDIR/<name>.procs.log.
+PROC_NS=127.0.0.1:$PROC_PORT
+PROC_MAX_SLAVES=2 # the -proc runs' largest group: the ports PROC_PORT..PROC_PORT+2+2*this are taken
+PROC_PIDS=()      # the processes proc_start started: the NameServer, then the brokers
+PROC_DIR=$DATA/procs
+PROC_NAME=        # the run the processes serve, naming the kept logs
+for p in "$NATS_PORT" $((NATS_PORT + 1)) $((NATS_PORT + 2)) $((NATS_PORT + 2000)) $((NATS_PORT + 2001)) $((NATS_PORT + 2002)); do
+  if ((p >= PROC_PORT && p <= PROC_PORT + 2 + 2 * PROC_MAX_SLAVES)); then
+    echo "PROC_PORT=$PROC_PORT: ports $PROC_PORT..$((PROC_PORT + 2 + 2 * PROC_MAX_SLAVES)) overlap the NATS servers' (NATS_PORT=$NATS_PORT, +1, +2, +2000..+2002)" >&2
+    exit 2
+  fi
+done
+((PROC_PORT > 0 && PROC_PORT + 2 + 2 * PROC_MAX_SLAVES <= 65535)) || { echo "PROC_PORT=$PROC_PORT: out of range" >&2; exit 2; }
+proc_settings() { # petrel-bench arguments: sets P_FLUSH P_SLAVES P_ROLE P_HACOMP P_SEGMENT to the embedded cluster's
+  P_FLUSH=ASYNC_FLUSH P_SLAVES=2 P_ROLE= P_HACOMP=s2 P_SEGMENT=$((128 << 20))
+  local v
+  while (($# > 0)); do
+    case $1 in
+      --flush) P_FLUSH=$2; shift ;;
+      --slaves) P_SLAVES=$2; shift ;;
+      --broker-role) P_ROLE=$2; shift ;;
+      --ha-compression) P_HACOMP=$2; shift ;;
+      --segment-size) # bytes, or with a K/M/G suffix (KiB, MiB, GiB), as petrel-bench reads it
+        v=${2^^}; v=${v%IB}; v=${v%B}; shift
+        case $v in
+          *K) P_SEGMENT=$((${v%K} << 10)) ;;
+          *M) P_SEGMENT=$((${v%M} << 20)) ;;
+          *G) P_SEGMENT=$((${v%G} << 30)) ;;
+          *) P_SEGMENT=$((v)) ;;
+        esac ;;
+      --flush=* | --slaves=* | --broker-role=* | --ha-compression=* | --segment-size=*)
+        echo "proc_start: write $1 as two arguments" >&2; exit 2 ;;
+    esac
+    shift
+  done
+  if ((P_SLAVES > PROC_MAX_SLAVES)); then echo "proc_start: --slaves $P_SLAVES: at most $PROC_MAX_SLAVES" >&2; exit 2; fi
+  if [[ -z $P_ROLE ]]; then
+    if ((P_SLAVES > 0)); then P_ROLE=SYNC_MASTER; else P_ROLE=ASYNC_MASTER; fi
+  fi
+}
+proc_addr() { echo "127.0.0.1:$((PROC_PORT + 1 + 2 * $1))"; } # member i's client address
+proc_broker() { # i: writes member i's config (0: the master) and starts it
+  local i=$1 port=$((PROC_PORT + 1 + 2 * $1)) role=$P_ROLE conf=$PROC_DIR/broker-a-$1.conf
+  if ((i > 0)); then role=SLAVE; fi
+  {
+    echo "brokerClusterName=DefaultCluster"
+    echo "brokerName=broker-a"
+    echo "brokerId=$i"
+    echo "brokerRole=$role"
+    echo "flushDiskType=$P_FLUSH"
+    echo "namesrvAddr=$PROC_NS"
+    echo "bindAddress=127.0.0.1"
+    echo "brokerIP1=127.0.0.1"
+    echo "listenPort=$port"
+    echo "haListenPort=$((port + 1))"
+    echo "storePathRootDir=$PROC_DIR/broker-a-$i"
+    echo "mappedFileSizeCommitLog=$P_SEGMENT"
+    echo "haCompression=$P_HACOMP"
+    if ((i > 0)); then echo "slaveSyncInterval=500"; fi
+  } >"$conf"
+  bin/petrel-broker -c "$conf" --log-level warn >"$PROC_DIR/broker-a-$i.log" 2>&1 &
+  PROC_PIDS+=($!)
+}
+proc_members() { # n: the NameServer lists n members of broker-a
+  local got
+  got=$(bin/petrelctl clusterList -n "$PROC_NS" -c DefaultCluster --timeout 2s 2>/dev/null | awk '$2 == "broker-a"' | wc -l || true)
+  ((got >= $1))
+}
+proc_connected() { # n: the master has n slaves connected
+  local got
+  got=$(bin/petrelctl haStatus -b "$(proc_addr 0)" --timeout 2s 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $7 == "true"' | wc -l || true)
+  ((got >= $1))
+}
+proc_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; } # port
+proc_wait() { # what, then a check: retries the check for up to 30 s; stops the script if a process exits meanwhile
+  local what=$1 t p; shift
+  for ((t = 0; t < 150; t++)); do
+    "$@" && return 0
+    for p in "${PROC_PIDS[@]}"; do
+      kill -0 "$p" 2>/dev/null && continue
+      echo "a process of $PROC_NAME exited while waiting for $what; its logs:" >&2
+      tail -n 20 "$PROC_DIR"/*.log >&2
+      exit 1
+    done
+    sleep 0.2
+  done
+  echo "$PROC_NAME: timed out waiting for $what; the processes' logs:" >&2
+  tail -n 20 "$PROC_DIR"/*.log >&2
+  exit 1
+}
+proc_start() { # name, then the run's petrel-bench arguments: starts the NameServer and broker-a as processes
+  local i p
+  PROC_NAME=$1; shift
+  proc_settings "$@"
+  for ((p = PROC_PORT; p <= PROC_PORT + 2 + 2 * P_SLAVES; p++)); do
+    if proc_listening "$p"; then echo "port $p is already in use: stop what listens there or set PROC_PORT" >&2; exit 1; fi
+  done
+  rm -rf "$PROC_DIR"
+  mkdir -p "$PROC_DIR"
+  bin/petrel-namesrv --listen "$PROC_NS" --registration-period 1ns --log-level warn >"$PROC_DIR/namesrv.out" 2>"$PROC_DIR/namesrv.log" &
+  PROC_PIDS+=($!)
+  proc_wait "the NameServer to listen on $PROC_NS" proc_listening "$PROC_PORT"
+  proc_broker 0
+  proc_wait "the master to register with the NameServer" proc_members 1
+  for ((i = 1; i <= P_SLAVES; i++)); do proc_broker "$i"; done
+  if ((P_SLAVES > 0)); then
+    proc_wait "the $P_SLAVES slaves to register with the NameServer" proc_members $((1 + P_SLAVES))
+    proc_wait "the $P_SLAVES slaves to connect to the master" proc_connected "$P_SLAVES"
+  fi
+  RUN_NOTE="processes: NameServer $PROC_NS, broker-a master $(proc_addr 0) ($P_ROLE)"
+  if ((P_SLAVES > 0)); then
+    RUN_NOTE+=", slaves$(for ((i = 1; i <= P_SLAVES; i++)); do printf ' %s' "$(proc_addr "$i")"; done)"
+  fi
+  RUN_NOTE+=", $P_FLUSH, haCompression $P_HACOMP, segments of $((P_SEGMENT >> 20)) MiB"
+}
+proc_term() { # pids: SIGTERM, then waits for each (SIGKILL after 30 s), saying when one did not exit cleanly
+  local p t rc
+  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "$@"; do
+    for ((t = 0; t < 300; t++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+      echo "$PROC_NAME: process $p did not stop within 30 s of SIGTERM: SIGKILL" >&2
+      kill -KILL "$p" 2>/dev/null || true
+    fi
+    rc=0
+    wait "$p" 2>/dev/null || rc=$?
+    ((rc == 0)) || echo "$PROC_NAME: process $p exited with status $rc (logs in $OUT/$PROC_NAME.procs.log)" >&2
+  done
+}
+proc_stop() { # stops the slaves, then the master (a slave would log its link to it going down), then the NameServer; removes their data
+  local f
+  ((${#PROC_PIDS[@]} > 0)) || return 0
+  if ((${#PROC_PIDS[@]} > 2)); then proc_term "${PROC_PIDS[@]:2}"; fi
+  if ((${#PROC_PIDS[@]} > 1)); then proc_term "${PROC_PIDS[1]}"; fi
+  proc_term "${PROC_PIDS[0]}"
+  PROC_PIDS=()
+  for f in "$PROC_DIR"/*.log; do
+    if [[ -s $f ]]; then echo "== $(basename "$f")"; cat "$f"; fi
+  done >"$OUT/$PROC_NAME.procs.log"
+  [[ -s $OUT/$PROC_NAME.procs.log ]] || rm -f "$OUT/$PROC_NAME.procs.log"
+  rm -rf "$PROC_DIR"
+}
+trap 'nats_stop; proc_stop; rm -rf "$DATA"' EXIT
 
 make build >/dev/null
 BENCH=bin/petrel-bench
@@ -83,11 +259,13 @@ section "Machine baselines"
 fi
 
 FAILED=() # runs that wrote a result but failed (verification): reported, and flagged in the goals
+RUN_NOTE= # a line on what the next run runs against, printed under its command (proc_run)
 run() { # name, then petrel-bench arguments
   local name=$1 rc=0; shift
   echo "### $name" | log
   echo '```' | log
   echo "\$ petrel-bench $*" | log
+  if [[ -n $RUN_NOTE ]]; then echo "$RUN_NOTE" | log; RUN_NOTE=; fi
   TMPDIR=$DATA $BENCH "$@" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || rc=$?
   if ((rc != 0)) && [[ ! -s $OUT/$name.json ]]; then tail -20 "$OUT/$name.txt"; exit 1; fi # no result: stop
   grep -E '^  (publish rate|consume rate|cpu|publish latency|end-to-end|messages|backlog drain|served by|replication|verification) ' "$OUT/$name.txt" | log || true
@@ -122,6 +300,26 @@ W100=(--workload bench/workloads/1-topic-16-partition-100b.yaml)
 BACKLOG=(--workload bench/workloads/1-topic-100-partitions-1kb-4p-4c-200k-backlog.yaml --backlog-gb "${BACKLOG_GB:-1}"
   --producer-rate 50000 --warmup 0s --drain-timeout 120s)
 
+# The latency runs, each embedded and as <name>-proc against broker processes (both): the same
+# arguments, with -n. The 50k ones trace about 1 producer batch in 16 (--trace-every 16): their
+# .txt ends with where the traced batches' latency went, stage by stage.
+REPL_SYNC=(--slaves 2 --broker-role SYNC_MASTER)
+REPL_SEND=("${L1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s)
+LAT_SYNC_SEND=(--slaves 0 "${W1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s --flush ASYNC_FLUSH --verify)
+LAT_E2E_50K=(--slaves 0 "${W1K[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s --trace-every 16)
+LAT_REPL_50K=("${REPL_SYNC[@]}" "${L1K_NV[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s --trace-every 16)
+proc_run() { # name, then petrel-bench arguments: the run against processes started for these arguments (proc_start)
+  local name=$1; shift
+  proc_start "$name" "$@"
+  run "$name" -n "$PROC_NS" "$@"
+  proc_stop
+}
+both() { # name, then petrel-bench arguments: the run on the embedded cluster, then as name-proc on processes
+  local name=$1; shift
+  run "$name" "$@"
+  proc_run "$name-proc" "$@"
+}
+
 if want single; then
 section "Publish and consume at the highest rate (embedded broker, no slaves, --verify)"
 for flush in ASYNC_FLUSH SYNC_FLUSH; do
@@ -131,17 +329,16 @@ for flush in ASYNC_FLUSH SYNC_FLUSH; do
     --duration "$DURATION" --warmup 5s --flush "$flush" --verify
 done
 
-section "Synchronous send, one message at a time (latency, no slaves)"
-for flush in ASYNC_FLUSH SYNC_FLUSH; do
-  run "sync-send-1kb-$flush" --slaves 0 --workload bench/workloads/1-topic-16-partitions-1kb.yaml --sync-send --producer-rate 0 \
-    --duration "$DURATION" --warmup 2s --flush "$flush" --verify
-done
+section "Synchronous send, one message at a time (latency, no slaves; ASYNC_FLUSH embedded and as a broker process)"
+both sync-send-1kb-ASYNC_FLUSH "${LAT_SYNC_SEND[@]}"
+run "sync-send-1kb-SYNC_FLUSH" --slaves 0 "${W1K[@]}" --sync-send --producer-rate 0 \
+  --duration "$DURATION" --warmup 2s --flush SYNC_FLUSH --verify
 # 64 producers each waiting for its acknowledgement: what group commit makes of fdatasync.
 run "sync-send-1kb-SYNC_FLUSH-64p" --slaves 0 "${W1K[@]}" --sync-send --producers 64 --producer-rate 0 \
   --duration "$DURATION" --warmup 2s --flush SYNC_FLUSH --verify
 
-section "End-to-end latency at 50k msg/s (no slaves; without --verify, see above), and consuming a backlog (--verify)"
-run "e2e-50k" --slaves 0 "${W1K[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s
+section "End-to-end latency at 50k msg/s (no slaves, embedded and as a broker process; without --verify, see above), and consuming a backlog (--verify)"
+both e2e-50k "${LAT_E2E_50K[@]}"
 run "backlog-1kb" --slaves 0 "${BACKLOG[@]}" --duration "$DURATION" --verify
 fi
 
@@ -152,19 +349,34 @@ section "Replication: no slaves vs ASYNC_MASTER vs SYNC_MASTER (1 KiB loghub bod
 for mode in "none --slaves 0" "async --slaves 2 --broker-role ASYNC_MASTER" "sync --slaves 2 --broker-role SYNC_MASTER"; do
   set -- $mode; name=$1; shift
   run "repl-$name-max" "$@" "${L1K[@]}" --producer-rate 0 --duration "$DURATION" --warmup 5s
-  run "repl-$name-sync-send" "$@" "${L1K[@]}" --sync-send --producer-rate 0 --duration "$DURATION" --warmup 2s
+  runner=run
+  [[ $name == sync ]] && runner=both # SYNC_MASTER's latency on processes too
+  $runner "repl-$name-sync-send" "$@" "${REPL_SEND[@]}"
 done
 # Replication chunks uncompressed (haCompression=none): on loopback the bytes cost nothing and s2
 # costs the master one compression per slave and each slave a decompression, on the same 2 cores.
 run "repl-sync-max-none" --slaves 2 --broker-role SYNC_MASTER --ha-compression none "${L1K[@]}" --producer-rate 0 \
   --duration "$DURATION" --warmup 5s
 
-section "Replication lag at 50k msg/s and compression codecs (master + 2 slaves, 1 KiB loghub bodies)"
-run "repl-sync-50k" --slaves 2 --broker-role SYNC_MASTER "${L1K_NV[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s
+section "Replication lag at 50k msg/s (SYNC_MASTER embedded and as processes) and compression codecs (master + 2 slaves, 1 KiB loghub bodies)"
+both repl-sync-50k "${LAT_REPL_50K[@]}"
 for codec in s2 zstd none; do
   run "repl-async-50k-$codec" --slaves 2 --broker-role ASYNC_MASTER --ha-compression "$codec" "${L1K[@]}" \
     --producer-rate 50000 --duration "$DURATION" --warmup 5s
 done
+fi
+
+if want latency && ! { want single && want replication; }; then
+loghub_1k
+section "Latency, embedded and against broker processes (-proc)"
+if ! want single; then
+  both sync-send-1kb-ASYNC_FLUSH "${LAT_SYNC_SEND[@]}"
+  both e2e-50k "${LAT_E2E_50K[@]}"
+fi
+if ! want replication; then
+  both repl-sync-sync-send "${REPL_SYNC[@]}" "${REPL_SEND[@]}"
+  both repl-sync-50k "${LAT_REPL_50K[@]}"
+fi
 fi
 
 if want nats; then
@@ -352,10 +564,13 @@ goal "Master + 2 slaves, haCompression=none, vs NATS R3" "msg/s" "$(fmt "$(rate 
 goal "Sync-send p50, master + 2 slaves (SYNC_MASTER) vs NATS R3" "us" "$(us repl-sync-sync-send aggregatedPublishLatency50pct)" \
   "us" "$(us nats-r3-loghub-sync-send aggregatedPublishLatency50pct)" "<=" 0.5 "repl-sync-sync-send nats-r3-loghub-sync-send"
 bound "Replication lag p99 at 50k msg/s (SYNC_MASTER, slower slave)" "ms" "$(lag_p99 repl-sync-50k)" "<" 5 "repl-sync-50k"
+bound "Replication lag p99 at 50k msg/s (SYNC_MASTER, slower slave), broker processes" "ms" "$(lag_p99 repl-sync-50k-proc)" "<" 5 "repl-sync-50k-proc"
 goal "Consume from backlog vs NATS R1 (drain rate)" "msg/s" "$(fmt "$(jget "$OUT/backlog-1kb.json" backlogDrainRate)")" \
   "msg/s" "$(fmt "$(jget "$OUT/nats-r1-backlog-1kb.json" backlogDrainRate)")" ">=" 4 "backlog-1kb nats-r1-backlog-1kb"
 bound "End-to-end p99 at 50k msg/s, single broker" "ms" "$(jget "$OUT/e2e-50k.json" aggregatedEndToEndLatency99pct)" "<" 5 "e2e-50k"
 bound "End-to-end p99 at 50k msg/s, master + 2 slaves (SYNC_MASTER)" "ms" "$(jget "$OUT/repl-sync-50k.json" aggregatedEndToEndLatency99pct)" "<" 5 "repl-sync-50k"
+bound "End-to-end p99 at 50k msg/s, single broker process" "ms" "$(jget "$OUT/e2e-50k-proc.json" aggregatedEndToEndLatency99pct)" "<" 5 "e2e-50k-proc"
+bound "End-to-end p99 at 50k msg/s, master + 2 slave processes (SYNC_MASTER)" "ms" "$(jget "$OUT/repl-sync-50k-proc.json" aggregatedEndToEndLatency99pct)" "<" 5 "repl-sync-50k-proc"
 section "Goals (issue 5): ratios of this run"
 {
   echo "| Goal | Petrel | Reference | Ratio | Target | |"
@@ -363,6 +578,31 @@ section "Goals (issue 5): ratios of this run"
   printf '%s\n' "${ratio_rows[@]}"
   if ((${#FAILED[@]} > 0)); then echo; echo "Runs that failed (see their .txt): ${FAILED[*]}"; fi
 } | log
+# The latency runs side by side, each embedded and against broker processes (-proc): the same
+# arguments, the brokers in the bench's process or in their own.
+ms() { local v; v=$(jget "$OUT/$1.json" "$2"); [[ -n $v ]] && awk -v v="$v" 'BEGIN { printf "%.3f", v }'; return 0; }
+lat_rows=()
+for n in e2e-50k repl-sync-50k sync-send-1kb-ASYNC_FLUSH repl-sync-sync-send; do
+  for m in "$n" "$n-proc"; do
+    [[ -f $OUT/$m.json ]] || continue
+    label=$m
+    [[ " ${FAILED[*]} " == *" $m "* ]] && label+=" (failed verification)"
+    row="| $label | $(fmt "$(rate "$m")")"
+    for f in Publish EndToEnd; do
+      for q in 50pct 99pct 999pct Max; do row+=" | $(ms "$m" "aggregated${f}Latency$q")"; done
+    done
+    lag=$(lag_p99 "$m")
+    lat_rows+=("$row | ${lag:--} |")
+  done
+done
+if ((${#lat_rows[@]} > 0)); then
+  section "Latency: embedded cluster vs broker processes (-proc), ms"
+  {
+    echo "| Run | msg/s | publish p50 | p99 | p99.9 | max | end-to-end p50 | p99 | p99.9 | max | lag p99, slower slave |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${lat_rows[@]}"
+  } | log
+fi
 echo | log
 echo "results in $OUT"
 for n in "${FAILED[@]}"; do # a Petrel run that fails its verification fails the benchmark run
