@@ -44,7 +44,7 @@ type CPULoad struct {
 // cpuTimes is the aggregate "cpu" line of /proc/stat (clock ticks) and the per-CPU line count.
 type cpuTimes struct {
 	busy, total, steal uint64
-	cores       int
+	cores              int
 }
 
 // parseProcStat reads /proc/stat's aggregate line: busy is user+nice+system+irq+softirq+steal,
