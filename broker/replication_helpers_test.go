@@ -28,7 +28,7 @@ import (
 
 // haCluster is a NameServer and one broker group: brokerId 0 the master, > 0 slaves.
 type haCluster struct {
-	t    *testing.T
+	t    testing.TB
 	ns   *namesrv.Server
 	dir  string
 	logs *testutil.SyncBuffer // every member's log lines (Info and above), printed when the test fails
@@ -55,7 +55,7 @@ func haTestConfig(dir, role string, id int64) Config {
 
 // newHACluster starts a NameServer, a master of masterRole and slaves 1..slaves. tweak, when not
 // nil, adjusts every member's config before its first start (cfg.BrokerID tells which).
-func newHACluster(t *testing.T, masterRole string, slaves int, tweak func(*Config)) *haCluster {
+func newHACluster(t testing.TB, masterRole string, slaves int, tweak func(*Config)) *haCluster {
 	t.Helper()
 	hc := &haCluster{t: t, dir: t.TempDir(), logs: &testutil.SyncBuffer{}, brokers: map[int64]*Broker{}, cfgs: map[int64]Config{}}
 	// Started before any broker, the NameServer has no registration period to wait out: it is
