@@ -48,6 +48,9 @@ func TestEntryPointsRefuseBadArguments(t *testing.T) {
 		{"MeasureFdatasync nil context", func() error { _, err := MeasureFdatasync(noCtx, dir, 512, time.Millisecond); return err }},
 		{"MeasureFdatasync negative size", func() error { _, err := MeasureFdatasync(ctx, dir, -1, time.Millisecond); return err }},
 		{"MeasureFdatasync no duration", func() error { _, err := MeasureFdatasync(ctx, dir, 512, 0); return err }},
+		{"MeasureHiccup nil context", func() error { _, err := MeasureHiccup(noCtx, time.Millisecond, time.Millisecond); return err }},
+		{"MeasureHiccup no interval", func() error { _, err := MeasureHiccup(ctx, 0, time.Millisecond); return err }},
+		{"MeasureHiccup negative duration", func() error { _, err := MeasureHiccup(ctx, time.Millisecond, -time.Second); return err }},
 		{"Run nil context", func() error {
 			_, err := Run(noCtx, Config{WorkloadFile: writeWorkload(t, fmt.Sprintf(fakeWorkload, 100)), Logger: testLogger(t),
 				newCluster: func(context.Context) (cluster, error) { return nil, errors.New("the cluster was made") }})

@@ -30,6 +30,12 @@
 # embedded cluster shares the bench's process and Go scheduler. Their ports are on 127.0.0.1
 # from PROC_PORT (default 19876): the NameServer on PROC_PORT, broker i (0: the master, then
 # the slaves) on PROC_PORT+1+2i and its replication port on the next one.
+# Each latency run (and its -proc twin) has the machine's hiccup meter beside it: `petrel-bench
+# baseline hiccup`, started just before the run and stopped (SIGTERM) right after it, records how
+# late a thread that sleeps 1 ms at a time wakes under the same load (<name>.hiccup.json and
+# .txt). That lateness is the machine's (steal, run queue), a floor under the run's latencies;
+# the run's summary lines and the latency table show it beside them. The baselines measure it
+# once on the idle machine (5 s).
 # REPORT=1 measures nothing: it redraws the charts and appends the goal ratios to OUTDIR/summary.md
 # from the results already in OUTDIR (SECTIONS=micro also appends the micro-benchmarks).
 # DURATION (default 20s) sets the length of each run. Every result is written as <name>.json and
@@ -222,7 +228,45 @@ proc_stop() { # stops the slaves, then the master (a slave would log its link to
   [[ -s $OUT/$PROC_NAME.procs.log ]] || rm -f "$OUT/$PROC_NAME.procs.log"
   rm -rf "$PROC_DIR"
 }
-trap 'nats_stop; proc_stop; rm -rf "$DATA"' EXIT
+# The machine's hiccup meter beside a latency run (run, when RUN_HICCUP is set): started just
+# before the run, stopped right after it; its --duration (the run's warm-up + duration + 10 s)
+# only bounds it should the script not get to stop it.
+HICCUP_PID= # the meter running beside the current run
+secs() { # a Go duration (20s, 1m30s, 500ms) in whole seconds, rounded up
+  awk -v d="$1" 'BEGIN {
+    t = 0
+    while (d != "") {
+      if (!match(d, /^[0-9.]+/)) { print "bad duration " d > "/dev/stderr"; exit 2 }
+      v = substr(d, 1, RLENGTH) + 0; d = substr(d, RLENGTH + 1)
+      if (!match(d, /^(ns|us|µs|ms|s|m|h)/)) { print "bad duration unit " d > "/dev/stderr"; exit 2 }
+      u = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+      t += v * (u == "h" ? 3600 : u == "m" ? 60 : u == "s" ? 1 : u == "ms" ? 1e-3 : u == "ns" ? 1e-9 : 1e-6)
+    }
+    printf "%d\n", t == int(t) ? t : int(t) + 1
+  }'
+}
+hiccup_start() { # name, then the run's petrel-bench arguments: the meter in the background, writing OUTDIR/<name>.hiccup.*
+  local name=$1 d=0 w=-1; shift
+  while (($# > 0)); do
+    case $1 in
+      --duration) d=$(secs "$2"); shift ;;
+      --warmup) w=$(secs "$2"); shift ;;
+    esac
+    shift
+  done
+  ((w >= 0)) || w=$((d / 4)) # petrel-bench's default warm-up is at most a quarter of --duration
+  $BENCH baseline hiccup --duration "$((w + d + 10))s" --json "$OUT/$name.hiccup.json" >"$OUT/$name.hiccup.txt" 2>&1 &
+  HICCUP_PID=$!
+}
+hiccup_stop() { # SIGTERM to the meter, which then prints what it has recorded; waits for it
+  local rc=0
+  [[ -n $HICCUP_PID ]] || return 0
+  kill -TERM "$HICCUP_PID" 2>/dev/null || true # it may have reached its --duration
+  wait "$HICCUP_PID" 2>/dev/null || rc=$?
+  HICCUP_PID=
+  ((rc == 0)) || echo "the hiccup meter exited with status $rc" >&2
+}
+trap 'hiccup_stop; nats_stop; proc_stop; rm -rf "$DATA"' EXIT
 
 make build >/dev/null
 BENCH=bin/petrel-bench
@@ -255,20 +299,27 @@ section "Machine baselines"
   $BENCH baseline fdatasync --dir "$DATA" --size 4096 --duration 5s
   $BENCH baseline loopback --size 1024 --count 20000
   $BENCH baseline loopback --size 100 --count 20000
+  printf 'idle machine, '
+  $BENCH baseline hiccup --duration 5s
 } 2>&1 | tee "$OUT/baselines.txt" | log
 fi
 
 FAILED=() # runs that wrote a result but failed (verification): reported, and flagged in the goals
 RUN_NOTE= # a line on what the next run runs against, printed under its command (proc_run)
+RUN_HICCUP= # set: the next run has the machine's hiccup meter beside it (both, for the latency runs)
 run() { # name, then petrel-bench arguments
-  local name=$1 rc=0; shift
+  local name=$1 rc=0 hiccup=$RUN_HICCUP; shift
+  RUN_HICCUP=
   echo "### $name" | log
   echo '```' | log
   echo "\$ petrel-bench $*" | log
   if [[ -n $RUN_NOTE ]]; then echo "$RUN_NOTE" | log; RUN_NOTE=; fi
+  [[ -z $hiccup ]] || hiccup_start "$name" "$@"
   TMPDIR=$DATA $BENCH "$@" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || rc=$?
+  [[ -z $hiccup ]] || hiccup_stop
   if ((rc != 0)) && [[ ! -s $OUT/$name.json ]]; then tail -20 "$OUT/$name.txt"; exit 1; fi # no result: stop
   grep -E '^  (publish rate|consume rate|cpu|publish latency|end-to-end|messages|backlog drain|served by|replication|verification) ' "$OUT/$name.txt" | log || true
+  [[ -z $hiccup ]] || grep -E '^hiccup:' "$OUT/$name.hiccup.txt" | sed 's/^/  machine /' | log || true
   grep -E '^lost=' "$OUT/$name.txt" | log || true
   if ((rc != 0)); then
     FAILED+=("$name")
@@ -311,11 +362,13 @@ LAT_REPL_50K=("${REPL_SYNC[@]}" "${L1K_NV[@]}" --producer-rate 50000 --duration 
 proc_run() { # name, then petrel-bench arguments: the run against processes started for these arguments (proc_start)
   local name=$1; shift
   proc_start "$name" "$@"
+  RUN_HICCUP=1
   run "$name" -n "$PROC_NS" "$@"
   proc_stop
 }
-both() { # name, then petrel-bench arguments: the run on the embedded cluster, then as name-proc on processes
+both() { # name, then petrel-bench arguments: the run on the embedded cluster, then as name-proc on processes, each with the hiccup meter
   local name=$1; shift
+  RUN_HICCUP=1
   run "$name" "$@"
   proc_run "$name-proc" "$@"
 }
@@ -592,14 +645,16 @@ for n in e2e-50k repl-sync-50k sync-send-1kb-ASYNC_FLUSH repl-sync-sync-send; do
       for q in 50pct 99pct 999pct Max; do row+=" | $(ms "$m" "aggregated${f}Latency$q")"; done
     done
     lag=$(lag_p99 "$m")
-    lat_rows+=("$row | ${lag:--} |")
+    row+=" | ${lag:--}"
+    for q in p99Ms p999Ms maxMs; do v=$(ms "$m.hiccup" "$q"); row+=" | ${v:--}"; done
+    lat_rows+=("$row |")
   done
 done
 if ((${#lat_rows[@]} > 0)); then
   section "Latency: embedded cluster vs broker processes (-proc), ms"
   {
-    echo "| Run | msg/s | publish p50 | p99 | p99.9 | max | end-to-end p50 | p99 | p99.9 | max | lag p99, slower slave |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| Run | msg/s | publish p50 | p99 | p99.9 | max | end-to-end p50 | p99 | p99.9 | max | lag p99, slower slave | machine hiccup p99 | p99.9 | max |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${lat_rows[@]}"
   } | log
 fi

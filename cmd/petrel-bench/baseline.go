@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,7 +19,7 @@ import (
 func newBaselineCommand(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "baseline",
-		Short: "Measure the machine's limits: loopback TCP round trip, disk fdatasync rate",
+		Short: "Measure the machine's limits: loopback TCP round trip, disk fdatasync rate, thread wake-up lateness",
 	}
 	var size, count int
 	loop := &cobra.Command{
@@ -55,6 +58,57 @@ func newBaselineCommand(stdout io.Writer) *cobra.Command {
 	fsync.Flags().StringVar(&dir, "dir", os.TempDir(), "directory on the disk to measure")
 	fsync.Flags().DurationVar(&dur, "duration", 5*time.Second, "how long to measure")
 	fsync.Flags().IntVar(&fsize, "size", 4096, "write size (bytes)")
-	cmd.AddCommand(loop, fsync)
+	cmd.AddCommand(loop, fsync, newHiccupCommand(stdout))
+	return cmd
+}
+
+// newHiccupCommand returns "petrel-bench baseline hiccup": the wake-up lateness of a thread
+// that sleeps for a fixed interval, the floor under any latency measured on the machine at the
+// same time.
+func newHiccupCommand(stdout io.Writer) *cobra.Command {
+	var interval, dur time.Duration
+	var jsonFile string
+	cmd := &cobra.Command{
+		Use:   "hiccup",
+		Short: "How late a thread that sleeps for --interval wakes (a hiccup meter): the machine's floor under a latency run beside it",
+		Long: `hiccup sleeps for --interval on one OS thread, over and over, and records how much later than
+asked it woke, until --duration has passed or a SIGINT or SIGTERM arrives (it then prints what it
+has). The lateness is the machine's: the hypervisor's steal time, the run queue, interrupts. Run
+beside a benchmark, it is the floor under that benchmark's latencies under the same load. The
+process runs with GOMAXPROCS 1 and the thread's timer slack at 1 ns, so neither the Go scheduler
+nor the kernel's timer coalescing adds to what it measures.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if interval <= 0 || dur <= 0 {
+				return fmt.Errorf("--interval %v and --duration %v must be positive", interval, dur)
+			}
+			if jsonFile != "" {
+				if fi, err := os.Stat(filepath.Dir(jsonFile)); err != nil || !fi.IsDir() {
+					return fmt.Errorf("--json %s: its directory does not exist", jsonFile)
+				}
+			}
+			// One P: when the meter's thread wakes, no other goroutine of this process can hold
+			// the CPU it needs. Restored after, for a caller that runs commands in-process.
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			r, err := bench.MeasureHiccup(cmd.Context(), interval, dur)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, r)
+			if jsonFile != "" {
+				b, err := json.MarshalIndent(r, "", "  ")
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(jsonFile, append(b, '\n'), 0o644); err != nil {
+					return fmt.Errorf("--json: %w", err)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", time.Millisecond, "sleep asked for each time")
+	cmd.Flags().DurationVar(&dur, "duration", 10*time.Second, "how long to measure (a SIGINT or SIGTERM ends it sooner)")
+	cmd.Flags().StringVar(&jsonFile, "json", "", "also write the result to this file as JSON (lateness in ms)")
 	return cmd
 }
