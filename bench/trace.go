@@ -52,7 +52,8 @@ var endToEndStages = []string{
 
 // Replication stages of one slave, from the batch's append on the master to its durability.
 var slaveStages = []string{
-	"held pull wake-up", // appended -> the master answered the slave's held pull with the batch's end (noticing, reading, compressing)
+	"slave's next pull", // appended -> the pull that fetched it reached the master, when that came after the append (the slave still busy with an earlier answer, or its pull on the way)
+	"held pull wake-up", // appended (or that pull's arrival) -> the master answered it with the batch's end (noticing, reading, compressing)
 	"slave round trip",  // answered -> the slave's ack covering it reached the master (network, decompress, append, ack)
 	"ack to durable",    // ack -> replicated, the master counting in-sync slaves (0 when another slave made it durable first)
 	"unattributed",      // a stamp missing or out of order between two known ones
@@ -188,16 +189,20 @@ func stagesOfSlave(b *protocol.SendTrace, sl *protocol.TraceSlave) (total int64,
 	d = make([]int64, len(slaveStages))
 	unattributed := len(d) - 1
 	prev, lost := app, false
-	for stage, at := range []int64{sl.Served, sl.Acked} {
+	if sl.Pulled > app { // a pull that arrived before the append was held: no wait for it
+		d[0] = sl.Pulled - app
+		prev = sl.Pulled
+	}
+	for i, at := range []int64{sl.Served, sl.Acked} {
 		if at == 0 || at < prev {
 			lost = true
 			continue
 		}
-		d[cond(lost, unattributed, stage)] += at - prev
+		d[cond(lost, unattributed, i+1)] += at - prev
 		prev, lost = at, false
 	}
 	if repl > prev { // a replication before this slave's ack was another slave's doing: 0
-		d[cond(lost, unattributed, 2)] += repl - prev
+		d[cond(lost, unattributed, 3)] += repl - prev
 		prev = repl
 	}
 	return prev - app, d, true

@@ -178,25 +178,28 @@ func TestTracerJoins(t *testing.T) {
 }
 
 func TestStagesOfSlave(t *testing.T) {
-	// Appended at 100 on the master; stages are held pull wake-up, slave round trip, ack to
-	// durable, unattributed.
+	// Appended at 100 on the master; stages are the slave's next pull, held pull wake-up, slave
+	// round trip, ack to durable, unattributed.
 	for _, tc := range []struct {
 		name       string
 		repl       int64
 		sl         protocol.TraceSlave
 		ok         bool
 		total      int64
+		dp         int64 // the slave's next pull
 		d0, d1, d2 int64
 		un         int64
 	}{
-		{"the in-sync slave that made it durable", 150, protocol.TraceSlave{Served: 120, Acked: 140}, true, 50, 20, 20, 10, 0},
-		{"another slave made it durable first", 130, protocol.TraceSlave{Served: 120, Acked: 140}, true, 40, 20, 20, 0, 0},
-		{"an async master: nothing waits for the slave", 0, protocol.TraceSlave{Served: 120, Acked: 140}, true, 40, 20, 20, 0, 0},
-		{"served before the record was claimed: no serve stamp", 150, protocol.TraceSlave{Acked: 140}, true, 50, 0, 0, 10, 40},
-		{"the ack had not come back when the record was read", 150, protocol.TraceSlave{Served: 120}, false, 0, 0, 0, 0, 0},
-		{"a serve stamp before the append (clock step)", 150, protocol.TraceSlave{Served: 90, Acked: 140}, true, 50, 0, 0, 10, 40},
-		{"an ack stamp before the serve stamp", 150, protocol.TraceSlave{Served: 120, Acked: 110}, true, 50, 20, 0, 0, 30},
-		{"an ack stamp before everything, no durability after the serve", 115, protocol.TraceSlave{Served: 120, Acked: 90}, true, 20, 20, 0, 0, 0},
+		{"the in-sync slave that made it durable", 150, protocol.TraceSlave{Served: 120, Acked: 140}, true, 50, 0, 20, 20, 10, 0},
+		{"another slave made it durable first", 130, protocol.TraceSlave{Served: 120, Acked: 140}, true, 40, 0, 20, 20, 0, 0},
+		{"an async master: nothing waits for the slave", 0, protocol.TraceSlave{Served: 120, Acked: 140}, true, 40, 0, 20, 20, 0, 0},
+		{"served before the record was claimed: no serve stamp", 150, protocol.TraceSlave{Acked: 140}, true, 50, 0, 0, 0, 10, 40},
+		{"the ack had not come back when the record was read", 150, protocol.TraceSlave{Served: 120}, false, 0, 0, 0, 0, 0, 0},
+		{"a serve stamp before the append (clock step)", 150, protocol.TraceSlave{Served: 90, Acked: 140}, true, 50, 0, 0, 0, 10, 40},
+		{"an ack stamp before the serve stamp", 150, protocol.TraceSlave{Served: 120, Acked: 110}, true, 50, 0, 20, 0, 0, 30},
+		{"the slave still busy: its pull arrived after the append", 150, protocol.TraceSlave{Pulled: 110, Served: 120, Acked: 140}, true, 50, 10, 10, 20, 10, 0},
+		{"a held pull, woken by the append", 150, protocol.TraceSlave{Pulled: 95, Served: 120, Acked: 140}, true, 50, 0, 20, 20, 10, 0},
+		{"an ack stamp before everything, no durability after the serve", 115, protocol.TraceSlave{Served: 120, Acked: 90}, true, 20, 0, 20, 0, 0, 0},
 	} {
 		b := protocol.SendTrace{Stamps: stamps(80, 90, 100, 0, tc.repl, 160), Slaves: []protocol.TraceSlave{tc.sl}}
 		total, d, ok := stagesOfSlave(&b, &b.Slaves[0])
@@ -207,8 +210,8 @@ func TestStagesOfSlave(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if total != tc.total || sum(d) != total || d[0] != tc.d0 || d[1] != tc.d1 || d[2] != tc.d2 || d[3] != tc.un {
-			t.Errorf("%s: total %d stages %v, want %d [%d %d %d %d]", tc.name, total, d, tc.total, tc.d0, tc.d1, tc.d2, tc.un)
+		if total != tc.total || sum(d) != total || d[0] != tc.dp || d[1] != tc.d0 || d[2] != tc.d1 || d[3] != tc.d2 || d[4] != tc.un {
+			t.Errorf("%s: total %d stages %v, want %d [%d %d %d %d %d]", tc.name, total, d, tc.total, tc.dp, tc.d0, tc.d1, tc.d2, tc.un)
 		}
 	}
 	if _, _, ok := stagesOfSlave(&protocol.SendTrace{}, &protocol.TraceSlave{Served: 1, Acked: 2}); ok {
@@ -256,10 +259,10 @@ func TestSlaveBreakdown(t *testing.T) {
 	if len(s1.Sets) != 3 || s1.Sets[0].Batches != 49 || s1.Sets[1].Batches != 1 || s1.Sets[1].ThresholdMs != 99.5 || s1.Sets[2].Set != "p99.9" {
 		t.Fatalf("slave 1 sets %+v", s1.Sets)
 	}
-	if p99 := s1.Sets[1]; p99.MeanMs != 51 || p99.Stages[0].MeanMs != 50 || p99.Stages[1].MeanMs != 1 || p99.Stages[2].MeanMs != 0 {
+	if p99 := s1.Sets[1]; p99.MeanMs != 51 || p99.Stages[0].MeanMs != 0 || p99.Stages[1].MeanMs != 50 || p99.Stages[2].MeanMs != 1 || p99.Stages[3].MeanMs != 0 {
 		t.Fatalf("slave 1 p99 %+v", p99)
 	}
-	if len(s2.Sets) != 3 || s2.Sets[0].Batches != 100 || s2.Sets[0].MeanMs != 2 || s2.Sets[0].Stages[0].Share != 0.5 {
+	if len(s2.Sets) != 3 || s2.Sets[0].Batches != 100 || s2.Sets[0].MeanMs != 2 || s2.Sets[0].Stages[1].Share != 0.5 {
 		t.Fatalf("slave 2 sets %+v", s2.Sets)
 	}
 	var out bytes.Buffer

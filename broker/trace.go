@@ -70,7 +70,7 @@ type traceSlot struct {
 // traceSlaveSlot is one slave's stamps of a record; id 0 is a free slot (slaves have brokerId
 // >= 1).
 type traceSlaveSlot struct {
-	id, served, acked atomic.Int64
+	id, pulled, served, acked atomic.Int64
 }
 
 // traceWatch names one of the newest traced sends for the replication stamps.
@@ -180,10 +180,10 @@ func (t traceRef) finish(answered int64) {
 	t.s.busy.Add(-1)
 }
 
-// stampSlave records a slave's stage at now: its Served (acked false) or its Acked, the first
-// time only. A record still takes slave stamps once complete (a slave outside the in-sync set
+// stampSlave records a slave's stage at now: its Served (acked false; with Pulled, when the
+// pull it answers arrived) or its Acked, the first time only. A record still takes slave stamps once complete (a slave outside the in-sync set
 // acknowledges after the answer). Any goroutine.
-func (t traceRef) stampSlave(brokerID int64, acked bool, now int64) {
+func (t traceRef) stampSlave(brokerID int64, acked bool, now, pulled int64) {
 	s := t.s
 	s.busy.Add(1)
 	defer s.busy.Add(-1)
@@ -203,15 +203,16 @@ func (t traceRef) stampSlave(brokerID int64, acked bool, now int64) {
 		}
 		if acked {
 			sl.acked.CompareAndSwap(0, now)
-		} else {
-			sl.served.CompareAndSwap(0, now)
+		} else if sl.served.CompareAndSwap(0, now) {
+			sl.pulled.Store(pulled)
 		}
 		return
 	}
 }
 
-// slaveStage stamps the slave's stage on every watched send whose batch ends in (lo, hi].
-func (r *traceRing) slaveStage(brokerID int64, acked bool, lo, hi int64) {
+// slaveStage stamps the slave's stage on every watched send whose batch ends in (lo, hi]
+// (pulled: as stampSlave's).
+func (r *traceRing) slaveStage(brokerID int64, acked bool, lo, hi, pulled int64) {
 	newest := r.next.Load()
 	if newest == 0 {
 		return
@@ -230,20 +231,20 @@ func (r *traceRing) slaveStage(brokerID int64, acked bool, lo, hi int64) {
 		if now == 0 {
 			now = time.Now().UnixNano()
 		}
-		traceRef{s: &r.slots[(seq-1)%uint64(len(r.slots))], seq: seq - 1}.stampSlave(brokerID, acked, now)
+		traceRef{s: &r.slots[(seq-1)%uint64(len(r.slots))], seq: seq - 1}.stampSlave(brokerID, acked, now, pulled)
 	}
 }
 
 // ReplicationServed implements ha.ReplicationObserver: the sends whose batch ends in
 // (start, end] were served to the slave.
-func (r *traceRing) ReplicationServed(brokerID, start, end int64) {
-	r.slaveStage(brokerID, false, start, end)
+func (r *traceRing) ReplicationServed(brokerID, start, end, pulled int64) {
+	r.slaveStage(brokerID, false, start, end, pulled)
 }
 
 // ReplicationAcked implements ha.ReplicationObserver: the sends whose batch ends at or before
 // offset are held by the slave.
 func (r *traceRing) ReplicationAcked(brokerID, offset int64) {
-	r.slaveStage(brokerID, true, math.MinInt64, offset)
+	r.slaveStage(brokerID, true, math.MinInt64, offset, 0)
 }
 
 // read copies the complete records from sequence number from on into t, at most
@@ -286,7 +287,7 @@ func (r *traceRing) read(from uint64, t *protocol.SendTraceTable) {
 		for i := range s.slaves {
 			sl := &s.slaves[i]
 			if id := sl.id.Load(); id != 0 {
-				tr.Slaves = append(tr.Slaves, protocol.TraceSlave{BrokerID: id, Served: sl.served.Load(), Acked: sl.acked.Load()})
+				tr.Slaves = append(tr.Slaves, protocol.TraceSlave{BrokerID: id, Pulled: sl.pulled.Load(), Served: sl.served.Load(), Acked: sl.acked.Load()})
 			}
 		}
 		if s.state.Load() != st {

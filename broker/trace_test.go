@@ -125,6 +125,9 @@ func TestSendTraceSyncMaster(t *testing.T) {
 	}
 	sl := tr.Slaves[0]
 	checkOrdered(t, "slave 1", s[protocol.TraceAppended], sl.Served, sl.Acked, s[protocol.TraceReplicated])
+	if sl.Pulled == 0 || sl.Pulled > sl.Served {
+		t.Fatalf("slave 1 pulled at %d, served at %d: want the pull's arrival before its answer", sl.Pulled, sl.Served)
+	}
 }
 
 // TestSendTraceRingWraps: traces the ring overwrote before they were read count as dropped, and
@@ -202,7 +205,7 @@ func TestTraceRingLateStamps(t *testing.T) {
 		t.Fatal("a ring of one reuses its slot")
 	}
 	old.stamp(protocol.TraceFlushed)
-	old.stampSlave(9, true, 5)
+	old.stampSlave(9, true, 5, 0)
 	old.finish(6)
 	if cur.s.stamps[protocol.TraceFlushed].Load() != 0 || cur.s.slaves[0].id.Load() != 0 {
 		t.Fatal("a stamp of the reused record landed in the new one")

@@ -127,8 +127,9 @@ type MasterConfig struct {
 // timeline of it (MasterConfig.Observer).
 type ReplicationObserver interface {
 	// ReplicationServed: the master is handing slave brokerID the answer that holds the log's
-	// bytes [start, end); the connection writes it when this returns.
-	ReplicationServed(brokerID, start, end int64)
+	// bytes [start, end), to the pull that reached it at pulled (Unix ns); the connection
+	// writes it when this returns.
+	ReplicationServed(brokerID, start, end, pulled int64)
 	// ReplicationAcked: slave brokerID acknowledged every byte before offset (a pull from it);
 	// called before the master counts the acknowledgement, so before any SYNC_MASTER waiter
 	// it completes.
@@ -728,6 +729,10 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 // pull serves one pull: it does the reads, waits and answers that the pull's plan (planPull)
 // names.
 func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
+	var pulled int64 // for the Observer: when the pull arrived (wall clock, as the broker's stamps)
+	if m.cfg.Observer != nil {
+		pulled = time.Now().UnixNano()
+	}
 	epoch := m.Epoch()
 	in := pullInput{Req: h, Group: m.cfg.BrokerName, Epoch: epoch, MaxChunkBytes: m.cfg.MaxChunkBytes, MaxWait: m.cfg.MaxWait}
 	if m.cfg.Epochs != nil {
@@ -774,7 +779,7 @@ func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
 			m.readFor(sess, rd.readEnd)
 		}
 		if step.Action != pullHold {
-			return m.answer(sess, h, step.Action, rd)
+			return m.answer(sess, h, step.Action, rd, pulled)
 		}
 		if !m.holdPull(sess, &plan, seen) {
 			return rpc.Errorf(protocol.StatusShuttingDown, "replication master is closing")
@@ -805,7 +810,7 @@ func (m *Master) readLog(sess *session, offset int64, maxBytes int) logRead {
 }
 
 // answer builds the answer to the pull h of sess that action (of a read, rd) names.
-func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAction, rd logRead) rpc.Reply {
+func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAction, rd logRead, pulled int64) rpc.Reply {
 	reply := rpc.Reply{Header: &sess.resp}
 	switch action {
 	case pullOutOfRange:
@@ -833,7 +838,7 @@ func (m *Master) answer(sess *session, h *protocol.HAPullRequest, action pullAct
 		sess.bytes.wire.Add(int64(len(rd.body)))
 		reply.Body = rd.body
 		if o := m.cfg.Observer; o != nil && rd.raw > 0 {
-			o.ReplicationServed(sess.slaveID, rd.start, rd.start+int64(rd.raw))
+			o.ReplicationServed(sess.slaveID, rd.start, rd.start+int64(rd.raw), pulled)
 		}
 	}
 	return reply

@@ -56,6 +56,10 @@ const MaxTraceSlaves = 4
 // TraceSlave is one slave's part in replicating a traced send (Unix ns; 0 = not seen).
 type TraceSlave struct {
 	BrokerID int64
+	// Pulled is when the pull that Served answers reached the master: before the batch's
+	// append, the pull was held and woken by it; after, the slave was still busy with its
+	// previous answer when the batch was appended.
+	Pulled int64
 	// Served is when the master wrote the replication answer holding the batch's end.
 	Served int64
 	// Acked is when the slave's acknowledgement covering the batch's end reached the master.
@@ -132,6 +136,7 @@ func (s *SendTrace) AppendTo(dst []byte) []byte {
 	dst = AppendU8(dst, uint8(n))
 	for _, sl := range s.Slaves[:n] {
 		dst = AppendI64(dst, sl.BrokerID)
+		dst = AppendI64(dst, sl.Pulled)
 		dst = AppendI64(dst, sl.Served)
 		dst = AppendI64(dst, sl.Acked)
 	}
@@ -162,7 +167,7 @@ func (t *SendTraceTable) ReadFrom(src []byte) error {
 		if ns > 0 && r.Err() == nil {
 			s.Slaves = make([]TraceSlave, ns)
 			for j := range s.Slaves {
-				s.Slaves[j] = TraceSlave{BrokerID: r.I64(), Served: r.I64(), Acked: r.I64()}
+				s.Slaves[j] = TraceSlave{BrokerID: r.I64(), Pulled: r.I64(), Served: r.I64(), Acked: r.I64()}
 			}
 		}
 	}

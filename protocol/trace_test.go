@@ -10,7 +10,7 @@ func TestSendTraceTable(t *testing.T) {
 	want := SendTraceTable{Next: 42, Dropped: 3, Traces: []SendTrace{
 		{ID: 7, Topic: "TopicA", QueueID: 2, BaseQueueOffset: 1 << 33, Count: 16,
 			Stamps: [TraceStamps]int64{1, 2, 3, 0, 5, 6},
-			Slaves: []TraceSlave{{BrokerID: 1, Served: 4, Acked: 5}, {BrokerID: 2, Served: 4, Acked: 0}}},
+			Slaves: []TraceSlave{{BrokerID: 1, Pulled: 3, Served: 4, Acked: 5}, {BrokerID: 2, Pulled: 2, Served: 4, Acked: 0}}},
 		{ID: 8, Topic: "", Count: 1},
 	}}
 	enc := want.AppendTo(nil)
