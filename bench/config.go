@@ -35,6 +35,10 @@ const (
 	// DefaultHASampleInterval is the period at which the masters' replication status is sampled
 	// for the lag quantiles.
 	DefaultHASampleInterval = 100 * time.Millisecond
+	// DefaultLinger is the producers' linger time unless Config.Linger says otherwise.
+	DefaultLinger = 2 * time.Millisecond
+	// NoLinger as Config.Linger: the producers' batches do not wait for more messages.
+	NoLinger time.Duration = -1
 	// MaxEmbeddedSlaves bounds Config.EmbeddedSlaves.
 	MaxEmbeddedSlaves = 8
 )
@@ -116,6 +120,10 @@ type Config struct {
 	// sampled during the test and drain phases, for the lag of the slaves it lists (default
 	// DefaultHASampleInterval; negative: never).
 	HASampleInterval time.Duration
+	// Linger is the producers' linger time (client.WithLinger): how long a queue's open batch
+	// waits for more messages; 0 means DefaultLinger, NoLinger none (a batch goes as soon as
+	// the queue's previous one is answered: batches as large as what arrived meanwhile).
+	Linger time.Duration
 	// TraceEvery traces about one producer batch in TraceEvery (client.WithTraceEvery) and
 	// prints where the traced batches' latency goes (Result.LatencyBreakdown); 0: no tracing.
 	// Petrel driver only; a run against brokers that do not record send traces goes on untraced,

@@ -79,6 +79,8 @@ type clusterOptions struct {
 	// readBrokerID pins consumers to one member of each group (client.WithReadBrokerID); -1:
 	// they follow the brokers' suggestions.
 	readBrokerID int64
+	// linger is Config.Linger.
+	linger time.Duration
 }
 
 // petrelCluster runs the bench through Petrel's client. Producers share one client, consumers
@@ -187,14 +189,18 @@ func (c *petrelCluster) waitTopicOn(ctx context.Context, addr string, tc protoco
 	}
 }
 
-// Producer settings of the bench: a buffer large enough to keep every queue's batches full.
-const (
-	benchLinger      = 2 * time.Millisecond
-	benchBufferBytes = 64 << 20
-)
+// benchBufferBytes is the producers' buffer: large enough to keep every queue's batches full.
+const benchBufferBytes = 64 << 20
 
 func (c *petrelCluster) newProducer() (producer, error) {
-	opts := []client.ProducerOption{client.WithLinger(benchLinger), client.WithBufferBytes(benchBufferBytes)}
+	linger := c.opts.linger
+	switch linger {
+	case 0:
+		linger = DefaultLinger
+	case NoLinger:
+		linger = 0
+	}
+	opts := []client.ProducerOption{client.WithLinger(linger), client.WithBufferBytes(benchBufferBytes)}
 	if c.trace != nil {
 		opts = append(opts, client.WithTraceEvery(c.trace.every), client.WithSendTraceObserver(c.trace.sent))
 	}

@@ -264,12 +264,12 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 			emb.nameServers(), emb.describe(), cfg.FlushDiskType, emb.dir, keep)
 		newCluster = func(ctx context.Context) (cluster, error) {
 			return newPetrelCluster(ctx, emb.nameServers(), clusterOptions{
-				target: emb.masterAddr(), waitTopicOn: emb.slaveAddrs(), readBrokerID: cfg.readBrokerID(),
+				target: emb.masterAddr(), waitTopicOn: emb.slaveAddrs(), readBrokerID: cfg.readBrokerID(), linger: cfg.Linger,
 			}, r.log)
 		}
 	default:
 		newCluster = func(ctx context.Context) (cluster, error) {
-			return newPetrelCluster(ctx, cfg.NameServers, clusterOptions{target: cfg.Cluster, readBrokerID: cfg.readBrokerID()}, r.log)
+			return newPetrelCluster(ctx, cfg.NameServers, clusterOptions{target: cfg.Cluster, readBrokerID: cfg.readBrokerID(), linger: cfg.Linger}, r.log)
 		}
 	}
 	cl, err := newCluster(ctx)

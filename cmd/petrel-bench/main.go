@@ -80,6 +80,7 @@ func newCommand(stdout, stderr io.Writer, code *int) *cobra.Command {
 		slaves      int
 		readBroker  int64
 		haInterval  time.Duration
+		linger      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "petrel-bench",
@@ -169,6 +170,14 @@ consume-only run against one slave.`,
 				return fmt.Errorf("--trace-every %d: must not be negative", cfg.TraceEvery)
 			}
 			switch {
+			case linger < 0:
+				return fmt.Errorf("--linger %v: must not be negative", linger)
+			case linger == 0:
+				cfg.Linger = bench.NoLinger
+			default:
+				cfg.Linger = linger
+			}
+			switch {
 			case haInterval < 0:
 				return fmt.Errorf("--ha-sample-interval %v: must not be negative", haInterval)
 			case haInterval == 0:
@@ -249,6 +258,7 @@ consume-only run against one slave.`,
 	f.BoolVar(&cfg.ConsumeOnly, "consume-only", false, "consume existing topics (--topic or --topic-id) of a running cluster from the earliest offset, no producers, and check every message up to the queues' max offsets at the start; exit 1 on any problem")
 	f.StringSliceVar(&cfg.Topics, "topic", nil, "with --consume-only: the topics to consume (repeat or comma-separate; default <prefix>-<topic-id>-<i>)")
 	f.IntVar(&cfg.TraceEvery, "trace-every", 0, "trace about 1 producer batch in N through client and brokers and print where the traced batches' publish and end-to-end latency and each slave's replication wait go, for all of them and those at or above the run's p99 and p99.9 (latencyBreakdown in the JSON); brokers must run on this machine; 0: off")
+	f.DurationVar(&linger, "linger", bench.DefaultLinger, "Petrel driver: how long a producer's batch for a queue waits for more messages (client.WithLinger); 0: none, a batch goes as soon as the queue's previous one is answered")
 	f.DurationVar(&haInterval, "ha-sample-interval", bench.DefaultHASampleInterval, "period of the replication-lag samples (each group master's haStatus) during the test and drain; 0: off")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run (load generator and embedded cluster) to this file, for go tool pprof")
 	f.StringVar(&execTrace, "exec-trace", "", "write a Go execution trace of the whole run to this file, for go tool trace (e.g. -pprof=sched: where goroutines waited for a CPU)")

@@ -43,6 +43,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--payload-dir", "x", "--broker-role", "SLAVE"}, "broker role"},
 		{[]string{"--payload-dir", "x", "--read-broker-id", "-2"}, "--read-broker-id -2: must not be negative"},
 		{[]string{"--payload-dir", "x", "--ha-sample-interval", "-1s"}, "--ha-sample-interval"},
+		{[]string{"--payload-dir", "x", "--linger", "-1ms"}, "--linger -1ms: must not be negative"},
 		{[]string{"--payload-dir", "x", "--warmup", "-1s"}, "--warmup -1s: must not be negative (0: no warm-up)"},
 		{[]string{"--payload-dir", "x", "--drain-timeout", "-1s"}, "--drain-timeout -1s: must be positive"},
 		{[]string{"--payload-dir", "x", "--drain-timeout", "0s"}, "--drain-timeout 0s: must be positive (leave it out to use 30s)"},
@@ -68,7 +69,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, flag := range []string{"--workload", "--payload-dir", "--duration", "--warmup", "--verify", "--progress-interval",
 		"--json", "-n, --namesrv", "--no-create-topic", "--topic-prefix", "--keep-data", "--flush", "--segment-size",
-		"--slaves", "--broker-role", "--read-broker-id", "--consume-only", "--topic", "--ha-sample-interval"} {
+		"--slaves", "--broker-role", "--read-broker-id", "--consume-only", "--topic", "--ha-sample-interval", "--linger"} {
 		if !strings.Contains(stdout, flag) {
 			t.Errorf("help lacks %s", flag)
 		}
