@@ -729,9 +729,9 @@ func (m *Master) handle(req *rpc.Request) rpc.Reply {
 // pull serves one pull: it does the reads, waits and answers that the pull's plan (planPull)
 // names.
 func (m *Master) pull(p *rpc.Peer, h *protocol.HAPullRequest) rpc.Reply {
-	var pulled int64 // for the Observer: when the pull arrived (wall clock, as the broker's stamps)
+	var pulled int64 // for the Observer: when the pull arrived (Unix ns, as its other stamps)
 	if m.cfg.Observer != nil {
-		pulled = time.Now().UnixNano()
+		pulled = m.cfg.Now().UnixNano()
 	}
 	epoch := m.Epoch()
 	in := pullInput{Req: h, Group: m.cfg.BrokerName, Epoch: epoch, MaxChunkBytes: m.cfg.MaxChunkBytes, MaxWait: m.cfg.MaxWait}
