@@ -211,16 +211,21 @@ func (c *petrelCluster) newProducer() (producer, error) {
 // every master of groups records send traces, and polls their rings until close.
 func (c *petrelCluster) startTracing(ctx context.Context, every int, groups []groupInfo) error {
 	var addrs []string
+	var heads []uint64
 	for _, g := range groups {
 		if g.master == "" {
 			continue
 		}
-		if err := probe(ctx, c.admin, g.master); err != nil {
+		head, err := probe(ctx, c.admin, g.master)
+		if err != nil {
 			return err
 		}
-		addrs = append(addrs, g.master)
+		addrs, heads = append(addrs, g.master), append(heads, head)
 	}
 	c.trace = newTracer(every)
+	for i, a := range addrs {
+		c.trace.startAt(a, heads[i])
+	}
 	c.trace.startPolling(c.admin, addrs)
 	c.traceAddrs = addrs
 	return nil

@@ -102,20 +102,25 @@ func (m *hiccupMeter) tick() time.Time {
 	return t1
 }
 
+// MaxHiccupInterval is the longest interval MeasureHiccup takes: the meter notices the end of
+// its duration or of its context only between sleeps, so an interval bounds how late it stops.
+const MaxHiccupInterval = time.Second
+
 // MeasureHiccup runs the hiccup meter for d, or until ctx is done, and summarises what it
 // recorded. The loop runs on a thread of its own (a goroutine locked to it, which exits locked
 // so the runtime ends the thread and the changed timer slack with it), with the thread's timer
 // slack at 1 ns: Linux lets a normal thread's timers fire up to 50 µs late on purpose, to
 // coalesce wake-ups, and that would be the meter's lateness, not the machine's. The caller
 // decides GOMAXPROCS; with 1 (the baseline subcommand) the Go scheduler has nothing else to run
-// when the thread wakes. A nil ctx, or an interval or duration that is not positive, is refused;
-// so is a run stopped before its first sample.
+// when the thread wakes. It starts no sleep that would end after d, and notices ctx's end
+// between sleeps. A nil ctx, an interval or duration that is not positive, an interval above
+// MaxHiccupInterval or above d are refused; so is a run stopped before its first sample.
 func MeasureHiccup(ctx context.Context, interval, d time.Duration) (HiccupResult, error) {
 	if ctx == nil {
 		return HiccupResult{}, errors.New("hiccup: nil context")
 	}
-	if interval <= 0 || d <= 0 {
-		return HiccupResult{}, fmt.Errorf("hiccup: interval %v and duration %v must be positive", interval, d)
+	if err := checkHiccup(interval, d); err != nil {
+		return HiccupResult{}, err
 	}
 	var stopped atomic.Bool
 	defer context.AfterFunc(ctx, func() { stopped.Store(true) })()
@@ -130,7 +135,7 @@ func MeasureHiccup(ctx context.Context, interval, d time.Duration) (HiccupResult
 		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 		start := time.Now()
 		end := start
-		for !stopped.Load() && end.Sub(start) < d {
+		for !stopped.Load() && end.Sub(start)+interval <= d {
 			end = m.tick()
 		}
 		elapsed = end.Sub(start)
@@ -140,4 +145,17 @@ func MeasureHiccup(ctx context.Context, interval, d time.Duration) (HiccupResult
 		return HiccupResult{}, errors.New("hiccup: stopped before the first sample")
 	}
 	return hiccupSummary(m.h, interval, elapsed), nil
+}
+
+// checkHiccup refuses an interval and duration MeasureHiccup cannot honour. Pure.
+func checkHiccup(interval, d time.Duration) error {
+	switch {
+	case interval <= 0 || d <= 0:
+		return fmt.Errorf("hiccup: interval %v and duration %v must be positive", interval, d)
+	case interval > MaxHiccupInterval:
+		return fmt.Errorf("hiccup: interval %v is longer than %v (the meter notices a stop only between sleeps)", interval, MaxHiccupInterval)
+	case interval > d:
+		return fmt.Errorf("hiccup: interval %v is longer than the duration %v: not one sleep fits", interval, d)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -77,7 +78,7 @@ func TestMeasureHiccup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Samples < 1 || r.IntervalMs != 1 || r.DurationSeconds < 0.2 {
+	if r.Samples < 1 || r.IntervalMs != 1 || r.DurationSeconds <= 0 {
 		t.Fatalf("implausible result %+v", r)
 	}
 	if r.P50Ms < 0 || r.P99Ms < r.P50Ms || r.P999Ms < r.P99Ms || r.MaxMs < r.P9999Ms {
@@ -108,5 +109,34 @@ func TestHiccupTickAllocatesNothing(t *testing.T) {
 	}
 	if m.h.TotalCount() != 101 {
 		t.Fatalf("%d samples after 101 ticks", m.h.TotalCount())
+	}
+}
+
+// TestCheckHiccup: an interval longer than MaxHiccupInterval or than the duration is refused
+// (the meter notices a stop only between sleeps, so such a run outlasts its duration and any
+// signal), and no sleep starts that would end past the duration.
+func TestCheckHiccup(t *testing.T) {
+	for _, tc := range []struct {
+		interval, d time.Duration
+		want        string
+	}{
+		{time.Millisecond, 10 * time.Second, ""},
+		{time.Second, time.Second, ""},
+		{0, time.Second, "must be positive"},
+		{time.Millisecond, -time.Second, "must be positive"},
+		{time.Hour, 2 * time.Second, "longer than 1s"},
+		{500 * time.Millisecond, 300 * time.Millisecond, "longer than the duration"},
+	} {
+		err := checkHiccup(tc.interval, tc.d)
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("checkHiccup(%v, %v) = %v, want %q", tc.interval, tc.d, err, tc.want)
+		}
+	}
+	r, err := MeasureHiccup(context.Background(), 40*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Samples < 1 || r.Samples > 2 {
+		t.Fatalf("a 100 ms run at 40 ms: %d samples, want at most 2 (a third sleep would end past the duration)", r.Samples)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -299,16 +300,28 @@ type traceFetcher interface {
 	SendTraces(ctx context.Context, addr string, from uint64) (*protocol.SendTraceTable, error)
 }
 
-// probe reports whether the broker at addr serves send traces: a broker that does not would
-// refuse traced sends, so the bench traces only when every master answers.
-func probe(ctx context.Context, f traceFetcher, addr string) error {
-	if _, err := f.SendTraces(ctx, addr, 0); err != nil {
-		if errors.Is(err, protocol.StatusRequestCodeNotSupported) {
-			return fmt.Errorf("broker %s does not record send traces (an older version): %w", addr, err)
-		}
-		return err
+// probe reports whether the broker at addr records send traces, and where its ring's head is:
+// the run reads from there, so that records of earlier runs are neither read nor counted as
+// dropped. A broker of an older version would refuse traced sends and one with tracing off
+// records none, so the bench traces only when every master records.
+func probe(ctx context.Context, f traceFetcher, addr string) (head uint64, err error) {
+	tab, err := f.SendTraces(ctx, addr, math.MaxUint64)
+	switch {
+	case errors.Is(err, protocol.StatusRequestCodeNotSupported):
+		return 0, fmt.Errorf("broker %s does not record send traces (an older version): %w", addr, err)
+	case errors.Is(err, protocol.StatusServiceNotAvailable):
+		return 0, fmt.Errorf("broker %s records no send traces: %w", addr, err)
+	case err != nil:
+		return 0, err
 	}
-	return nil
+	return tab.Next, nil
+}
+
+// startAt makes the next read of the broker at addr ask from sequence number seq.
+func (t *tracer) startAt(addr string, seq uint64) {
+	t.mu.Lock()
+	t.cursor[addr] = seq
+	t.mu.Unlock()
 }
 
 // poll reads every broker's new records once.
@@ -513,7 +526,8 @@ func writeBreakdown(w io.Writer, b *LatencyBreakdown) {
 	if b == nil {
 		return
 	}
-	fmt.Fprintf(w, "stage breakdown: %d traced batches (about 1 in %d), %d broker records dropped\n", b.TracedBatches, b.TraceEvery, b.BrokerDropped)
+	fmt.Fprintf(w, "stage breakdown: %d traced batches (about 1 in %d), %d broker records dropped; a batch's latency is its first message's, stages under 1%% of a set's mean are left out (the JSON has them all)\n",
+		b.TracedBatches, b.TraceEvery, b.BrokerDropped)
 	for _, part := range []struct {
 		name string
 		sets []StageSet
@@ -537,12 +551,14 @@ func writeBreakdown(w io.Writer, b *LatencyBreakdown) {
 }
 
 // writeStageSet prints one set's line: "  publish p99 (>= 27.60 ms, 3 batches, mean 24.10 ms):
-// append 20.30 ms (84%); ...".
+// append 20.30 ms (84%); answer 3.10 ms (13%)".
 func writeStageSet(w io.Writer, part string, s *StageSet) {
 	fmt.Fprintf(w, "  %s %s (>= %.2f ms, %d batches, mean %.2f ms):", part, s.Set, s.ThresholdMs, s.Batches, s.MeanMs)
+	sep := " "
 	for _, st := range s.Stages {
 		if st.Share >= 0.01 {
-			fmt.Fprintf(w, " %s %.2f ms (%.0f%%);", st.Stage, st.MeanMs, 100*st.Share)
+			fmt.Fprintf(w, "%s%s %.2f ms (%.0f%%)", sep, st.Stage, st.MeanMs, 100*st.Share)
+			sep = "; "
 		}
 	}
 	fmt.Fprintln(w)
@@ -553,7 +569,7 @@ func writeStageSet(w io.Writer, part string, s *StageSet) {
 func profilesLine(execTrace, cpuProfile string) string {
 	var parts []string
 	if execTrace != "" {
-		parts = append(parts, fmt.Sprintf("execution trace %s (scheduling waits: go tool trace -pprof=sched %s)", execTrace, execTrace))
+		parts = append(parts, fmt.Sprintf("execution trace %s (scheduling waits: go tool trace -pprof=sched %s > sched.pprof && go tool pprof -top sched.pprof)", execTrace, execTrace))
 	}
 	if cpuProfile != "" {
 		parts = append(parts, fmt.Sprintf("CPU profile %s (go tool pprof %s)", cpuProfile, cpuProfile))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -110,7 +111,7 @@ func TestStageSetsAndSummary(t *testing.T) {
 	}
 	var out bytes.Buffer
 	writeBreakdown(&out, &LatencyBreakdown{TraceEvery: 8, TracedBatches: 100, Publish: sets})
-	if s := out.String(); !strings.Contains(s, "publish p99 (>= 99.50 ms, 1 batches, mean 100.00 ms): network back 100.00 ms (100%);") {
+	if s := out.String(); !strings.Contains(s, "publish p99 (>= 99.50 ms, 1 batches, mean 100.00 ms): network back 100.00 ms (100%)\n") {
 		t.Fatalf("summary:\n%s", s)
 	}
 	if stageSets(nil, publishStages, 1, 2) != nil {
@@ -122,12 +123,16 @@ func TestStageSetsAndSummary(t *testing.T) {
 type fakeTraces struct {
 	recs []protocol.SendTrace
 	asks []uint64
+	err  error // every answer's, when set
 }
 
 func (f *fakeTraces) SendTraces(_ context.Context, _ string, from uint64) (*protocol.SendTraceTable, error) {
 	f.asks = append(f.asks, from)
-	if from >= uint64(len(f.recs)) {
-		return &protocol.SendTraceTable{Next: from}, nil
+	if f.err != nil {
+		return nil, f.err
+	}
+	if from >= uint64(len(f.recs)) { // as a broker: a reader ahead of the ring is told its head
+		return &protocol.SendTraceTable{Next: uint64(len(f.recs))}, nil
 	}
 	return &protocol.SendTraceTable{Next: uint64(len(f.recs)), Traces: f.recs[from:]}, nil
 }
@@ -268,9 +273,9 @@ func TestSlaveBreakdown(t *testing.T) {
 	var out bytes.Buffer
 	writeBreakdown(&out, b)
 	for _, want := range []string{
-		"  replication slave 1 p99 (>= 99.50 ms, 1 batches, mean 51.00 ms): held pull wake-up 50.00 ms (98%); slave round trip 1.00 ms (2%);\n",
+		"  replication slave 1 p99 (>= 99.50 ms, 1 batches, mean 51.00 ms): held pull wake-up 50.00 ms (98%); slave round trip 1.00 ms (2%)\n",
 		"  replication slave 1: 1 traced batches without its ack when the broker's record was read (left out)\n",
-		"  replication slave 2 all (>= 0.00 ms, 100 batches, mean 2.00 ms): held pull wake-up 1.00 ms (50%); slave round trip 1.00 ms (50%);\n",
+		"  replication slave 2 all (>= 0.00 ms, 100 batches, mean 2.00 ms): held pull wake-up 1.00 ms (50%); slave round trip 1.00 ms (50%)\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
@@ -294,9 +299,9 @@ func TestSlaveBreakdownLoneMaster(t *testing.T) {
 func TestProfilesLine(t *testing.T) {
 	for _, tc := range []struct{ exec, cpu, want string }{
 		{"", "", ""},
-		{"/d/x.trace", "", "  profiles: execution trace /d/x.trace (scheduling waits: go tool trace -pprof=sched /d/x.trace)"},
+		{"/d/x.trace", "", "  profiles: execution trace /d/x.trace (scheduling waits: go tool trace -pprof=sched /d/x.trace > sched.pprof && go tool pprof -top sched.pprof)"},
 		{"", "/d/cpu.pprof", "  profiles: CPU profile /d/cpu.pprof (go tool pprof /d/cpu.pprof)"},
-		{"/d/x.trace", "/d/cpu.pprof", "  profiles: execution trace /d/x.trace (scheduling waits: go tool trace -pprof=sched /d/x.trace); CPU profile /d/cpu.pprof (go tool pprof /d/cpu.pprof)"},
+		{"/d/x.trace", "/d/cpu.pprof", "  profiles: execution trace /d/x.trace (scheduling waits: go tool trace -pprof=sched /d/x.trace > sched.pprof && go tool pprof -top sched.pprof); CPU profile /d/cpu.pprof (go tool pprof /d/cpu.pprof)"},
 	} {
 		if got := profilesLine(tc.exec, tc.cpu); got != tc.want {
 			t.Errorf("profilesLine(%q, %q) = %q, want %q", tc.exec, tc.cpu, got, tc.want)
@@ -310,5 +315,38 @@ func TestProfilesLine(t *testing.T) {
 	}
 	if a := absPath("x.trace"); !strings.HasPrefix(a, "/") || !strings.HasSuffix(a, "/x.trace") || absPath("") != "" {
 		t.Fatalf("absPath(x.trace) = %q", a)
+	}
+}
+
+// TestProbe: the run reads a ring from its head, so records of earlier runs are neither joined
+// nor counted as dropped; a broker with tracing off or of an older version is named as such.
+func TestProbe(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeTraces{}
+	for i := range 5000 { // an earlier run's records, more than a ring holds
+		f.recs = append(f.recs, protocol.SendTrace{ID: uint64(i + 1), Topic: "T"})
+	}
+	head, err := probe(ctx, f, "a")
+	if err != nil || head != 5000 || f.asks[0] != math.MaxUint64 {
+		t.Fatalf("probe: head %d, %v, asked %v; want 5000 from MaxUint64", head, err, f.asks)
+	}
+	tr := newTracer(1)
+	tr.startAt("a", head)
+	f.recs = append(f.recs, protocol.SendTrace{ID: 9001, Topic: "T"})
+	tr.poll(ctx, f, []string{"a"})
+	if len(tr.brokers) != 1 || tr.dropped != 0 || f.asks[1] != 5000 {
+		t.Fatalf("after the probe: %d records, %d dropped, asked %v; want the new one alone", len(tr.brokers), tr.dropped, f.asks)
+	}
+	for _, tc := range []struct {
+		status protocol.Status
+		want   string
+	}{
+		{protocol.StatusServiceNotAvailable, "broker b records no send traces"},
+		{protocol.StatusRequestCodeNotSupported, "broker b does not record send traces (an older version)"},
+	} {
+		_, err := probe(ctx, &fakeTraces{err: &protocol.Error{Status: tc.status, Remark: "why"}}, "b")
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, tc.status) {
+			t.Errorf("%v: probe %v, want %q", tc.status, err, tc.want)
+		}
 	}
 }

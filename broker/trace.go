@@ -305,9 +305,12 @@ func (b *Broker) replySendTraces(req request) rpc.Reply {
 	if err := h.ReadFrom(req.header); err != nil {
 		return req.malformed(err)
 	}
-	t := protocol.SendTraceTable{Next: h.From}
-	if b.trace != nil {
-		b.trace.read(h.From, &t)
+	if b.trace == nil {
+		// NB: an empty table would read as "nothing traced yet": the reader would wait for
+		// traces that never come.
+		return rpc.Errorf(protocol.StatusServiceNotAvailable, "send tracing is off on broker %s (traceRingEntries=0): it records no send traces", b.cfg.BrokerName)
 	}
+	t := protocol.SendTraceTable{Next: h.From}
+	b.trace.read(h.From, &t)
 	return rpc.Reply{Body: t.AppendTo(nil)}
 }

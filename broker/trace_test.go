@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/petrel-mq/petrel/commitlog"
@@ -156,7 +157,8 @@ func TestSendTraceRingWraps(t *testing.T) {
 }
 
 // TestSendTraceRingOff: with traceRingEntries 0 a traced send is stored and answered as any
-// other, and GET_SEND_TRACES answers an empty table that stays where it was asked from.
+// other, and GET_SEND_TRACES is refused as not available, saying why (an empty table would read
+// as nothing traced yet).
 func TestSendTraceRingOff(t *testing.T) {
 	b, c := traceBroker(t, func(c *Config) { c.TraceRingEntries = 0 }, "O", 1)
 	if b.trace != nil || b.replicationObserver() != nil {
@@ -165,8 +167,12 @@ func TestSendTraceRingOff(t *testing.T) {
 	if got := tracedSend(t, c, 1, "O", 0, "m"); got.QueueOffset != 0 {
 		t.Fatalf("answer %+v", got)
 	}
-	if tbl := sendTraces(t, c, 7); tbl.Next != 7 || tbl.Dropped != 0 || len(tbl.Traces) != 0 {
-		t.Fatalf("ring off answered %+v", tbl)
+	resp, err := c.Call(ctx5s(t), protocol.CodeGetSendTraces, &protocol.GetSendTracesRequest{From: 7}, nil)
+	if err == nil {
+		resp.Release()
+	}
+	if st := statusOf(err); st != protocol.StatusServiceNotAvailable || !strings.Contains(err.Error(), "traceRingEntries=0") {
+		t.Fatalf("ring off answered %v; want SERVICE_NOT_AVAILABLE naming traceRingEntries=0", err)
 	}
 }
 

@@ -198,9 +198,11 @@ func WithPullObserver(fn func(PullTiming)) ConsumerOption {
 
 // SendTraces returns the send traces the broker at addr recorded (see WithTraceEvery), the
 // complete ones from sequence number from on (0 at first; the table's Next after), with how many
-// of them its ring overwrote before they were read (Dropped). A broker with tracing off answers
-// an empty table whose Next is from. A broker that predates tracing refuses the request: the
-// error then matches protocol.StatusRequestCodeNotSupported (errors.Is, or StatusOf).
+// of them its ring overwrote before they were read (Dropped); from math.MaxUint64 answers no
+// trace and the ring's head as Next (where a reader that wants only what comes next starts). A
+// broker with tracing off (traceRingEntries=0) refuses the request with
+// protocol.StatusServiceNotAvailable; one that predates tracing with
+// protocol.StatusRequestCodeNotSupported (errors.Is, or StatusOf).
 func (a *Admin) SendTraces(ctx context.Context, addr string, from uint64) (*protocol.SendTraceTable, error) {
 	if err := a.args(ctx, "SendTraces", argAddr(addr)); err != nil {
 		return nil, err

@@ -79,8 +79,11 @@ process runs with GOMAXPROCS 1 and the thread's timer slack at 1 ns, so neither 
 nor the kernel's timer coalescing adds to what it measures.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if interval <= 0 || dur <= 0 {
+			switch {
+			case interval <= 0 || dur <= 0:
 				return fmt.Errorf("--interval %v and --duration %v must be positive", interval, dur)
+			case interval > bench.MaxHiccupInterval || interval > dur:
+				return fmt.Errorf("--interval %v: at most %v and at most --duration %v (a stop is noticed between sleeps)", interval, bench.MaxHiccupInterval, dur)
 			}
 			if jsonFile != "" {
 				if fi, err := os.Stat(filepath.Dir(jsonFile)); err != nil || !fi.IsDir() {
@@ -107,7 +110,7 @@ nor the kernel's timer coalescing adds to what it measures.`,
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&interval, "interval", time.Millisecond, "sleep asked for each time")
+	cmd.Flags().DurationVar(&interval, "interval", time.Millisecond, "sleep asked for each time (at most 1s and at most --duration)")
 	cmd.Flags().DurationVar(&dur, "duration", 10*time.Second, "how long to measure (a SIGINT or SIGTERM ends it sooner)")
 	cmd.Flags().StringVar(&jsonFile, "json", "", "also write the result to this file as JSON (lateness in ms)")
 	return cmd

@@ -54,6 +54,9 @@ func TestBaselineHiccupUsageErrors(t *testing.T) {
 	}{
 		{[]string{"--interval", "0s"}, "--interval 0s and --duration 10s must be positive"},
 		{[]string{"--duration", "-1s"}, "must be positive"},
+		// A sleep is not interrupted: a long one would outlast --duration and any signal.
+		{[]string{"--interval", "1h", "--duration", "2s"}, "--interval 1h0m0s: at most 1s"},
+		{[]string{"--interval", "2s", "--duration", "1s"}, "at most --duration 1s"},
 		{[]string{"--json", "/nonexistent-dir/h.json"}, "its directory does not exist"},
 		{[]string{"extra"}, "unknown command"},
 	} {
