@@ -217,14 +217,40 @@ func allZero(b []byte) bool {
 	return true
 }
 
+// Prefaulting a file's fresh pages: a write fault on a page not in the page cache makes the
+// kernel read the page in, and the fault of a mapping reads around it: read_ahead_kb of the
+// disk, 8 MiB on some virtual machines (128 KiB by default), pages an unwritten extent gives as
+// zeros, all zeroed in one fault. On a kernel built without preemption (PREEMPT_NONE) such a
+// fault held a CPU for 15-25 ms, and with a master's and its slaves' pre-allocators refilling
+// their windows at the same moment both CPUs of a small machine were taken while every other
+// thread waited: the replicated tail. prefault therefore marks the range MADV_RANDOM while it
+// populates it (a fault then brings in its own page alone, and the kernel may switch threads
+// between pages) and gives the range back its normal read-ahead after (readers of the segment
+// later, from disk, want it), in calls of prefaultChunk bytes.
+
+// prefaultChunk bounds the bytes one MADV_POPULATE_WRITE call populates: about a millisecond of
+// kernel work, after which the call returns to user space, where the scheduler may run others.
+const prefaultChunk = 128 << 10
+
 // prefault populates the page tables of m for writing (MADV_POPULATE_WRITE, Linux 5.14+), so
-// later writes do not fault. Older kernels (EINVAL) are ignored.
+// later writes do not fault, without read-around (see above). Older kernels (EINVAL) are
+// ignored.
 func prefault(m []byte) error {
 	if len(m) == 0 {
 		return nil
 	}
-	if err := unix.Madvise(m, unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
-		return err
+	// NB: advice errors are ignored: without it the populate is only slower to share the CPU.
+	_ = unix.Madvise(m, unix.MADV_RANDOM)
+	defer func() { _ = unix.Madvise(m, unix.MADV_NORMAL) }()
+	for rest := m; len(rest) > 0; {
+		n := min(len(rest), prefaultChunk)
+		if err := unix.Madvise(rest[:n], unix.MADV_POPULATE_WRITE); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				return nil // no MADV_POPULATE_WRITE here: writes fault as without it
+			}
+			return err
+		}
+		rest = rest[n:]
 	}
 	return nil
 }
