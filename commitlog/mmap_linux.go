@@ -223,10 +223,12 @@ func allZero(b []byte) bool {
 // zeros, all zeroed in one fault. On a kernel built without preemption (PREEMPT_NONE) such a
 // fault held a CPU for 15-25 ms, and with a master's and its slaves' pre-allocators refilling
 // their windows at the same moment both CPUs of a small machine were taken while every other
-// thread waited: the replicated tail. prefault therefore marks the range MADV_RANDOM while it
+// thread waited: the replicated tail. prefault therefore marks the range MADV_RANDOM and
 // populates it (a fault then brings in its own page alone, and the kernel may switch threads
-// between pages) and gives the range back its normal read-ahead after (readers of the segment
-// later, from disk, want it), in calls of prefaultChunk bytes.
+// between pages), in calls of prefaultChunk bytes. The range stays so while the file is written
+// (a write that outruns the prefault must not read around either); once the file is full,
+// normalReadahead gives it back its read-ahead, which readers of it from disk want
+// (mappedFile.ahead).
 
 // prefaultChunk bounds the bytes one MADV_POPULATE_WRITE call populates: about a millisecond of
 // kernel work, after which the call returns to user space, where the scheduler may run others.
@@ -239,9 +241,8 @@ func prefault(m []byte) error {
 	if len(m) == 0 {
 		return nil
 	}
-	// NB: advice errors are ignored: without it the populate is only slower to share the CPU.
+	// NB: an advice error is ignored: without it the populate only shares the CPU worse.
 	_ = unix.Madvise(m, unix.MADV_RANDOM)
-	defer func() { _ = unix.Madvise(m, unix.MADV_NORMAL) }()
 	for rest := m; len(rest) > 0; {
 		n := min(len(rest), prefaultChunk)
 		if err := unix.Madvise(rest[:n], unix.MADV_POPULATE_WRITE); err != nil {
@@ -253,6 +254,13 @@ func prefault(m []byte) error {
 		rest = rest[n:]
 	}
 	return nil
+}
+
+// normalReadahead gives m back the kernel's normal read-ahead (after prefault's MADV_RANDOM).
+func normalReadahead(m []byte) {
+	if len(m) > 0 {
+		_ = unix.Madvise(m, unix.MADV_NORMAL)
+	}
 }
 
 // syncFS commits everything written to the file system holding path (syncfs(2)).

@@ -13,7 +13,8 @@ import (
 )
 
 // TestPrefaultReadsNothingAround: prefault brings the pages it is given into the page cache and
-// none after them, and leaves the mapping with its normal read-ahead. A write fault of a mapping
+// none after them; the range stays without read-around while its file is written and gets its
+// read-ahead back once the file is full (readAheadBack). A write fault of a mapping
 // reads around the faulting page (the disk's read_ahead_kb, 8 MiB on some machines); on a fresh,
 // fallocated segment that is megabytes zeroed in one fault, which a kernel without preemption
 // does not interrupt: the pre-allocators of a master and its slaves took both CPUs of a small
@@ -57,13 +58,30 @@ func TestPrefaultReadsNothingAround(t *testing.T) {
 	if in != pages || beyond != 0 {
 		t.Fatalf("after prefaulting %d pages: %d of them resident and %d pages after them (read around)", pages, in, beyond)
 	}
+	// While the file is written its prefaulted part stays without read-around; once it is full
+	// (no longer the last of its list), readAheadBack gives it its read-ahead back.
+	if flags := mustVMFlags(t, m); !strings.Contains(" "+flags+" ", " rr ") {
+		t.Fatalf("the prefaulted range of a file being written reads around again (VmFlags %s)", flags)
+	}
+	f := (&Store{}).newMappedFile("segment", 0, m)
+	f.ahead.Store(true) // as prefaultAhead marks the file it prefaults
+	readAheadBack([]*mappedFile{f})
+	if flags := mustVMFlags(t, m); !strings.Contains(" "+flags+" ", " rr ") {
+		t.Fatalf("the last file of its list lost its prefault advice (VmFlags %s)", flags)
+	}
+	readAheadBack([]*mappedFile{f, nil})
+	if flags := mustVMFlags(t, m); strings.Contains(" "+flags+" ", " rr ") || f.ahead.Load() {
+		t.Fatalf("a full file is left without read-ahead (VmFlags %s)", flags)
+	}
+}
+
+func mustVMFlags(t *testing.T, m []byte) string {
+	t.Helper()
 	flags, err := vmFlags(uintptr(unsafe.Pointer(&m[0])))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(" "+flags+" ", " rr ") {
-		t.Fatalf("the mapping is left without read-ahead (VmFlags %s)", flags)
-	}
+	return flags
 }
 
 // vmFlags returns the VmFlags line of this process's mapping that starts at addr (smaps).
