@@ -222,9 +222,7 @@ func (q *consumeQueue) prefaultAhead() {
 	defer f.release()
 	lo := ((cnt - f.base) * entrySize) &^ (pageSize - 1)
 	hi := min(lo+prefaultEntries*entrySize, f.size)
-	f.ahead.Store(true)
 	_ = prefault(f.data[lo:hi])
-	readAheadBack(*q.files.Load())
 }
 
 // flush msyncs entries [flushedIdx, count).

@@ -108,7 +108,6 @@ func (s *Store) allocLoop() {
 		}
 		s.createNext()
 		s.prefaultAhead()
-		readAheadBack(*s.segs.Load())
 	}
 }
 
@@ -135,7 +134,6 @@ func (s *Store) prefaultAhead() {
 	if len(segs) > 0 {
 		if seg := segs[len(segs)-1]; from >= seg.base && from < seg.end() && seg.tryAcquire() {
 			hi := min(to, seg.end())
-			seg.ahead.Store(true)
 			if err := prefault(seg.data[from-seg.base : hi-seg.base]); err != nil {
 				s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
 			}
@@ -156,7 +154,6 @@ func (s *Store) prefaultAhead() {
 			}
 			if from < p.end() && from < to {
 				hi := min(to, p.end())
-				p.ahead.Store(true)
 				if err := prefault(p.data[from-p.base : hi-p.base]); err != nil {
 					s.logger.Warn("commitlog: cannot prefault segment", "path", p.path(), "err", err)
 				}

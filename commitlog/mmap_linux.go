@@ -217,50 +217,16 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// Prefaulting a file's fresh pages: a write fault on a page not in the page cache makes the
-// kernel read the page in, and the fault of a mapping reads around it: read_ahead_kb of the
-// disk, 8 MiB on some virtual machines (128 KiB by default), pages an unwritten extent gives as
-// zeros, all zeroed in one fault. On a kernel built without preemption (PREEMPT_NONE) such a
-// fault held a CPU for 15-25 ms, and with a master's and its slaves' pre-allocators refilling
-// their windows at the same moment both CPUs of a small machine were taken while every other
-// thread waited: the replicated tail. prefault therefore marks the range MADV_RANDOM and
-// populates it (a fault then brings in its own page alone, and the kernel may switch threads
-// between pages), in calls of prefaultChunk bytes. The range stays so while the file is written
-// (a write that outruns the prefault must not read around either); once the file is full,
-// normalReadahead gives it back its read-ahead, which readers of it from disk want
-// (mappedFile.ahead).
-
-// prefaultChunk bounds the bytes one MADV_POPULATE_WRITE call populates: about a millisecond of
-// kernel work, after which the call returns to user space, where the scheduler may run others.
-const prefaultChunk = 128 << 10
-
 // prefault populates the page tables of m for writing (MADV_POPULATE_WRITE, Linux 5.14+), so
-// later writes do not fault, without read-around (see above). Older kernels (EINVAL) are
-// ignored.
+// later writes do not fault. Older kernels (EINVAL) are ignored.
 func prefault(m []byte) error {
 	if len(m) == 0 {
 		return nil
 	}
-	// NB: an advice error is ignored: without it the populate only shares the CPU worse.
-	_ = unix.Madvise(m, unix.MADV_RANDOM)
-	for rest := m; len(rest) > 0; {
-		n := min(len(rest), prefaultChunk)
-		if err := unix.Madvise(rest[:n], unix.MADV_POPULATE_WRITE); err != nil {
-			if errors.Is(err, unix.EINVAL) {
-				return nil // no MADV_POPULATE_WRITE here: writes fault as without it
-			}
-			return err
-		}
-		rest = rest[n:]
+	if err := unix.Madvise(m, unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
 	}
 	return nil
-}
-
-// normalReadahead gives m back the kernel's normal read-ahead (after prefault's MADV_RANDOM).
-func normalReadahead(m []byte) {
-	if len(m) > 0 {
-		_ = unix.Madvise(m, unix.MADV_NORMAL)
-	}
 }
 
 // syncFS commits everything written to the file system holding path (syncfs(2)).

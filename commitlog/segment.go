@@ -76,23 +76,6 @@ type mappedFile struct {
 	firstBase atomic.Int64 // consume-queue files: base queue offset of entry number base
 
 	dirty bool // recovery only: modified, msync before the checkpoint
-
-	// ahead is set while parts of the mapping are without read-ahead (prefault); the file's
-	// prefaulter gives it back (readAheadBack) once the file is no longer written.
-	ahead atomic.Bool
-}
-
-// readAheadBack gives the files of list that are no longer written (all but the last) their
-// read-ahead back after prefault. The prefaulter goroutine of the list (segments: the
-// pre-allocator; a queue's files: the queue flusher).
-func readAheadBack(list []*mappedFile) {
-	for _, f := range list[:max(len(list)-1, 0)] {
-		if f.ahead.Load() && f.tryAcquire() {
-			normalReadahead(f.data)
-			f.ahead.Store(false)
-			f.release()
-		}
-	}
 }
 
 func (s *Store) newMappedFile(path string, base int64, data mmap.MMap) *mappedFile {
