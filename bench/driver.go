@@ -211,7 +211,7 @@ func (c *petrelCluster) newProducer() (producer, error) {
 // every master of groups records send traces, and polls their rings until close.
 func (c *petrelCluster) startTracing(ctx context.Context, every int, groups []groupInfo) error {
 	var addrs []string
-	var heads []uint64
+	t := newTracer(every)
 	for _, g := range groups {
 		if g.master == "" {
 			continue
@@ -220,12 +220,10 @@ func (c *petrelCluster) startTracing(ctx context.Context, every int, groups []gr
 		if err != nil {
 			return err
 		}
-		addrs, heads = append(addrs, g.master), append(heads, head)
+		t.startAt(g.master, head)
+		addrs = append(addrs, g.master)
 	}
-	c.trace = newTracer(every)
-	for i, a := range addrs {
-		c.trace.startAt(a, heads[i])
-	}
+	c.trace = t
 	c.trace.startPolling(c.admin, addrs)
 	c.traceAddrs = addrs
 	return nil

@@ -159,3 +159,6 @@ func checkHiccup(interval, d time.Duration) error {
 	}
 	return nil
 }
+
+// WriteJSON writes the result to path, indented.
+func (r HiccupResult) WriteJSON(path string) error { return writeJSON(path, r) }

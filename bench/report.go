@@ -369,8 +369,11 @@ func offsetMovedBackProblem(n int64) string {
 }
 
 // WriteJSON writes the result to path, indented.
-func (r *Result) WriteJSON(path string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+func (r *Result) WriteJSON(path string) error { return writeJSON(path, r) }
+
+// writeJSON writes v to path as indented JSON.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("cannot encode result: %w", err)
 	}

@@ -565,7 +565,7 @@ func (r *runner) measure(ctx context.Context) {
 	} else {
 		r.lagStarted()
 		r.cpu.start()
-		r.measuredFrom = time.Now()
+		r.measuredFrom = phaseStart
 	}
 	// enter closes the current phase's last interval and starts the next phase ("" at the
 	// end) with a full progress interval. A remainder too short to give meaningful rates (it

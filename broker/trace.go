@@ -181,8 +181,8 @@ func (t traceRef) finish(answered int64) {
 }
 
 // stampSlave records a slave's stage at now: its Served (acked false; with Pulled, when the
-// pull it answers arrived) or its Acked, the first time only. A record still takes slave stamps once complete (a slave outside the in-sync set
-// acknowledges after the answer). Any goroutine.
+// pull it answers arrived) or its Acked, the first time only. A record still takes slave stamps
+// once complete (a slave outside the in-sync set acknowledges after the answer). Any goroutine.
 func (t traceRef) stampSlave(brokerID int64, acked bool, now, pulled int64) {
 	s := t.s
 	s.busy.Add(1)

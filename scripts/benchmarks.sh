@@ -159,7 +159,7 @@ proc_connected() { # n: the master has n slaves connected
   got=$(bin/petrelctl haStatus -b "$(proc_addr 0)" --timeout 2s 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $7 == "true"' | wc -l || true)
   ((got >= $1))
 }
-proc_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; } # port
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; } # port
 proc_wait() { # what, then a check: retries the check for up to 30 s; stops the script if a process exits meanwhile
   local what=$1 t p; shift
   for ((t = 0; t < 150; t++)); do
@@ -181,13 +181,13 @@ proc_start() { # name, then the run's petrel-bench arguments: starts the NameSer
   PROC_NAME=$1; shift
   proc_settings "$@"
   for ((p = PROC_PORT; p <= PROC_PORT + 2 + 2 * P_SLAVES; p++)); do
-    if proc_listening "$p"; then echo "port $p is already in use: stop what listens there or set PROC_PORT" >&2; exit 1; fi
+    if listening "$p"; then echo "port $p is already in use: stop what listens there or set PROC_PORT" >&2; exit 1; fi
   done
   rm -rf "$PROC_DIR"
   mkdir -p "$PROC_DIR"
   bin/petrel-namesrv --listen "$PROC_NS" --registration-period 1ns --log-level warn >"$PROC_DIR/namesrv.out" 2>"$PROC_DIR/namesrv.log" &
   PROC_PIDS+=($!)
-  proc_wait "the NameServer to listen on $PROC_NS" proc_listening "$PROC_PORT"
+  proc_wait "the NameServer to listen on $PROC_NS" listening "$PROC_PORT"
   proc_broker 0
   proc_wait "the master to register with the NameServer" proc_members 1
   for ((i = 1; i <= P_SLAVES; i++)); do proc_broker "$i"; done
@@ -437,7 +437,7 @@ nats_start() { # r1 | r1-sync | r3: starts scripts/nats-server.sh in the backgro
   local mode=$1 n=1 i t
   [[ $mode == r3 ]] && n=3
   for ((i = 0; i < n; i++)); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$((NATS_PORT + i))") 2>/dev/null; then
+    if listening "$((NATS_PORT + i))"; then
       echo "port $((NATS_PORT + i)) is already in use: stop that server or set NATS_PORT" >&2
       exit 1
     fi
@@ -448,7 +448,7 @@ nats_start() { # r1 | r1-sync | r3: starts scripts/nats-server.sh in the backgro
   TMPDIR=$DATA PORT=$NATS_PORT scripts/nats-server.sh "$mode" >"$OUT/nats-server-$mode.log" 2>&1 &
   NATS_PID=$!
   for ((i = 0; i < n; i++)); do
-    until (exec 3<>"/dev/tcp/127.0.0.1/$((NATS_PORT + i))") 2>/dev/null; do
+    until listening "$((NATS_PORT + i))"; do
       kill -0 "$NATS_PID" 2>/dev/null || { echo "nats-server ($mode) exited:" >&2; tail -20 "$OUT/nats-server-$mode.log" >&2; exit 1; }
       sleep 0.2
     done

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"time"
 
@@ -86,8 +84,8 @@ nor the kernel's timer coalescing adds to what it measures.`,
 				return fmt.Errorf("--interval %v: at most %v and at most --duration %v (a stop is noticed between sleeps)", interval, bench.MaxHiccupInterval, dur)
 			}
 			if jsonFile != "" {
-				if fi, err := os.Stat(filepath.Dir(jsonFile)); err != nil || !fi.IsDir() {
-					return fmt.Errorf("--json %s: its directory does not exist", jsonFile)
+				if err := checkJSONDir(jsonFile); err != nil {
+					return err
 				}
 			}
 			// One P: when the meter's thread wakes, no other goroutine of this process can hold
@@ -99,13 +97,7 @@ nor the kernel's timer coalescing adds to what it measures.`,
 			}
 			fmt.Fprintln(stdout, r)
 			if jsonFile != "" {
-				b, err := json.MarshalIndent(r, "", "  ")
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(jsonFile, append(b, '\n'), 0o644); err != nil {
-					return fmt.Errorf("--json: %w", err)
-				}
+				return r.WriteJSON(jsonFile)
 			}
 			return nil
 		},

@@ -144,8 +144,8 @@ consume-only run against one slave.`,
 			}
 			if cfg.JSONFile != "" {
 				// Checked now, not after a run of many minutes.
-				if fi, err := os.Stat(filepath.Dir(cfg.JSONFile)); err != nil || !fi.IsDir() {
-					return fmt.Errorf("--json %s: its directory does not exist", cfg.JSONFile)
+				if err := checkJSONDir(cfg.JSONFile); err != nil {
+					return err
 				}
 			}
 			if cpuProfile != "" && cpuProfile == execTrace {
@@ -308,4 +308,13 @@ func startRecording(flag, path string, start func(io.Writer) error, stop func())
 		stop()
 		_ = f.Close()
 	}, nil
+}
+
+// checkJSONDir refuses a --json file whose directory does not exist, before a run that would
+// only find out at its end.
+func checkJSONDir(path string) error {
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--json %s: its directory does not exist", path)
+	}
+	return nil
 }
