@@ -107,10 +107,10 @@ type Config struct {
 	// logs a warning and leaves the still-held mappings to be unmapped on their last release
 	// (default 5s).
 	CloseTimeout time.Duration
-	// DisablePrefault stops the segment pre-allocator from populating the next segment's page
-	// tables (madvise MADV_POPULATE_WRITE) before it is used. Prefaulting takes the page faults
-	// off Append, which runs under the store mutex, at the cost of dirtying up to one segment of
-	// zero pages ahead of the writes.
+	// DisablePrefault stops the consume-queue flusher from populating the page tables of the
+	// entries after each queue's end (madvise MADV_POPULATE_WRITE), which takes the page faults
+	// off Append, which runs under the store mutex. (The commit log needs none: Append writes
+	// its segments through their files.)
 	DisablePrefault bool
 	// Parser validates and describes batches found on disk. Required.
 	Parser Parser

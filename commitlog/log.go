@@ -44,7 +44,7 @@ func (s *Store) rollLocked() error {
 	copy(list, cur)
 	list = append(list, next)
 	s.segs.Store(&list)
-	s.active = next
+	s.setActiveLocked(next)
 	s.writePos = next.base
 	kick(s.allocKick)
 	if s.cfg.RetentionBytes > 0 {
@@ -99,7 +99,6 @@ func (s *Store) discardPreparedLocked(p *mappedFile) {
 // fallocate and fsync.
 func (s *Store) allocLoop() {
 	defer s.wg.Done()
-	s.prefaultAhead()
 	for {
 		select {
 		case <-s.stop:
@@ -107,61 +106,57 @@ func (s *Store) allocLoop() {
 		case <-s.allocKick:
 		}
 		s.createNext()
-		s.prefaultAhead()
 	}
 }
 
-// prefaultWindow is how far ahead of the log end the pre-allocator populates page tables
-// (bytes). A window rather than the whole segment: populating writes zero pages, which the
-// kernel would otherwise write back to disk ahead of the data, and a 1 GiB segment would cost
-// 1 GiB of page cache at once.
-const prefaultWindow = 8 << 20
+// Writing the active segment. Appends write through the segment's file (pwrite), and readers
+// read through its mapping; both see the one page cache. Writing through the mapping instead
+// (as the log once did, with a pre-allocator populating the page tables ahead of the writes)
+// costs twice on a small virtual machine, where fresh page-cache pages are expensive to touch:
+//   - a write fault on a fresh page reads the page in first, and a fault of a mapping reads
+//     around it (read_ahead_kb, 8 MiB on some machines): megabytes of an unwritten extent zeroed
+//     in one fault, which a kernel built without preemption does not interrupt; a master's and
+//     its slaves' pre-allocators took both CPUs for 15-25 ms at a time. A full-page write(2)
+//     zeroes nothing, and a partial one only the rest of its page.
+//   - writeback write-protects every page mapped writable and dirty (folio_mkclean), one TLB
+//     shootdown per page, an inter-processor interrupt to every CPU the broker runs on: a third
+//     of the machine's CPU at the highest rate. A page written with write(2) is mapped, if at
+//     all, read-only by a reader, so writeback has nothing to write-protect.
+// RocketMQ's transientStorePoolEnable writes through FileChannel for the second reason; Kafka
+// always has.
 
-// prefaultAhead populates the page tables of [end, end+prefaultWindow) in the active segment
-// and, past its end, in the pre-allocated next segment, so appends do not take page faults.
-// Pre-allocator goroutine; appends may write into the range meanwhile, which is harmless.
-func (s *Store) prefaultAhead() {
-	if s.cfg.DisablePrefault {
-		return
+// setActiveLocked makes seg the active segment: the previous one's writer is closed and seg's
+// file is opened for writing. A segment whose file cannot be opened is written through its
+// mapping, with a warning: slower, never wrong. Caller holds mu.
+func (s *Store) setActiveLocked(seg *mappedFile) {
+	if old := s.active; old != nil && old != seg && old.w != nil {
+		if err := old.w.Close(); err != nil {
+			s.logger.Warn("commitlog: cannot close segment", "path", old.path(), "err", err)
+		}
+		old.w = nil
 	}
-	end := s.end.Load()
-	to := end + prefaultWindow
-	from := max(s.prefaultedTo.Load(), end) &^ (pageSize - 1)
-	if from >= to {
-		return
-	}
-	segs := *s.segs.Load()
-	if len(segs) > 0 {
-		if seg := segs[len(segs)-1]; from >= seg.base && from < seg.end() && seg.tryAcquire() {
-			hi := min(to, seg.end())
-			if err := prefault(seg.data[from-seg.base : hi-seg.base]); err != nil {
-				s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
-			}
-			seg.release()
-			from = hi
+	if seg.w == nil {
+		w, err := os.OpenFile(seg.path(), os.O_WRONLY, 0)
+		if err != nil {
+			s.logger.Warn("commitlog: cannot open segment for writing, writing through its mapping", "path", seg.path(), "err", err)
+		} else {
+			seg.w = w
 		}
 	}
-	if from < to {
-		s.amu.Lock()
-		p := s.prepared
-		if p != nil && !p.tryAcquire() {
-			p = nil
-		}
-		s.amu.Unlock()
-		if p != nil {
-			if from < p.base {
-				from = p.base
-			}
-			if from < p.end() && from < to {
-				hi := min(to, p.end())
-				if err := prefault(p.data[from-p.base : hi-p.base]); err != nil {
-					s.logger.Warn("commitlog: cannot prefault segment", "path", p.path(), "err", err)
-				}
-			}
-			p.release()
-		}
+	s.active = seg
+}
+
+// writeLocked writes b at byte rel of segment seg: through its writer if it has one, else
+// through its mapping. Caller holds mu.
+func (s *Store) writeLocked(seg *mappedFile, rel int64, b []byte) error {
+	if seg.w == nil {
+		copy(seg.data[rel:rel+int64(len(b))], b)
+		return nil
 	}
-	s.prefaultedTo.Store(to)
+	if _, err := seg.w.WriteAt(b, rel); err != nil {
+		return fmt.Errorf("cannot write %d bytes at %d of segment %q: %w", len(b), rel, seg.path(), err)
+	}
+	return nil
 }
 
 // createNext creates the segment after the active one unless it is ready, and returns it (nil

@@ -282,7 +282,7 @@ func (s *Store) recover() error {
 		}
 	}
 
-	s.active = endSeg
+	s.setActiveLocked(endSeg)
 	s.writePos = end
 	s.end.Store(end)
 	s.minOffset.Store(logMin)

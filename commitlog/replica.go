@@ -187,7 +187,9 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		seg = s.active
 	}
 	rel := s.writePos - seg.base
-	copy(seg.data[rel:rel+int64(len(data))], data)
+	if err := s.writeLocked(seg, rel, data); err != nil {
+		return 0, err
+	}
 	for i := range s.replInfos {
 		ri := &s.replInfos[i]
 		if ri.Control {
@@ -289,9 +291,6 @@ func (s *Store) publishReplicatedLocked(seg *mappedFile, end int64) int64 {
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
 	}
-	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault {
-		kick(s.allocKick)
-	}
 	_ = seg
 	return end
 }
@@ -357,12 +356,11 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 	}
 	list := []*mappedFile{seg}
 	s.segs.Store(&list)
-	s.active = seg
+	s.setActiveLocked(seg)
 	s.writePos = base
 	s.minOffset.Store(base)
 	s.end.Store(base)
 	s.flushed.Store(base)
-	s.prefaultedTo.Store(base)
 	for _, f := range old {
 		f.remove.Store(!keep)
 		f.release()

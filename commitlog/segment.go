@@ -76,6 +76,11 @@ type mappedFile struct {
 	firstBase atomic.Int64 // consume-queue files: base queue offset of entry number base
 
 	dirty bool // recovery only: modified, msync before the checkpoint
+
+	// w is the active segment's file, opened for writing: appends go through it (pwrite), not
+	// through the mapping (see Store.setActiveLocked). nil for every other file. Written under
+	// the store's mu; closed when the segment stops being active, or at its unmap.
+	w *os.File
 }
 
 func (s *Store) newMappedFile(path string, base int64, data mmap.MMap) *mappedFile {
@@ -130,6 +135,12 @@ func (s *Store) freeFile(f *mappedFile) {
 }
 
 func (s *Store) unmapFile(f *mappedFile) {
+	if f.w != nil {
+		if err := f.w.Close(); err != nil {
+			s.logger.Error("commitlog: cannot close segment", "path", f.path(), "err", err)
+		}
+		f.w = nil
+	}
 	if err := f.data.Unmap(); err != nil {
 		s.logger.Error("commitlog: cannot unmap file", "path", f.path(), "err", err)
 	}

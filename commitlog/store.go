@@ -65,8 +65,9 @@ type Store struct {
 	end        atomic.Int64                  // log end offset, published after each append
 	minOffset  atomic.Int64                  // log min offset
 	nextBase   atomic.Int64                  // base of the segment after the active one
-	// prefaultedTo is the physical offset up to which the pre-allocator populated page tables.
-	prefaultedTo atomic.Int64
+	// wbuf holds the batch Append stamps before writing it to the active segment (its capacity
+	// is the largest batch appended so far). Under mu.
+	wbuf []byte
 
 	// qmu guards topics for readers; writers hold mu and qmu.
 	qmu    sync.RWMutex
@@ -251,11 +252,14 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 		return AppendResult{}, err
 	}
 	rel := pos - seg.base
-	dst := seg.data[rel : rel+int64(size) : rel+int64(size)]
-	copy(dst, batch)
 	base := q.next
+	// The batch is stamped in a copy (the caller's bytes stay as they are) and written whole.
+	s.wbuf = append(s.wbuf[:0], batch...)
 	if stamp != nil {
-		stamp(dst, pos, base, ts, epoch)
+		stamp(s.wbuf, pos, base, ts, epoch)
+	}
+	if err := s.writeLocked(seg, rel, s.wbuf); err != nil {
+		return AppendResult{}, err
 	}
 	if q.cnt == 0 && base == 0 { // the queue's first batch: a new life
 		s.setBorn(q, pos, ts)
@@ -264,9 +268,6 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	end := s.advanceLocked(seg, pos, size, ts, epoch, lastEpoch)
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
-	}
-	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault {
-		kick(s.allocKick)
 	}
 	return AppendResult{PhysicalOffset: pos, BaseQueueOffset: base, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
 }
@@ -420,11 +421,24 @@ func (s *Store) DeleteTopic(topic []byte, record []byte, epoch uint32, stamp Sta
 		return AppendResult{}, fmt.Errorf("cannot delete topic %q: the record is not a deletion record of it (parser: %v): %w", string(topic), err, ErrInvalidBatch)
 	}
 	name := string(topic)
+	prev, had := s.deleted[name]
 	if err := s.recordDeletionLocked(name, pos); err != nil {
 		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", name, err)
 	}
 	rel := pos - seg.base
-	copy(seg.data[rel:rel+int64(size)], check)
+	if err := s.writeLocked(seg, rel, check); err != nil {
+		// The record is not in the log, so the deletions file must not say it is: a batch
+		// appended at pos later would otherwise be taken for the deletion at the next start.
+		if had {
+			s.deleted[name] = prev
+		} else {
+			delete(s.deleted, name)
+		}
+		if werr := writeDeletions(s.cfg.Dir, s.deleted); werr != nil {
+			s.logger.Error("commitlog: cannot take back a deletion whose record was not written", "topic", name, "recordAt", pos, "err", werr)
+		}
+		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", name, err)
+	}
 	queues := 0
 	if t := s.topics[name]; t != nil {
 		queues = len(t.queues)
