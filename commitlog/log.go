@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/petrel-mq/petrel/internal/failpoint"
+	"golang.org/x/sys/unix"
 )
 
 // createSegment creates, preallocates, fsyncs and maps the segment starting at base, and fsyncs
@@ -140,21 +141,44 @@ func (s *Store) setActiveLocked(seg *mappedFile) {
 		if err != nil {
 			s.logger.Warn("commitlog: cannot open segment for writing, writing through its mapping", "path", seg.path(), "err", err)
 		} else {
-			seg.w = w
+			seg.w, seg.wfd = w, int(w.Fd())
 		}
 	}
 	s.active = seg
 }
 
-// writeLocked writes b at byte rel of segment seg: through its writer if it has one, else
-// through its mapping. Caller holds mu.
+// smallWrite is the size below which a batch that falls within a page already written is
+// copied through the mapping rather than written with pwrite (bytes): for a batch that small
+// the system call costs more than the copy, and the page (in the page cache since the write
+// that started it) is shared by many such batches, so one writable mapping of it serves them
+// all.
+const smallWrite = 512
+
+// throughMapping says whether a batch of size bytes at byte rel of a segment is copied through
+// the mapping: it is smaller than smallWrite and lies within one page that an earlier write
+// started (rel is not at a page's start).
+func throughMapping(rel, size int64) bool {
+	return size < smallWrite && rel%pageSize != 0 && rel/pageSize == (rel+size-1)/pageSize
+}
+
+// writeLocked writes b at byte rel of segment seg: through its writer if it has one (but see
+// throughMapping), else through its mapping. Caller holds mu.
 func (s *Store) writeLocked(seg *mappedFile, rel int64, b []byte) error {
-	if seg.w == nil {
+	if seg.w == nil || throughMapping(rel, int64(len(b))) {
 		copy(seg.data[rel:rel+int64(len(b))], b)
 		return nil
 	}
-	if _, err := seg.w.WriteAt(b, rel); err != nil {
-		return fmt.Errorf("cannot write %d bytes at %d of segment %q: %w", len(b), rel, seg.path(), err)
+	// NB: the raw descriptor: os.File.WriteAt's locking and bookkeeping cost as much as the
+	// system call for a small batch. Only the store's mu-holders use it; it is closed under mu.
+	for len(b) > 0 {
+		n, err := unix.Pwrite(seg.wfd, b, rel)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("cannot write %d bytes at %d of segment %q: %w", len(b), rel, seg.path(), err)
+		}
+		b, rel = b[n:], rel+int64(n)
 	}
 	return nil
 }

@@ -80,7 +80,8 @@ type mappedFile struct {
 	// w is the active segment's file, opened for writing: appends go through it (pwrite), not
 	// through the mapping (see Store.setActiveLocked). nil for every other file. Written under
 	// the store's mu; closed when the segment stops being active, or at its unmap.
-	w *os.File
+	w   *os.File
+	wfd int // w's descriptor
 }
 
 func (s *Store) newMappedFile(path string, base int64, data mmap.MMap) *mappedFile {
