@@ -140,6 +140,7 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		FlushMode:        mode,
 		FlushInterval:    cfg.FlushIntervalCommitLog,
 		FlushDirtyBytes:  cfg.FlushCommitLogDirtyBytes,
+		WriteThroughFile: cfg.CommitLogWriteThroughFile,
 		RetentionAge:     cfg.FileReservedTime,
 		RetentionBytes:   cfg.RetentionBytes,
 		Parser:           parseStoredBatch,

@@ -107,11 +107,18 @@ type Config struct {
 	// logs a warning and leaves the still-held mappings to be unmapped on their last release
 	// (default 5s).
 	CloseTimeout time.Duration
-	// DisablePrefault stops the consume-queue flusher from populating the page tables of the
-	// entries after each queue's end (madvise MADV_POPULATE_WRITE), which takes the page faults
-	// off Append, which runs under the store mutex. (The commit log needs none: Append writes
-	// its segments through their files.)
+	// DisablePrefault stops the segment pre-allocator from populating the next segment's page
+	// tables (madvise MADV_POPULATE_WRITE) before it is used, and the consume-queue flusher the
+	// next entries'. Prefaulting takes the page faults off Append, which runs under the store
+	// mutex, at the cost of dirtying up to one segment of zero pages ahead of the writes.
 	DisablePrefault bool
+	// WriteThroughFile makes appends write the active commit-log segment through its file
+	// (pwrite) rather than copy into its mapping; readers read through the mapping either way,
+	// and the segment pre-allocator then prefaults nothing. Writing through the file zeroes no
+	// fresh page ahead of the writes and leaves writeback no writable mapping to write-protect
+	// page by page (see "Writing the active segment" in log.go); a batch under smallWrite bytes
+	// within a page already written is still copied through the mapping.
+	WriteThroughFile bool
 	// Parser validates and describes batches found on disk. Required.
 	Parser Parser
 	// Logger receives recovery reports, flush errors and retention actions

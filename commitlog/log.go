@@ -100,6 +100,7 @@ func (s *Store) discardPreparedLocked(p *mappedFile) {
 // fallocate and fsync.
 func (s *Store) allocLoop() {
 	defer s.wg.Done()
+	s.prefaultAhead()
 	for {
 		select {
 		case <-s.stop:
@@ -107,12 +108,68 @@ func (s *Store) allocLoop() {
 		case <-s.allocKick:
 		}
 		s.createNext()
+		s.prefaultAhead()
 	}
 }
 
-// Writing the active segment. Appends write through the segment's file (pwrite), and readers
-// read through its mapping; both see the one page cache. Writing through the mapping instead
-// (as the log once did, with a pre-allocator populating the page tables ahead of the writes)
+// prefaultWindow is how far ahead of the log end the pre-allocator populates page tables
+// (bytes). A window rather than the whole segment: populating writes zero pages, which the
+// kernel would otherwise write back to disk ahead of the data, and a 1 GiB segment would cost
+// 1 GiB of page cache at once.
+const prefaultWindow = 8 << 20
+
+// prefaultAhead populates the page tables of [end, end+prefaultWindow) in the active segment
+// and, past its end, in the pre-allocated next segment, so appends do not take page faults
+// (unless appends write through the segment's file, which populates nothing).
+// Pre-allocator goroutine; appends may write into the range meanwhile, which is harmless.
+func (s *Store) prefaultAhead() {
+	if s.cfg.DisablePrefault || s.cfg.WriteThroughFile {
+		return
+	}
+	end := s.end.Load()
+	to := end + prefaultWindow
+	from := max(s.prefaultedTo.Load(), end) &^ (pageSize - 1)
+	if from >= to {
+		return
+	}
+	segs := *s.segs.Load()
+	if len(segs) > 0 {
+		if seg := segs[len(segs)-1]; from >= seg.base && from < seg.end() && seg.tryAcquire() {
+			hi := min(to, seg.end())
+			if err := prefault(seg.data[from-seg.base : hi-seg.base]); err != nil {
+				s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
+			}
+			seg.release()
+			from = hi
+		}
+	}
+	if from < to {
+		s.amu.Lock()
+		p := s.prepared
+		if p != nil && !p.tryAcquire() {
+			p = nil
+		}
+		s.amu.Unlock()
+		if p != nil {
+			if from < p.base {
+				from = p.base
+			}
+			if from < p.end() && from < to {
+				hi := min(to, p.end())
+				if err := prefault(p.data[from-p.base : hi-p.base]); err != nil {
+					s.logger.Warn("commitlog: cannot prefault segment", "path", p.path(), "err", err)
+				}
+			}
+			p.release()
+		}
+	}
+	s.prefaultedTo.Store(to)
+}
+
+// Writing the active segment. By default appends copy into the segment's mapping, whose page
+// tables the pre-allocator populates ahead of them (prefaultAhead). With
+// Config.WriteThroughFile they write through the segment's file instead (pwrite), and readers
+// still read through its mapping; both see the one page cache. Writing through the mapping
 // costs twice on a small virtual machine, where fresh page-cache pages are expensive to touch:
 //   - a write fault on a fresh page reads the page in first, and a fault of a mapping reads
 //     around it (read_ahead_kb, 8 MiB on some machines): megabytes of an unwritten extent zeroed
@@ -126,9 +183,9 @@ func (s *Store) allocLoop() {
 // RocketMQ's transientStorePoolEnable writes through FileChannel for the second reason; Kafka
 // always has.
 
-// setActiveLocked makes seg the active segment: the previous one's writer is closed and seg's
-// file is opened for writing. A segment whose file cannot be opened is written through its
-// mapping, with a warning: slower, never wrong. Caller holds mu.
+// setActiveLocked makes seg the active segment: the previous one's writer is closed and, with
+// Config.WriteThroughFile, seg's file is opened for writing. A segment whose file cannot be
+// opened is written through its mapping, with a warning: slower, never wrong. Caller holds mu.
 func (s *Store) setActiveLocked(seg *mappedFile) {
 	if old := s.active; old != nil && old != seg && old.w != nil {
 		if err := old.w.Close(); err != nil {
@@ -136,7 +193,7 @@ func (s *Store) setActiveLocked(seg *mappedFile) {
 		}
 		old.w = nil
 	}
-	if seg.w == nil {
+	if seg.w == nil && s.cfg.WriteThroughFile {
 		w, err := os.OpenFile(seg.path(), os.O_WRONLY, 0)
 		if err != nil {
 			s.logger.Warn("commitlog: cannot open segment for writing, writing through its mapping", "path", seg.path(), "err", err)
@@ -161,15 +218,20 @@ func throughMapping(rel, size int64) bool {
 	return size < smallWrite && rel%pageSize != 0 && rel/pageSize == (rel+size-1)/pageSize
 }
 
-// writeLocked writes b at byte rel of segment seg: through its writer if it has one (but see
-// throughMapping), else through its mapping. Caller holds mu.
+// writeLocked writes b at byte rel of segment seg: through its file if it has a writer (but
+// see throughMapping), else through its mapping. Caller holds mu.
 func (s *Store) writeLocked(seg *mappedFile, rel int64, b []byte) error {
 	if seg.w == nil || throughMapping(rel, int64(len(b))) {
 		copy(seg.data[rel:rel+int64(len(b))], b)
 		return nil
 	}
+	return s.pwriteLocked(seg, rel, b)
+}
+
+// pwriteLocked writes b at byte rel of segment seg through its writer. Caller holds mu.
+func (s *Store) pwriteLocked(seg *mappedFile, rel int64, b []byte) error {
 	// NB: the raw descriptor: os.File.WriteAt's locking and bookkeeping cost as much as the
-	// system call for a small batch. Only the store's mu-holders use it; it is closed under mu.
+	// system call for a small batch. Only holders of mu use it, and it is closed under mu.
 	for len(b) > 0 {
 		n, err := unix.Pwrite(seg.wfd, b, rel)
 		if err == unix.EINTR {

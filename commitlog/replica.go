@@ -291,6 +291,9 @@ func (s *Store) publishReplicatedLocked(seg *mappedFile, end int64) int64 {
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
 	}
+	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault && !s.cfg.WriteThroughFile {
+		kick(s.allocKick)
+	}
 	_ = seg
 	return end
 }
@@ -361,6 +364,7 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 	s.minOffset.Store(base)
 	s.end.Store(base)
 	s.flushed.Store(base)
+	s.prefaultedTo.Store(base)
 	for _, f := range old {
 		f.remove.Store(!keep)
 		f.release()

@@ -65,8 +65,10 @@ type Store struct {
 	end        atomic.Int64                  // log end offset, published after each append
 	minOffset  atomic.Int64                  // log min offset
 	nextBase   atomic.Int64                  // base of the segment after the active one
-	// wbuf holds the batch Append stamps before writing it to the active segment (its capacity
-	// is the largest batch appended so far). Under mu.
+	// prefaultedTo is the physical offset up to which the pre-allocator populated page tables.
+	prefaultedTo atomic.Int64
+	// wbuf holds the batch Append stamps before writing it through the active segment's file
+	// (its capacity is the largest batch so written). Under mu.
 	wbuf []byte
 
 	// qmu guards topics for readers; writers hold mu and qmu.
@@ -253,13 +255,21 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	}
 	rel := pos - seg.base
 	base := q.next
-	// The batch is stamped in a copy (the caller's bytes stay as they are) and written whole.
-	s.wbuf = append(s.wbuf[:0], batch...)
-	if stamp != nil {
-		stamp(s.wbuf, pos, base, ts, epoch)
-	}
-	if err := s.writeLocked(seg, rel, s.wbuf); err != nil {
-		return AppendResult{}, err
+	if seg.w != nil && !throughMapping(rel, int64(size)) {
+		// The batch is stamped in a copy (the caller's bytes stay as they are), written whole.
+		s.wbuf = append(s.wbuf[:0], batch...)
+		if stamp != nil {
+			stamp(s.wbuf, pos, base, ts, epoch)
+		}
+		if err := s.pwriteLocked(seg, rel, s.wbuf); err != nil {
+			return AppendResult{}, err
+		}
+	} else {
+		dst := seg.data[rel : rel+int64(size) : rel+int64(size)]
+		copy(dst, batch)
+		if stamp != nil {
+			stamp(dst, pos, base, ts, epoch)
+		}
 	}
 	if q.cnt == 0 && base == 0 { // the queue's first batch: a new life
 		s.setBorn(q, pos, ts)
@@ -268,6 +278,9 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	end := s.advanceLocked(seg, pos, size, ts, epoch, lastEpoch)
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
+	}
+	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault && !s.cfg.WriteThroughFile {
+		kick(s.allocKick)
 	}
 	return AppendResult{PhysicalOffset: pos, BaseQueueOffset: base, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
 }

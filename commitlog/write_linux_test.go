@@ -10,8 +10,8 @@ import (
 	"unsafe"
 )
 
-// TestAppendsMapNoPages: appends and replicated appends write the active segment through its
-// file, so they map none of its pages. Pages written through the mapping are mapped writable
+// TestAppendsMapNoPages: with WriteThroughFile, appends and replicated appends write the active
+// segment through its file, so they map none of its pages. Pages written through the mapping are mapped writable
 // and dirty, and writeback must write-protect each one (a TLB shootdown per page, an
 // interrupt to every CPU the broker runs on); mapping them also made every fresh page a fault
 // that read around it. Readers still read through the mapping: the test reads every batch
@@ -20,6 +20,7 @@ func TestAppendsMapNoPages(t *testing.T) {
 	const batches, size = 4096, 1024
 	cfg := func() Config {
 		c := testConfig(t.TempDir())
+		c.WriteThroughFile = true
 		c.SegmentSize = 16 << 20 // the appends stay in the first segment
 		return c
 	}
