@@ -64,7 +64,8 @@ bench-compare:
 # petrel-bench --verify; CYCLES faults from SEED (0: random, printed) with MIX's weights, each
 # held for a time in HOLD, healed, and the cluster's recovery awaited; then a one-line verdict
 # (exit 1 on FAIL). SEGMENT is every broker's commit-log segment size; KEEP=1 keeps the run
-# directory with the stores (a FAIL keeps its logs anyway).
+# directory with the stores (a FAIL keeps its logs anyway); WRITE_THROUGH_FILE=1 sets every
+# broker's commitLogWriteThroughFile.
 CYCLES  ?= 100
 SEED    ?= 0
 SEGMENT ?= 1MiB
@@ -72,7 +73,7 @@ MIX     ?= stop-partition-heavy
 HOLD    ?= 1s-6s
 KEEP    ?=
 chaos: build
-	./$(BIN)/petrel-chaos --bin $(BIN) --cycles='$(CYCLES)' --seed='$(SEED)' --segment='$(SEGMENT)' --mix='$(MIX)' --hold='$(HOLD)' $(if $(filter 1 yes true,$(KEEP)),--keep)
+	./$(BIN)/petrel-chaos --bin $(BIN) --cycles='$(CYCLES)' --seed='$(SEED)' --segment='$(SEGMENT)' --mix='$(MIX)' --hold='$(HOLD)' $(if $(filter 1 yes true,$(WRITE_THROUGH_FILE)),--write-through-file) $(if $(filter 1 yes true,$(KEEP)),--keep)
 
 verify:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)
