@@ -68,7 +68,8 @@ type Config struct {
 	// copying into its mapping (default false); consumers and slaves read it through the
 	// mapping either way. On a small virtual machine it removed the page faults that zeroed
 	// fresh pages ahead of the writes and the per-page TLB shootdowns of writeback
-	// (BENCHMARKS.md); a lone broker's batches of 100 bytes cost more (one system call each).
+	// (BENCHMARKS.md); appends of very small batches cost more (a system call, or a page fault
+	// per page for those under 512 bytes).
 	CommitLogWriteThroughFile bool `prop:"commitLogWriteThroughFile"`
 	// FileReservedTime is the retention age of commit-log segments (hours in the file, default
 	// 72, as RocketMQ; 0 also means 72; a negative value never deletes segments by age).

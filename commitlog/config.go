@@ -71,9 +71,11 @@ type BatchInfo struct {
 type Parser func(b []byte, physicalOffset int64) (BatchInfo, error)
 
 // StampFunc writes the broker-assigned fields into the stored copy of a batch. Append calls it
-// under the store mutex with dst = the batch's bytes inside the mapping (len(dst) == cap(dst) ==
-// batch size), its physical offset, base queue offset, store timestamp (Unix milliseconds) and
-// the epoch passed to Append. It must be short and must not call back into the Store.
+// under the store mutex with dst = the batch's bytes inside the mapping, or in the store's
+// write buffer before they are written through the file (Config.WriteThroughFile)
+// (len(dst) == cap(dst) == batch size), its physical offset, base queue offset, store timestamp
+// (Unix milliseconds) and the epoch passed to Append. It must be short and must not call back
+// into the Store.
 type StampFunc func(dst []byte, physicalOffset, baseQueueOffset, storeTimestamp int64, epoch uint32)
 
 // Config configures a Store. Zero values select the documented defaults.

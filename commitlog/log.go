@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/petrel-mq/petrel/internal/failpoint"
@@ -185,7 +186,8 @@ func (s *Store) prefaultAhead() {
 
 // setActiveLocked makes seg the active segment: the previous one's writer is closed and, with
 // Config.WriteThroughFile, seg's file is opened for writing. A segment whose file cannot be
-// opened is written through its mapping, with a warning: slower, never wrong. Caller holds mu.
+// opened is written through its mapping, with a warning: slower (its pages are not
+// prefaulted), never wrong. Caller holds mu.
 func (s *Store) setActiveLocked(seg *mappedFile) {
 	if old := s.active; old != nil && old != seg && old.w != nil {
 		if err := old.w.Close(); err != nil {
@@ -196,6 +198,7 @@ func (s *Store) setActiveLocked(seg *mappedFile) {
 	if seg.w == nil && s.cfg.WriteThroughFile {
 		w, err := os.OpenFile(seg.path(), os.O_WRONLY, 0)
 		if err != nil {
+			// NB: not prefaulted either (the pre-allocator follows the config): appends fault.
 			s.logger.Warn("commitlog: cannot open segment for writing, writing through its mapping", "path", seg.path(), "err", err)
 		} else {
 			seg.w, seg.wfd = w, int(w.Fd())
@@ -228,19 +231,30 @@ func (s *Store) writeLocked(seg *mappedFile, rel int64, b []byte) error {
 	return s.pwriteLocked(seg, rel, b)
 }
 
-// pwriteLocked writes b at byte rel of segment seg through its writer. Caller holds mu.
+// pwriteLocked writes b at byte rel of segment seg through its writer. On an error the range
+// is zeroed through the mapping (a write may have stopped part-way; the log past its end holds
+// zeros), and ENOSPC or EDQUOT wraps ErrDiskFull. Caller holds mu.
 func (s *Store) pwriteLocked(seg *mappedFile, rel int64, b []byte) error {
 	// NB: the raw descriptor: os.File.WriteAt's locking and bookkeeping cost as much as the
-	// system call for a small batch. Only holders of mu use it, and it is closed under mu.
-	for len(b) > 0 {
-		n, err := unix.Pwrite(seg.wfd, b, rel)
+	// system call for a small batch. Holders of mu use it; it is closed under mu, or once the
+	// segment is out of reach (unmapFile).
+	at, rest := rel, b
+	for len(rest) > 0 {
+		n, err := unix.Pwrite(seg.wfd, rest, at)
 		if err == unix.EINTR {
 			continue
 		}
+		if err == nil && n == 0 {
+			err = io.ErrShortWrite
+		}
 		if err != nil {
+			clear(seg.data[rel : rel+int64(len(b))])
+			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+				err = fmt.Errorf("%w: %w", ErrDiskFull, err)
+			}
 			return fmt.Errorf("cannot write %d bytes at %d of segment %q: %w", len(b), rel, seg.path(), err)
 		}
-		b, rel = b[n:], rel+int64(n)
+		at, rest = at+int64(n), rest[n:]
 	}
 	return nil
 }

@@ -206,9 +206,10 @@ func Open(cfg Config) (*Store, error) {
 // Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrStaleEpoch, ErrTopicDeleted, ErrClosed, ErrDiskFull (no space for the next
 // segment or consume-queue file: nothing was written and a later Append retries) or an I/O
 // error. Any goroutine (typically event loops); appends are serialised by the store mutex and
-// make no syscall and no allocation except when a segment, queue or queue file is created, or
-// when the clock is more than a second behind the log's newest store timestamp (the ordered
-// file records where the order restarts).
+// make no syscall (one pwrite with Config.WriteThroughFile) and no allocation except when a
+// segment, queue or queue file is created, when the write buffer of Config.WriteThroughFile
+// grows to a larger batch than any before, or when the clock is more than a second behind the
+// log's newest store timestamp (the ordered file records where the order restarts).
 func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, tagHash uint32, epoch uint32, stamp StampFunc) (AppendResult, error) {
 	size := len(batch)
 	if size < minBatchSize || int64(size) > s.cfg.SegmentSize || binary.BigEndian.Uint32(batch) == 0 || count <= 0 {
@@ -258,10 +259,11 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	if seg.w != nil && !throughMapping(rel, int64(size)) {
 		// The batch is stamped in a copy (the caller's bytes stay as they are), written whole.
 		s.wbuf = append(s.wbuf[:0], batch...)
+		buf := s.wbuf[:size:size]
 		if stamp != nil {
-			stamp(s.wbuf, pos, base, ts, epoch)
+			stamp(buf, pos, base, ts, epoch)
 		}
-		if err := s.pwriteLocked(seg, rel, s.wbuf); err != nil {
+		if err := s.pwriteLocked(seg, rel, buf); err != nil {
 			return AppendResult{}, err
 		}
 	} else {
@@ -434,24 +436,14 @@ func (s *Store) DeleteTopic(topic []byte, record []byte, epoch uint32, stamp Sta
 		return AppendResult{}, fmt.Errorf("cannot delete topic %q: the record is not a deletion record of it (parser: %v): %w", string(topic), err, ErrInvalidBatch)
 	}
 	name := string(topic)
-	prev, had := s.deleted[name]
 	if err := s.recordDeletionLocked(name, pos); err != nil {
 		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", name, err)
 	}
+	// NB: through the mapping even when the segment has a writer: a copy cannot fail, and
+	// nothing may fail once the deletions file names pos (a batch appended there later would be
+	// taken for the deletion at the next start). Deletion records are rare.
 	rel := pos - seg.base
-	if err := s.writeLocked(seg, rel, check); err != nil {
-		// The record is not in the log, so the deletions file must not say it is: a batch
-		// appended at pos later would otherwise be taken for the deletion at the next start.
-		if had {
-			s.deleted[name] = prev
-		} else {
-			delete(s.deleted, name)
-		}
-		if werr := writeDeletions(s.cfg.Dir, s.deleted); werr != nil {
-			s.logger.Error("commitlog: cannot take back a deletion whose record was not written", "topic", name, "recordAt", pos, "err", werr)
-		}
-		return AppendResult{}, fmt.Errorf("cannot delete topic %q: %w", name, err)
-	}
+	copy(seg.data[rel:rel+int64(size)], check)
 	queues := 0
 	if t := s.topics[name]; t != nil {
 		queues = len(t.queues)
