@@ -124,7 +124,7 @@ const prefaultWindow = 8 << 20
 // (unless appends write through the segment's file, which populates nothing).
 // Pre-allocator goroutine; appends may write into the range meanwhile, which is harmless.
 func (s *Store) prefaultAhead() {
-	if s.cfg.DisablePrefault || s.cfg.WriteThroughFile {
+	if !s.prefaultsSegments() {
 		return
 	}
 	end := s.end.Load()
@@ -165,6 +165,20 @@ func (s *Store) prefaultAhead() {
 		}
 	}
 	s.prefaultedTo.Store(to)
+}
+
+// prefaultsSegments says whether the pre-allocator populates segments' page tables: unless
+// prefaulting is off or appends write through the segments' files.
+func (s *Store) prefaultsSegments() bool {
+	return !s.cfg.DisablePrefault && !s.cfg.WriteThroughFile
+}
+
+// kickPrefault wakes the pre-allocator once the log end at end has used half of the window it
+// populated (see prefaultAhead).
+func (s *Store) kickPrefault(end int64) {
+	if end+prefaultWindow/2 > s.prefaultedTo.Load() && s.prefaultsSegments() {
+		kick(s.allocKick)
+	}
 }
 
 // Writing the active segment. By default appends copy into the segment's mapping, whose page

@@ -291,9 +291,7 @@ func (s *Store) publishReplicatedLocked(seg *mappedFile, end int64) int64 {
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
 	}
-	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault && !s.cfg.WriteThroughFile {
-		kick(s.allocKick)
-	}
+	s.kickPrefault(end)
 	_ = seg
 	return end
 }

@@ -281,9 +281,7 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	if end-s.flushed.Load() >= s.cfg.FlushDirtyBytes {
 		kick(s.flushKick)
 	}
-	if end+prefaultWindow/2 > s.prefaultedTo.Load() && !s.cfg.DisablePrefault && !s.cfg.WriteThroughFile {
-		kick(s.allocKick)
-	}
+	s.kickPrefault(end)
 	return AppendResult{PhysicalOffset: pos, BaseQueueOffset: base, Size: size, StoreTimestamp: ts, EndOffset: end}, nil
 }
 
