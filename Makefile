@@ -42,7 +42,8 @@ run: build
 # bench: the standard matrix (scripts/benchmarks.sh: machine baselines, Petrel single broker and
 # replication, the same workloads on NATS JetStream R1 / R1 sync / R3, Go micro-benchmarks), then
 # charts and the goal ratios in <OUT>/summary.md. DURATION=20s per run, SECTIONS="single replication
-# nats micro", OUT=bench-results/<timestamp> (make exports command-line variables).
+# nats micro", OUT=bench-results/<timestamp>, WRITE_THROUGH_FILE=1: every Petrel broker with
+# commitLogWriteThroughFile (make exports command-line variables).
 bench:
 	bash scripts/benchmarks.sh $(OUT)
 

@@ -260,8 +260,12 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 		if cfg.KeepData {
 			keep = " (kept)"
 		}
-		fmt.Fprintf(r.out, "embedded cluster: NameServer %s, %s, %s, data %s%s\n",
-			emb.nameServers(), emb.describe(), cfg.FlushDiskType, emb.dir, keep)
+		writePath := "commit log written through its mapping"
+		if cfg.EmbeddedWriteThroughFile {
+			writePath = "commit log written through its files (commitLogWriteThroughFile)"
+		}
+		fmt.Fprintf(r.out, "embedded cluster: NameServer %s, %s, %s, %s, data %s%s\n",
+			emb.nameServers(), emb.describe(), cfg.FlushDiskType, writePath, emb.dir, keep)
 		newCluster = func(ctx context.Context) (cluster, error) {
 			return newPetrelCluster(ctx, emb.nameServers(), clusterOptions{
 				target: emb.masterAddr(), waitTopicOn: emb.slaveAddrs(), readBrokerID: cfg.readBrokerID(), linger: cfg.Linger,

@@ -585,8 +585,11 @@ func TestEmbeddedLoghubReplay(t *testing.T) {
 	res, err := Run(t.Context(), Config{
 		PayloadDir: "testdata/loghub",
 		Verify:     true,
-		Out:        &out,
-		Logger:     testLogger(t),
+		// The brokers write the commit log through their files; TestEmbeddedWorkload through
+		// the mappings.
+		EmbeddedWriteThroughFile: true,
+		Out:                      &out,
+		Logger:                   testLogger(t),
 	})
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
@@ -598,6 +601,9 @@ func TestEmbeddedLoghubReplay(t *testing.T) {
 	}
 	if !strings.HasSuffix(out.String(), cleanVerdict) {
 		t.Fatal("the summary does not end with the clean verification line")
+	}
+	if !strings.Contains(out.String(), "commit log written through its files") {
+		t.Fatal("the embedded cluster's line does not say the commit log is written through its files")
 	}
 	assertDataDirRemoved(t, out.String())
 }

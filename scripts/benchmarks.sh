@@ -38,6 +38,9 @@
 # once on the idle machine (5 s).
 # REPORT=1 measures nothing: it redraws the charts and appends the goal ratios to OUTDIR/summary.md
 # from the results already in OUTDIR (SECTIONS=micro also appends the micro-benchmarks).
+# WRITE_THROUGH_FILE=1 runs every Petrel broker (embedded and processes) with
+# commitLogWriteThroughFile (petrel-bench --write-through-file): appends write the commit log
+# with pwrite instead of copying into its mapping; the summary's header says which.
 # DURATION (default 20s) sets the length of each run. Every result is written as <name>.json and
 # <name>.txt in OUTDIR; charts go to OUTDIR/charts/<comparison>/ and the goal ratios (with jq, else
 # python3) to the end of OUTDIR/summary.md. Everything runs on this machine: the embedded
@@ -51,6 +54,8 @@ REPORT=${REPORT:-0}
 if [[ $REPORT == 1 ]]; then SECTIONS=${SECTIONS:-}; else SECTIONS=${SECTIONS:-single replication nats micro}; fi
 NATS_PORT=${NATS_PORT:-4222}
 PROC_PORT=${PROC_PORT:-19876}
+WRITE_THROUGH_FILE=${WRITE_THROUGH_FILE:-0}
+[[ $WRITE_THROUGH_FILE == 0 || $WRITE_THROUGH_FILE == 1 ]] || { echo "WRITE_THROUGH_FILE=$WRITE_THROUGH_FILE: want 0 or 1" >&2; exit 2; }
 want() { [[ " $SECTIONS " == *" $1 "* ]] && { [[ $REPORT != 1 ]] || [[ $1 == micro ]]; }; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/petrel-benchmarks.XXXXXX")
@@ -66,14 +71,15 @@ nats_stop() { # stops the servers scripts/nats-server.sh started (its EXIT trap 
 # Broker processes for the -proc runs: a NameServer and one broker group (broker-a), each a
 # process of its own. proc_start takes the embedded cluster's settings from the run's own
 # petrel-bench arguments (--flush, --slaves, --broker-role, --ha-compression, --segment-size,
-# with petrel-bench's defaults, which -n makes it ignore) and gives the processes the same, so a
-# run and its -proc twin differ only in where the brokers run. What bench/embedded.go sets, the
+# --write-through-file, with petrel-bench's defaults, which -n makes it ignore) and gives the
+# processes the same, so a run and its -proc twin differ only in where the brokers run. What bench/embedded.go sets, the
 # processes get too:
 #   NameServer  registrationPeriod 1ns: the embedded one answers at once, not after 30 s
 #   every       brokerClusterName DefaultCluster, brokerName broker-a, bound to and advertising
 #   broker      127.0.0.1 (bindAddress, brokerIP1); flushDiskType (--flush, default
 #               ASYNC_FLUSH); mappedFileSizeCommitLog (--segment-size, default 128 MiB, not the
-#               broker's 1 GiB); haCompression (--ha-compression, default s2); logs at warn
+#               broker's 1 GiB); haCompression (--ha-compression, default s2);
+#               commitLogWriteThroughFile (--write-through-file, default false); logs at warn
 #               (petrel-bench's --log-level default, which the embedded servers log at)
 #   master      brokerId 0, brokerRole --broker-role (default SYNC_MASTER with slaves,
 #               ASYNC_MASTER without)
@@ -99,8 +105,8 @@ for p in "$NATS_PORT" $((NATS_PORT + 1)) $((NATS_PORT + 2)) $((NATS_PORT + 2000)
   fi
 done
 ((PROC_PORT > 0 && PROC_PORT + 2 + 2 * PROC_MAX_SLAVES <= 65535)) || { echo "PROC_PORT=$PROC_PORT: out of range" >&2; exit 2; }
-proc_settings() { # petrel-bench arguments: sets P_FLUSH P_SLAVES P_ROLE P_HACOMP P_SEGMENT to the embedded cluster's
-  P_FLUSH=ASYNC_FLUSH P_SLAVES=2 P_ROLE= P_HACOMP=s2 P_SEGMENT=$((128 << 20))
+proc_settings() { # petrel-bench arguments: sets P_FLUSH P_SLAVES P_ROLE P_HACOMP P_SEGMENT P_WTF to the embedded cluster's
+  P_FLUSH=ASYNC_FLUSH P_SLAVES=2 P_ROLE= P_HACOMP=s2 P_SEGMENT=$((128 << 20)) P_WTF=false
   local v
   while (($# > 0)); do
     case $1 in
@@ -108,6 +114,7 @@ proc_settings() { # petrel-bench arguments: sets P_FLUSH P_SLAVES P_ROLE P_HACOM
       --slaves) P_SLAVES=$2; shift ;;
       --broker-role) P_ROLE=$2; shift ;;
       --ha-compression) P_HACOMP=$2; shift ;;
+      --write-through-file) P_WTF=true ;;
       --segment-size) # bytes, or with a K/M/G suffix (KiB, MiB, GiB), as petrel-bench reads it
         v=${2^^}; v=${v%IB}; v=${v%B}; shift
         case $v in
@@ -144,6 +151,7 @@ proc_broker() { # i: writes member i's config (0: the master) and starts it
     echo "storePathRootDir=$PROC_DIR/broker-a-$i"
     echo "mappedFileSizeCommitLog=$P_SEGMENT"
     echo "haCompression=$P_HACOMP"
+    echo "commitLogWriteThroughFile=$P_WTF"
     if ((i > 0)); then echo "slaveSyncInterval=500"; fi
   } >"$conf"
   bin/petrel-broker -c "$conf" --log-level warn >"$PROC_DIR/broker-a-$i.log" 2>&1 &
@@ -199,7 +207,7 @@ proc_start() { # name, then the run's petrel-bench arguments: starts the NameSer
   if ((P_SLAVES > 0)); then
     RUN_NOTE+=", slaves$(for ((i = 1; i <= P_SLAVES; i++)); do printf ' %s' "$(proc_addr "$i")"; done)"
   fi
-  RUN_NOTE+=", $P_FLUSH, haCompression $P_HACOMP, segments of $((P_SEGMENT >> 20)) MiB"
+  RUN_NOTE+=", $P_FLUSH, haCompression $P_HACOMP, segments of $((P_SEGMENT >> 20)) MiB, commitLogWriteThroughFile $P_WTF"
 }
 proc_term() { # pids: SIGTERM, then waits for each (SIGKILL after 30 s), saying when one did not exit cleanly
   local p t rc
@@ -285,6 +293,11 @@ else
   echo "- cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, GOMAXPROCS=${GOMAXPROCS:-$(nproc)}"
   echo "- memory: $(free -g | awk '/^Mem:/ {print $2}') GiB"
   echo "- kernel: $(uname -r); $(go version)"
+  if [[ $WRITE_THROUGH_FILE == 1 ]]; then
+    echo "- Petrel brokers: commitLogWriteThroughFile=true (WRITE_THROUGH_FILE=1: the commit log written with pwrite)"
+  else
+    echo "- Petrel brokers: commitLogWriteThroughFile=false (the default: the commit log copied into its mapping)"
+  fi
   echo "- disk: $(df -h "$DATA" | awk 'NR==2 {print $1 " (" $2 ", " $4 " free)"}'), data dir $DATA"
 } | tee "$OUT/summary.md"
 
@@ -307,8 +320,17 @@ fi
 FAILED=() # runs that wrote a result but failed (verification): reported, and flagged in the goals
 RUN_NOTE= # a line on what the next run runs against, printed under its command (proc_run)
 RUN_HICCUP= # set: the next run has the machine's hiccup meter beside it (both, for the latency runs)
+petrel_run() { # true when petrel-bench arguments run Petrel (not --driver nats)
+  local a prev=
+  for a in "$@"; do
+    [[ $prev == --driver && $a != petrel ]] && return 1
+    prev=$a
+  done
+  return 0
+}
 run() { # name, then petrel-bench arguments
   local name=$1 rc=0 hiccup=$RUN_HICCUP; shift
+  if [[ $WRITE_THROUGH_FILE == 1 && " $* " != *" --write-through-file "* ]] && petrel_run "$@"; then set -- "$@" --write-through-file; fi
   RUN_HICCUP=
   echo "### $name" | log
   echo '```' | log
@@ -361,6 +383,7 @@ LAT_E2E_50K=(--slaves 0 "${W1K[@]}" --producer-rate 50000 --duration "$DURATION"
 LAT_REPL_50K=("${REPL_SYNC[@]}" "${L1K_NV[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s --trace-every 16)
 proc_run() { # name, then petrel-bench arguments: the run against processes started for these arguments (proc_start)
   local name=$1; shift
+  if [[ $WRITE_THROUGH_FILE == 1 ]]; then set -- "$@" --write-through-file; fi
   proc_start "$name" "$@"
   RUN_HICCUP=1
   run "$name" -n "$PROC_NS" "$@"
