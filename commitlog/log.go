@@ -113,23 +113,37 @@ func (s *Store) allocLoop() {
 	}
 }
 
-// prefaultWindow is how far ahead of the log end the pre-allocator populates page tables
-// (bytes). A window rather than the whole segment: populating writes zero pages, which the
-// kernel would otherwise write back to disk ahead of the data, and a 1 GiB segment would cost
-// 1 GiB of page cache at once.
+// prefaultWindow is how far ahead of the log end the pre-allocator prepares pages (bytes). A
+// window rather than the whole segment: populating writes zero pages, which the kernel would
+// otherwise write back to disk ahead of the data, and a 1 GiB segment would cost 1 GiB of page
+// cache at once.
 const prefaultWindow = 8 << 20
 
-// prefaultAhead populates the page tables of [end, end+prefaultWindow) in the active segment
-// and, past its end, in the pre-allocated next segment, so appends do not take page faults
-// (unless appends write through the segment's file, which populates nothing).
-// Pre-allocator goroutine; appends may write into the range meanwhile, which is harmless.
+// cacheStep is how much of the window the pre-allocator reads into the page cache per call when
+// appends write through the files (bytes): each call zeroes its pages in the kernel without a
+// break, so it is kept short.
+const cacheStep = 256 << 10
+
+// prefaultAhead prepares the pages of [end, end+prefaultWindow) in the active segment and,
+// past its end, in the pre-allocated next segment, so appends do not allocate them: it
+// populates their page tables for writing (prefault, then prefaultedTo), or, when appends
+// write through the segment's file and are not small (smallBatches), reads them into the page
+// cache without mapping them (MADV_WILLNEED in cacheStep steps, then cachedTo), so a pwrite
+// finds its page there and writeback has no mapping to write-protect.
+// Pre-allocator goroutine; appends may write into the range meanwhile, which is harmless (a
+// page an append wrote is not read in again).
 func (s *Store) prefaultAhead() {
-	if !s.prefaultsSegments() {
+	if s.cfg.DisablePrefault {
 		return
+	}
+	populate := s.populatesSegments()
+	done := &s.cachedTo
+	if populate {
+		done = &s.prefaultedTo
 	}
 	end := s.end.Load()
 	to := end + prefaultWindow
-	from := max(s.prefaultedTo.Load(), end) &^ (pageSize - 1)
+	from := max(done.Load(), end) &^ (pageSize - 1)
 	if from >= to {
 		return
 	}
@@ -137,9 +151,7 @@ func (s *Store) prefaultAhead() {
 	if len(segs) > 0 {
 		if seg := segs[len(segs)-1]; from >= seg.base && from < seg.end() && seg.tryAcquire() {
 			hi := min(to, seg.end())
-			if err := prefault(seg.data[from-seg.base : hi-seg.base]); err != nil {
-				s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
-			}
+			s.preparePages(seg, from, hi, populate)
 			seg.release()
 			from = hi
 		}
@@ -156,27 +168,54 @@ func (s *Store) prefaultAhead() {
 				from = p.base
 			}
 			if from < p.end() && from < to {
-				hi := min(to, p.end())
-				if err := prefault(p.data[from-p.base : hi-p.base]); err != nil {
-					s.logger.Warn("commitlog: cannot prefault segment", "path", p.path(), "err", err)
-				}
+				s.preparePages(p, from, min(to, p.end()), populate)
 			}
 			p.release()
 		}
 	}
-	s.prefaultedTo.Store(to)
+	done.Store(to)
 }
 
-// prefaultsSegments says whether the pre-allocator populates segments' page tables: unless
-// prefaulting is off or appends write through the segments' files.
-func (s *Store) prefaultsSegments() bool {
-	return !s.cfg.DisablePrefault && !s.cfg.WriteThroughFile
+// preparePages prepares the pages of [from, to) (physical offsets) of seg for appends:
+// populates their page tables for writing, or reads them into the page cache. A failure is
+// logged: appends then take the faults or the allocations themselves.
+func (s *Store) preparePages(seg *mappedFile, from, to int64, populate bool) {
+	// madvise takes page-aligned ranges of the mapping (a segment's base need not be).
+	m := seg.data[(from-seg.base)&^(pageSize-1) : to-seg.base]
+	if populate {
+		if err := prefault(m); err != nil {
+			s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
+		}
+		return
+	}
+	for len(m) > 0 {
+		n := min(len(m), cacheStep)
+		if err := willNeed(m[:n]); err != nil {
+			s.logger.Warn("commitlog: cannot read segment pages ahead", "path", seg.path(), "err", err)
+			return
+		}
+		m = m[n:]
+	}
+}
+
+// populatesSegments says whether the pre-allocator populates segments' page tables for
+// writing: unless appends write through the segments' files and their writes are not small
+// (smallBatches). Any goroutine.
+func (s *Store) populatesSegments() bool {
+	return !s.cfg.WriteThroughFile || s.smallBatches.Load()
 }
 
 // kickPrefault wakes the pre-allocator once the log end at end has used half of the window it
-// populated (see prefaultAhead).
+// prepared (see prefaultAhead).
 func (s *Store) kickPrefault(end int64) {
-	if end+prefaultWindow/2 > s.prefaultedTo.Load() && s.prefaultsSegments() {
+	if s.cfg.DisablePrefault {
+		return
+	}
+	done := s.cachedTo.Load()
+	if s.populatesSegments() {
+		done = s.prefaultedTo.Load()
+	}
+	if end+prefaultWindow/2 > done {
 		kick(s.allocKick)
 	}
 }
@@ -221,24 +260,49 @@ func (s *Store) setActiveLocked(seg *mappedFile) {
 	s.active = seg
 }
 
-// smallWrite is the size below which a batch that falls within a page already written is
-// copied through the mapping rather than written with pwrite (bytes): for a batch that small
-// the system call costs more than the copy, and the page (in the page cache since the write
-// that started it) is shared by many such batches, so one writable mapping of it serves them
-// all.
-const smallWrite = 512
+// smallWrite is the average write (bytes) below which appends are copied into a populated
+// mapping rather than written with pwrite. On the 2-core virtual machine of BENCHMARKS.md a
+// pwrite costs about 1.1 us whatever its size (the file system's write path, not the copy); a
+// page populated for writing costs the pre-allocator a fault and writeback a TLB shootdown,
+// about 4.5 us together, whatever the number of writes it takes: the two cost the same near
+// 1 KiB writes. Writes of 1 KiB stay on the mapping's side, where the populating runs off the
+// appender's core; from 2 KiB on, a pwrite serves at least half a page.
+const smallWrite = 2048
 
-// throughMapping says whether a batch of size bytes at byte rel of a segment is copied through
-// the mapping: it is smaller than smallWrite and lies within one page that an earlier write
-// started (rel is not at a page's start).
-func throughMapping(rel, size int64) bool {
-	return size < smallWrite && rel%pageSize != 0 && rel/pageSize == (rel+size-1)/pageSize
+// batchAvgWeight is the weight of the newest write in batchAvg's moving average (1/8: the
+// average follows a change of sizes within a few dozen writes).
+const batchAvgWeight = 8
+
+// nextBatchAvg returns the moving average of write sizes avg after a write of size bytes.
+func nextBatchAvg(avg, size int64) int64 {
+	return avg + (size-avg)/batchAvgWeight
 }
 
-// writeLocked writes b at byte rel of segment seg: through its file if it has a writer (but
-// see throughMapping), else through its mapping. Caller holds mu.
+// noteWriteLocked records a write of size bytes to the log with Config.WriteThroughFile: while
+// the average write is under smallWrite the pre-allocator populates the page tables ahead
+// (prefaultAhead; the write's kickPrefault wakes it). Caller holds mu.
+func (s *Store) noteWriteLocked(size int) {
+	if !s.cfg.WriteThroughFile {
+		return
+	}
+	s.batchAvg = nextBatchAvg(s.batchAvg, int64(size))
+	if small := s.batchAvg < smallWrite; small != s.smallBatches.Load() {
+		s.smallBatches.Store(small)
+	}
+}
+
+// viaFileLocked says whether a write of size bytes at physical offset pos of segment seg goes
+// through the segment's file: it has a writer and the pre-allocator has not populated the page
+// tables under the write (prefaultedTo), where a copy into the mapping costs no fault. Caller
+// holds mu.
+func (s *Store) viaFileLocked(seg *mappedFile, pos int64, size int) bool {
+	return seg.w != nil && pos+int64(size) > s.prefaultedTo.Load()
+}
+
+// writeLocked writes b at byte rel of segment seg: through its file or through its mapping, as
+// viaFileLocked says. Caller holds mu.
 func (s *Store) writeLocked(seg *mappedFile, rel int64, b []byte) error {
-	if seg.w == nil || throughMapping(rel, int64(len(b))) {
+	if !s.viaFileLocked(seg, seg.base+rel, len(b)) {
 		copy(seg.data[rel:rel+int64(len(b))], b)
 		return nil
 	}

@@ -229,6 +229,28 @@ func prefault(m []byte) error {
 	return nil
 }
 
+// willNeed reads the pages of m's file range into the page cache without mapping them
+// (MADV_WILLNEED on a file mapping: the file's readahead of exactly that range; a hole reads as
+// zeros).
+func willNeed(m []byte) error {
+	if len(m) == 0 {
+		return nil
+	}
+	return unix.Madvise(m, unix.MADV_WILLNEED)
+}
+
+// populateRead populates the page tables of m for reading (MADV_POPULATE_READ, Linux 5.14+):
+// pages not in the page cache are read in. Older kernels (EINVAL) are ignored.
+func populateRead(m []byte) error {
+	if len(m) == 0 {
+		return nil
+	}
+	if err := unix.Madvise(m, unix.MADV_POPULATE_READ); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	return nil
+}
+
 // syncFS commits everything written to the file system holding path (syncfs(2)).
 func syncFS(path string) error {
 	f, err := os.Open(path)

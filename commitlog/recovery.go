@@ -137,6 +137,8 @@ func (s *Store) recover() error {
 		deletionsHealed     bool // a deletion record the deletions file lacked
 		afresh              afreshQueues
 	)
+	ahead := startScanAhead(segs[k:], pos)
+	defer ahead.close() // on an error return; the scan's end closes it first
 	for {
 		seg := segs[k]
 		if truncOK && pos >= truncAt {
@@ -225,7 +227,9 @@ func (s *Store) recover() error {
 		floor, floorSet = info.StoreTimestamp, ordered && pos >= orderedFrom
 		pos += int64(info.Size)
 		batches++
+		ahead.advance(pos)
 	}
+	ahead.close()
 	end := pos
 	endSeg := segs[k]
 	if end != ck.logDurable || cut {

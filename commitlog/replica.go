@@ -187,6 +187,7 @@ func (s *Store) AppendReplicated(start int64, data []byte) (int64, error) {
 		seg = s.active
 	}
 	rel := s.writePos - seg.base
+	s.noteWriteLocked(len(data))
 	if err := s.writeLocked(seg, rel, data); err != nil {
 		return 0, err
 	}
@@ -363,6 +364,7 @@ func (s *Store) ResetTo(base int64, keep bool) (kept string, err error) {
 	s.end.Store(base)
 	s.flushed.Store(base)
 	s.prefaultedTo.Store(base)
+	s.cachedTo.Store(base)
 	for _, f := range old {
 		f.remove.Store(!keep)
 		f.release()

@@ -65,11 +65,21 @@ type Store struct {
 	end        atomic.Int64                  // log end offset, published after each append
 	minOffset  atomic.Int64                  // log min offset
 	nextBase   atomic.Int64                  // base of the segment after the active one
-	// prefaultedTo is the physical offset up to which the pre-allocator populated page tables.
+	// prefaultedTo is the physical offset up to which the pre-allocator populated page tables,
+	// cachedTo the one up to which it read pages into the page cache without mapping them
+	// (prefaultAhead).
 	prefaultedTo atomic.Int64
+	cachedTo     atomic.Int64
 	// wbuf holds the batch Append stamps before writing it through the active segment's file
 	// (its capacity is the largest batch so written). Under mu.
 	wbuf []byte
+	// batchAvg is a moving average of the sizes of the writes to the log with
+	// Config.WriteThroughFile (bytes: Append's batches, AppendReplicated's chunks; nextBatchAvg).
+	// Under mu. smallBatches says it is under smallWrite: the pre-allocator then populates the
+	// page tables ahead, and the writes that land there copy into the mapping (see "Writing the
+	// active segment" in log.go). Written under mu, read by the pre-allocator.
+	batchAvg     int64
+	smallBatches atomic.Bool
 
 	// qmu guards topics for readers; writers hold mu and qmu.
 	qmu    sync.RWMutex
@@ -166,6 +176,7 @@ func Open(cfg Config) (*Store, error) {
 		dirtyDirs:     make(map[string]struct{}),
 		stop:          make(chan struct{}),
 		gcInline:      true,
+		batchAvg:      4 * smallWrite, // small after a dozen small writes or so, not after one
 	}
 	for _, d := range []string{cfg.Dir, s.logDir, s.cqDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -256,7 +267,8 @@ func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, t
 	}
 	rel := pos - seg.base
 	base := q.next
-	if seg.w != nil && !throughMapping(rel, int64(size)) {
+	s.noteWriteLocked(size)
+	if s.viaFileLocked(seg, pos, size) {
 		// The batch is stamped in a copy (the caller's bytes stay as they are), written whole.
 		s.wbuf = append(s.wbuf[:0], batch...)
 		buf := s.wbuf[:size:size]

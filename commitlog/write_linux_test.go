@@ -7,17 +7,18 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 )
 
-// TestAppendsMapNoPages: with WriteThroughFile, appends and replicated appends write the active
-// segment through its file, so they map none of its pages. Pages written through the mapping are mapped writable
-// and dirty, and writeback must write-protect each one (a TLB shootdown per page, an
-// interrupt to every CPU the broker runs on); mapping them also made every fresh page a fault
-// that read around it. Readers still read through the mapping: the test reads every batch
+// TestAppendsMapNoPages: with WriteThroughFile, appends (of batches over smallWrite) and
+// replicated appends write the active segment through its file, so they map none of its pages.
+// Pages written through the mapping are mapped writable and dirty, and writeback must
+// write-protect each one (a TLB shootdown per page, an interrupt to every CPU the broker runs
+// on); mapping them also made every fresh page a fault that read around it. Readers still read through the mapping: the test reads every batch
 // back from it.
 func TestAppendsMapNoPages(t *testing.T) {
-	const batches, size = 4096, 1024
+	const batches, size = 1024, 4096 // over smallWrite: not copied into a populated mapping
 	cfg := func() Config {
 		c := testConfig(t.TempDir())
 		c.WriteThroughFile = true
@@ -115,25 +116,149 @@ func openFiles(t *testing.T) int {
 	return len(fds) - 1 // ReadDir's own descriptor
 }
 
-// TestThroughMapping: a batch under smallWrite bytes within one page that an earlier write
-// started is copied through the mapping; anything else is written through the file.
-func TestThroughMapping(t *testing.T) {
+// TestSmallAppendsPopulateAhead: with WriteThroughFile, once the average write is under
+// smallWrite the pre-allocator populates the page tables ahead of the log end and the appends
+// copy into the mapping (a pwrite of a 100-byte batch costs several times the copy); once the
+// batches grow again it stops, and the appends past what it populated write through the file.
+// Every batch reads back, and a slave replicating the log in large chunks (written through its
+// file) ends byte-identical.
+func TestSmallAppendsPopulateAhead(t *testing.T) {
+	cfg := func() Config {
+		c := testConfig(t.TempDir())
+		c.WriteThroughFile = true
+		c.SegmentSize = 32 << 20 // the appends stay in the first segment
+		return c
+	}
+	master := mustOpen(t, cfg())
+	defer master.Close()
+	m := newModel()
+	payload := func(i, size int) []byte {
+		p := make([]byte, size) // the model keeps it
+		p[0], p[size-1] = byte(i), byte(i>>8)
+		return p
+	}
+	for i := 0; i < 10000; i++ { // 100-byte batches: 1 MB
+		appendRec(t, master, m, "t", int32(i%4), 1, payload(i, 100-tbHeader-1-12))
+	}
+	if !master.smallBatches.Load() {
+		t.Fatalf("after 10000 batches of 100 bytes the average write is %d bytes, not small", master.batchAvg)
+	}
+	end := master.end.Load()
+	waitFor(t, "the pre-allocator to populate ahead of the log end", func() bool {
+		return master.prefaultedTo.Load() >= end+prefaultWindow/2
+	})
+	rss, err := mappingRss(master.active.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss < end+prefaultWindow/2 {
+		t.Fatalf("%d KiB of the active segment mapped after %d KiB of 100-byte appends: the pre-allocator did not populate ahead", rss>>10, end>>10)
+	}
+	populated := master.prefaultedTo.Load()
+	for i := 0; master.end.Load() < populated+(4<<20); i++ { // 4 KiB batches past what was populated
+		appendRec(t, master, m, "t", int32(i%4), 1, payload(i, 4096))
+	}
+	if master.smallBatches.Load() {
+		t.Fatalf("after 4 KiB batches the average write is %d bytes, still small", master.batchAvg)
+	}
+	rss, err = mappingRss(master.active.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := master.prefaultedTo.Load() + (256 << 10); rss > limit {
+		t.Errorf("%d KiB of the active segment mapped, %d KiB populated: the 4 KiB appends past it wrote through the mapping", rss>>10, limit>>10)
+	}
+	slave := mustOpen(t, cfg())
+	defer slave.Close()
+	replicate(t, master, slave, 256<<10)
+	if slave.smallBatches.Load() {
+		t.Errorf("a slave replicating 256 KiB chunks: average write %d bytes, small", slave.batchAvg)
+	}
+	sameLog(t, master, slave)
+	sameQueues(t, master, slave, m)
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNextBatchAvg: the moving average of write sizes (from Open's 4 * smallWrite) turns small
+// within a few dozen small writes, not after one, and back after a few large ones; one large
+// write among small ones counts for its pages.
+func TestNextBatchAvg(t *testing.T) {
+	run := func(avg int64, sizes ...int64) int64 {
+		for _, n := range sizes {
+			avg = nextBatchAvg(avg, n)
+		}
+		return avg
+	}
+	repeat := func(n int, size int64) []int64 {
+		s := make([]int64, n)
+		for i := range s {
+			s[i] = size
+		}
+		return s
+	}
+	const start = 4 * smallWrite // Open's
 	for _, tc := range []struct {
-		rel, size int64
-		want      bool
+		name  string
+		avg   int64
+		sizes []int64
+		small bool
 	}{
-		{rel: 100, size: 100, want: true},
-		{rel: pageSize + 1, size: smallWrite - 1, want: true},
-		{rel: pageSize - 100, size: 100, want: true},  // ends on the page's last byte
-		{rel: pageSize - 100, size: 101, want: false}, // reaches into a fresh page
-		{rel: 0, size: 100, want: false},              // starts a fresh page
-		{rel: 2 * pageSize, size: 100, want: false},   // starts a fresh page
-		{rel: 100, size: smallWrite, want: false},     // not small
-		{rel: 100, size: 64 << 10, want: false},       // large
-		{rel: 3*pageSize + 7, size: 1, want: true},    // one byte
+		{"start", start, nil, false},
+		{"one small write", start, repeat(1, 100), false},
+		{"six 100-byte writes", start, repeat(6, 100), false},
+		{"twenty 100-byte writes", start, repeat(20, 100), true},
+		{"1 KiB writes", start, repeat(100, 1024), true},
+		{"4 KiB writes", 100, repeat(100, 4096), false},
+		{"100-byte writes after 64 KiB ones", 64 << 10, repeat(40, 100), true},
+		{"too few 100-byte writes after 64 KiB ones", 64 << 10, repeat(10, 100), false},
+		{"a 64 KiB write among 100-byte ones", 100, []int64{64 << 10}, false},
+		{"writes just under smallWrite", 64 << 10, repeat(100, smallWrite-100), true},
+		{"writes just over smallWrite", 100, repeat(100, smallWrite+100), false},
 	} {
-		if got := throughMapping(tc.rel, tc.size); got != tc.want {
-			t.Errorf("throughMapping(%d, %d) = %v, want %v", tc.rel, tc.size, got, tc.want)
+		if got := run(tc.avg, tc.sizes...) < smallWrite; got != tc.small {
+			t.Errorf("%s: average %d, small %v, want %v", tc.name, run(tc.avg, tc.sizes...), got, tc.small)
 		}
 	}
+}
+
+// TestScanAheadStopsAtLogEnd: recovery's scan-ahead populates the log it scans, not the
+// unwritten rest of the last segment: after Open of a 6 MiB log in a 32 MiB segment, at most
+// the log and the chunk holding its end are mapped, not the scan-ahead window past it.
+func TestScanAheadStopsAtLogEnd(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 32 << 20
+	cfg.DisablePrefault = true // nothing but the scan maps the segment
+	s := mustOpen(t, cfg)
+	m := newModel()
+	for s.end.Load() < 6<<20 {
+		appendRec(t, s, m, "t", 0, 1, make([]byte, 4000))
+	}
+	end := s.end.Load()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, cfg)
+	defer s.Close()
+	if got := s.end.Load(); got != end {
+		t.Fatalf("recovered end %d, want %d", got, end)
+	}
+	rss, err := mappingRss(s.active.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := end + scanAheadChunk; rss > limit {
+		t.Errorf("%d KiB of the segment mapped after recovering %d KiB: the scan-ahead populated past the log end", rss>>10, end>>10)
+	}
+	verifyAll(t, s, m)
 }
