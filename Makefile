@@ -16,7 +16,7 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
-	PETREL_WRITE_THROUGH_FILE=1 $(GO) test -race -count=1 -timeout 5m ./commitlog
+	PETREL_WRITE_THROUGH_MAPPING=1 $(GO) test -race -count=1 -timeout 5m ./commitlog
 	$(GO) -C cmd/benchgate vet ./...
 	$(GO) -C cmd/benchgate test -count=1 ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
@@ -42,8 +42,8 @@ run: build
 # bench: the standard matrix (scripts/benchmarks.sh: machine baselines, Petrel single broker and
 # replication, the same workloads on NATS JetStream R1 / R1 sync / R3, Go micro-benchmarks), then
 # charts and the goal ratios in <OUT>/summary.md. DURATION=20s per run, SECTIONS="single replication
-# nats micro", OUT=bench-results/<timestamp>, WRITE_THROUGH_FILE=1: every Petrel broker with
-# commitLogWriteThroughFile (make exports command-line variables).
+# nats micro", OUT=bench-results/<timestamp>, WRITE_THROUGH_MAPPING=1: every Petrel broker with
+# commitLogWriteThroughFile=false (make exports command-line variables).
 bench:
 	bash scripts/benchmarks.sh $(OUT)
 
@@ -65,8 +65,8 @@ bench-compare:
 # petrel-bench --verify; CYCLES faults from SEED (0: random, printed) with MIX's weights, each
 # held for a time in HOLD, healed, and the cluster's recovery awaited; then a one-line verdict
 # (exit 1 on FAIL). SEGMENT is every broker's commit-log segment size; KEEP=1 keeps the run
-# directory with the stores (a FAIL keeps its logs anyway); WRITE_THROUGH_FILE=1 sets every
-# broker's commitLogWriteThroughFile.
+# directory with the stores (a FAIL keeps its logs anyway); WRITE_THROUGH_MAPPING=1 sets every
+# broker's commitLogWriteThroughFile=false (every append copied into the commit log's mapping).
 CYCLES  ?= 100
 SEED    ?= 0
 SEGMENT ?= 1MiB
@@ -74,7 +74,7 @@ MIX     ?= stop-partition-heavy
 HOLD    ?= 1s-6s
 KEEP    ?=
 chaos: build
-	./$(BIN)/petrel-chaos --bin $(BIN) --cycles='$(CYCLES)' --seed='$(SEED)' --segment='$(SEGMENT)' --mix='$(MIX)' --hold='$(HOLD)' $(if $(filter 1 yes true,$(WRITE_THROUGH_FILE)),--write-through-file) $(if $(filter 1 yes true,$(KEEP)),--keep)
+	./$(BIN)/petrel-chaos --bin $(BIN) --cycles='$(CYCLES)' --seed='$(SEED)' --segment='$(SEGMENT)' --mix='$(MIX)' --hold='$(HOLD)' $(if $(filter 1 yes true,$(WRITE_THROUGH_MAPPING)),--write-through-mapping) $(if $(filter 1 yes true,$(KEEP)),--keep)
 
 verify:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)

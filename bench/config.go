@@ -102,10 +102,10 @@ type Config struct {
 	// EmbeddedRole is the embedded master's brokerRole: SYNC_MASTER (default with slaves) or
 	// ASYNC_MASTER (default without).
 	EmbeddedRole string
-	// EmbeddedWriteThroughFile sets every embedded broker's commitLogWriteThroughFile: appends
-	// write the active commit-log segment with pwrite instead of copying into its mapping
-	// (broker.Config.CommitLogWriteThroughFile).
-	EmbeddedWriteThroughFile bool
+	// EmbeddedWriteThroughMapping sets every embedded broker's commitLogWriteThroughFile=false:
+	// every append copies into the active commit-log segment's mapping instead of being
+	// written with pwrite (broker.Config.CommitLogWriteThroughFile).
+	EmbeddedWriteThroughMapping bool
 	// ReadBrokerID pins every consumer's reads to member ReadBrokerID of each broker group (0:
 	// the master, > 0: a slave; client.WithReadBrokerID). Set it with SetReadBrokerID; by
 	// default consumers follow the brokers' read suggestions.

@@ -113,7 +113,7 @@ func (e *embeddedCluster) brokerConfig(cfg *Config, id int64) broker.Config {
 	bc.StorePathRootDir = filepath.Join(e.dir, fmt.Sprintf("%s-%d", embeddedBrokerName, id))
 	bc.FlushDiskType = cfg.FlushDiskType
 	bc.MappedFileSizeCommitLog = cfg.SegmentSize
-	bc.CommitLogWriteThroughFile = cfg.EmbeddedWriteThroughFile
+	bc.CommitLogWriteThroughFile = !cfg.EmbeddedWriteThroughMapping
 	if cfg.EmbeddedHACompression != "" {
 		bc.HACompression = cfg.EmbeddedHACompression
 	}

@@ -260,9 +260,9 @@ func (r *runner) run(ctx context.Context, seed uint64) (*Result, error) {
 		if cfg.KeepData {
 			keep = " (kept)"
 		}
-		writePath := "commit log written through its mapping"
-		if cfg.EmbeddedWriteThroughFile {
-			writePath = "commit log written through its files (commitLogWriteThroughFile)"
+		writePath := "commit log written through its files"
+		if cfg.EmbeddedWriteThroughMapping {
+			writePath = "commit log copied into its mappings (commitLogWriteThroughFile=false)"
 		}
 		fmt.Fprintf(r.out, "embedded cluster: NameServer %s, %s, %s, %s, data %s%s\n",
 			emb.nameServers(), emb.describe(), cfg.FlushDiskType, writePath, emb.dir, keep)

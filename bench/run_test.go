@@ -585,11 +585,8 @@ func TestEmbeddedLoghubReplay(t *testing.T) {
 	res, err := Run(t.Context(), Config{
 		PayloadDir: "testdata/loghub",
 		Verify:     true,
-		// The brokers write the commit log through their files; TestEmbeddedWorkload through
-		// the mappings.
-		EmbeddedWriteThroughFile: true,
-		Out:                      &out,
-		Logger:                   testLogger(t),
+		Out:        &out,
+		Logger:     testLogger(t),
 	})
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
@@ -603,7 +600,7 @@ func TestEmbeddedLoghubReplay(t *testing.T) {
 		t.Fatal("the summary does not end with the clean verification line")
 	}
 	if !strings.Contains(out.String(), "commit log written through its files") {
-		t.Fatal("the embedded cluster's line does not say the commit log is written through its files")
+		t.Fatal("the embedded cluster's line does not say the commit log is written through its files (the default)")
 	}
 	assertDataDirRemoved(t, out.String())
 }
@@ -622,8 +619,11 @@ func TestEmbeddedWorkload(t *testing.T) {
 		JSONFile:         jsonPath,
 		FlushDiskType:    "SYNC_FLUSH",
 		SegmentSize:      64 << 20,
-		Out:              &out,
-		Logger:           testLogger(t),
+		// Every append copied into the mappings; TestEmbeddedLoghubReplay writes through the
+		// files (the default).
+		EmbeddedWriteThroughMapping: true,
+		Out:                         &out,
+		Logger:                      testLogger(t),
 	})
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
@@ -635,6 +635,9 @@ func TestEmbeddedWorkload(t *testing.T) {
 	}
 	if res.Partitions != 16 || res.MessageSize != 100 || len(res.PublishRate) < 3 || res.AggregatedPublishLatency50pct <= 0 || res.AggregatedEndToEndLatency50pct <= 0 {
 		t.Fatalf("result %+v", res)
+	}
+	if !strings.Contains(out.String(), "commit log copied into its mappings") {
+		t.Fatal("the embedded cluster's line does not say the commit log is copied into its mappings")
 	}
 	var m map[string]any
 	data, err := os.ReadFile(jsonPath)

@@ -134,19 +134,19 @@ func New(cfg Config, logger *slog.Logger) (*Broker, error) {
 		mode = commitlog.SyncFlush
 	}
 	store, err := commitlog.Open(commitlog.Config{
-		Dir:              root,
-		SegmentSize:      cfg.MappedFileSizeCommitLog,
-		QueueFileEntries: cfg.ConsumeQueueFileEntries,
-		FlushMode:        mode,
-		FlushInterval:    cfg.FlushIntervalCommitLog,
-		FlushDirtyBytes:  cfg.FlushCommitLogDirtyBytes,
-		WriteThroughFile: cfg.CommitLogWriteThroughFile,
-		RetentionAge:     cfg.FileReservedTime,
-		RetentionBytes:   cfg.RetentionBytes,
-		Parser:           parseStoredBatch,
-		Logger:           logger.With("component", "commitlog"),
-		Preallocate:      testPreallocate,
-		OnFlush:          met.onFlush(),
+		Dir:                 root,
+		SegmentSize:         cfg.MappedFileSizeCommitLog,
+		QueueFileEntries:    cfg.ConsumeQueueFileEntries,
+		FlushMode:           mode,
+		FlushInterval:       cfg.FlushIntervalCommitLog,
+		FlushDirtyBytes:     cfg.FlushCommitLogDirtyBytes,
+		WriteThroughMapping: !cfg.CommitLogWriteThroughFile,
+		RetentionAge:        cfg.FileReservedTime,
+		RetentionBytes:      cfg.RetentionBytes,
+		Parser:              parseStoredBatch,
+		Logger:              logger.With("component", "commitlog"),
+		Preallocate:         testPreallocate,
+		OnFlush:             met.onFlush(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot open store: %w", err)

@@ -64,12 +64,12 @@ type Config struct {
 	FlushIntervalCommitLog time.Duration `prop:"flushIntervalCommitLog" unit:"ms"`
 	// FlushCommitLogDirtyBytes makes ASYNC_FLUSH flush early once this many bytes are dirty.
 	FlushCommitLogDirtyBytes int64 `prop:"flushCommitLogDirtyBytes"`
-	// CommitLogWriteThroughFile writes the active commit-log segment with pwrite instead of
-	// copying into its mapping (default false); consumers and slaves read it through the
-	// mapping either way. On a small virtual machine it removed the page faults that zeroed
-	// fresh pages ahead of the writes and the per-page TLB shootdowns of writeback
-	// (BENCHMARKS.md); appends of very small batches cost more (a system call, or a page fault
-	// per page for those under 512 bytes).
+	// CommitLogWriteThroughFile writes the active commit-log segment with pwrite (default true;
+	// while the average batch is under 2 KiB appends still copy into the segment's mapping,
+	// populated ahead); false copies every append into the mapping, RocketMQ's default.
+	// Consumers and slaves read through the mapping either way. On a small virtual machine
+	// writing through the file removed the page faults that zeroed fresh pages ahead of the
+	// writes and the per-page TLB shootdowns of writeback (BENCHMARKS.md).
 	CommitLogWriteThroughFile bool `prop:"commitLogWriteThroughFile"`
 	// FileReservedTime is the retention age of commit-log segments (hours in the file, default
 	// 72, as RocketMQ; 0 also means 72; a negative value never deletes segments by age).
@@ -235,6 +235,7 @@ func DefaultConfig() Config {
 		MappedFileSizeCommitLog:       1 << 30,
 		ConsumeQueueFileEntries:       300_000,
 		FlushIntervalCommitLog:        500 * time.Millisecond,
+		CommitLogWriteThroughFile:     true,
 		FlushCommitLogDirtyBytes:      16 << 20,
 		FileReservedTime:              72 * time.Hour,
 		MaxMessageSize:                protocol.DefaultMaxMessageSize,

@@ -13,7 +13,7 @@ var configHelp = map[string]string{
 	"BrokerName":                    "names the broker group; all members of a group share it",
 	"BrokerRole":                    "ASYNC_MASTER, SYNC_MASTER or SLAVE",
 	"ChannelExpiredTimeout":         "forgets a consumer client that sent no heartbeat for this long (ms in the file, default 120 s as RocketMQ); a closed connection forgets it at once",
-	"CommitLogWriteThroughFile":     "writes the active commit-log segment with pwrite instead of copying into its mapping (default false); consumers and slaves read it through the mapping either way. On a small virtual machine it removed the page faults that zeroed fresh pages ahead of the writes and the per-page TLB shootdowns of writeback (BENCHMARKS.md); appends of very small batches cost more (a system call, or a page fault per page for those under 512 bytes)",
+	"CommitLogWriteThroughFile":     "writes the active commit-log segment with pwrite (default true; while the average batch is under 2 KiB appends still copy into the segment's mapping, populated ahead); false copies every append into the mapping, RocketMQ's default. Consumers and slaves read through the mapping either way. On a small virtual machine writing through the file removed the page faults that zeroed fresh pages ahead of the writes and the per-page TLB shootdowns of writeback (BENCHMARKS.md)",
 	"ConnMaxInFlight":               "bounds requests of one connection waiting for an answer (sync flush, long polls); reading from the connection pauses above it",
 	"ConnMaxOutboundBytes":          "pauses reading from a connection while more than this many response bytes wait to be sent to it",
 	"ConsumeQueueFileEntries":       "the number of index entries per consume-queue file",

@@ -72,7 +72,7 @@ type Parser func(b []byte, physicalOffset int64) (BatchInfo, error)
 
 // StampFunc writes the broker-assigned fields into the stored copy of a batch. Append calls it
 // under the store mutex with dst = the batch's bytes inside the mapping, or in the store's
-// write buffer before they are written through the file (Config.WriteThroughFile)
+// write buffer before they are written through the file (see Config.WriteThroughMapping)
 // (len(dst) == cap(dst) == batch size), its physical offset, base queue offset, store timestamp
 // (Unix milliseconds) and the epoch passed to Append. It must be short and must not call back
 // into the Store.
@@ -114,13 +114,15 @@ type Config struct {
 	// next entries'. Prefaulting takes the page faults off Append, which runs under the store
 	// mutex, at the cost of dirtying up to one segment of zero pages ahead of the writes.
 	DisablePrefault bool
-	// WriteThroughFile makes appends write the active commit-log segment through its file
-	// (pwrite) rather than copy into its mapping; readers read through the mapping either way,
-	// and the segment pre-allocator then prefaults nothing. Writing through the file zeroes no
-	// fresh page ahead of the writes and leaves writeback no writable mapping to write-protect
-	// page by page (see "Writing the active segment" in log.go); a batch under smallWrite bytes
-	// within a page already written is still copied through the mapping.
-	WriteThroughFile bool
+	// WriteThroughMapping makes every append copy into the active commit-log segment's mapping,
+	// whose page tables the segment pre-allocator populates ahead (RocketMQ's default). By
+	// default (false) appends write the active segment through its file (pwrite) into pages
+	// the pre-allocator read into the page cache ahead, unmapped, and copy into a populated
+	// mapping only while the average write is under smallWrite (2 KiB); readers read through
+	// the mapping either way. Writing through the file zeroes no fresh page in a fault ahead of
+	// the writes and leaves writeback no writable mapping to write-protect page by page (see
+	// "Writing the active segment" in log.go).
+	WriteThroughMapping bool
 	// Parser validates and describes batches found on disk. Required.
 	Parser Parser
 	// Logger receives recovery reports, flush errors and retention actions

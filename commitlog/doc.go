@@ -183,7 +183,7 @@
 // # Concurrency
 //
 // Append and DeleteTopic are serialised by one store mutex (Store.mu); it copies into the mapping
-// (or, with Config.WriteThroughFile, writes through the segment's file), stamps, writes
+// or writes through the segment's file (Config.WriteThroughMapping), stamps, writes
 // the consume-queue entry and publishes the new end with atomic stores, so Read, ReadLog and the
 // offset accessors never take that mutex (they take a read lock on the queue map only). Open
 // starts four goroutines, all stopped by Close: the flusher (msync + group commit), the queue

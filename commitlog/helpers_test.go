@@ -115,8 +115,8 @@ func testConfig(dir string) Config {
 		RetentionCheckInterval: time.Hour,
 		Parser:                 testParser,
 		Logger:                 quietLogger(),
-		// make test runs the package a second time with appends written through the files.
-		WriteThroughFile: os.Getenv("PETREL_WRITE_THROUGH_FILE") == "1",
+		// make test runs the package a second time with every append copied into the mapping.
+		WriteThroughMapping: os.Getenv("PETREL_WRITE_THROUGH_MAPPING") == "1",
 	}
 }
 

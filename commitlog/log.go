@@ -202,7 +202,7 @@ func (s *Store) preparePages(seg *mappedFile, from, to int64, populate bool) {
 // writing: unless appends write through the segments' files and their writes are not small
 // (smallBatches). Any goroutine.
 func (s *Store) populatesSegments() bool {
-	return !s.cfg.WriteThroughFile || s.smallBatches.Load()
+	return s.cfg.WriteThroughMapping || s.smallBatches.Load()
 }
 
 // kickPrefault wakes the pre-allocator once the log end at end has used half of the window it
@@ -220,10 +220,11 @@ func (s *Store) kickPrefault(end int64) {
 	}
 }
 
-// Writing the active segment. By default appends copy into the segment's mapping, whose page
-// tables the pre-allocator populates ahead of them (prefaultAhead). With
-// Config.WriteThroughFile they write through the segment's file instead (pwrite), and readers
-// still read through its mapping; both see the one page cache. Writing through the mapping
+// Writing the active segment. Appends write through the segment's file (pwrite) into pages the
+// pre-allocator read into the page cache ahead of them, unmapped; while the average write is
+// small (smallWrite) they copy into the segment's mapping, whose page tables the pre-allocator
+// then populates ahead of them (prefaultAhead), as every append does with
+// Config.WriteThroughMapping. Readers read through the mapping; both see the one page cache. Writing through the mapping
 // costs twice on a small virtual machine, where fresh page-cache pages are expensive to touch:
 //   - a write fault on a fresh page reads the page in first, and a fault of a mapping reads
 //     around it (read_ahead_kb, 8 MiB on some machines): megabytes of an unwritten extent zeroed
@@ -237,8 +238,8 @@ func (s *Store) kickPrefault(end int64) {
 // RocketMQ's transientStorePoolEnable writes through FileChannel for the second reason; Kafka
 // always has.
 
-// setActiveLocked makes seg the active segment: the previous one's writer is closed and, with
-// Config.WriteThroughFile, seg's file is opened for writing. A segment whose file cannot be
+// setActiveLocked makes seg the active segment: the previous one's writer is closed and, unless
+// Config.WriteThroughMapping, seg's file is opened for writing. A segment whose file cannot be
 // opened is written through its mapping, with a warning: slower (its pages are not
 // prefaulted), never wrong. Caller holds mu.
 func (s *Store) setActiveLocked(seg *mappedFile) {
@@ -248,7 +249,7 @@ func (s *Store) setActiveLocked(seg *mappedFile) {
 		}
 		old.w = nil
 	}
-	if seg.w == nil && s.cfg.WriteThroughFile {
+	if seg.w == nil && !s.cfg.WriteThroughMapping {
 		w, err := os.OpenFile(seg.path(), os.O_WRONLY, 0)
 		if err != nil {
 			// NB: not prefaulted either (the pre-allocator follows the config): appends fault.
@@ -278,11 +279,11 @@ func nextBatchAvg(avg, size int64) int64 {
 	return avg + (size-avg)/batchAvgWeight
 }
 
-// noteWriteLocked records a write of size bytes to the log with Config.WriteThroughFile: while
-// the average write is under smallWrite the pre-allocator populates the page tables ahead
-// (prefaultAhead; the write's kickPrefault wakes it). Caller holds mu.
+// noteWriteLocked records a write of size bytes to the log (unless Config.WriteThroughMapping):
+// while the average write is under smallWrite the pre-allocator populates the page tables
+// ahead (prefaultAhead; the write's kickPrefault wakes it). Caller holds mu.
 func (s *Store) noteWriteLocked(size int) {
-	if !s.cfg.WriteThroughFile {
+	if s.cfg.WriteThroughMapping {
 		return
 	}
 	s.batchAvg = nextBatchAvg(s.batchAvg, int64(size))

@@ -74,7 +74,7 @@ type Store struct {
 	// (its capacity is the largest batch so written). Under mu.
 	wbuf []byte
 	// batchAvg is a moving average of the sizes of the writes to the log with
-	// Config.WriteThroughFile (bytes: Append's batches, AppendReplicated's chunks; nextBatchAvg).
+	// the segment's writer (bytes: Append's batches, AppendReplicated's chunks; nextBatchAvg).
 	// Under mu. smallBatches says it is under smallWrite: the pre-allocator then populates the
 	// page tables ahead, and the writes that land there copy into the mapping (see "Writing the
 	// active segment" in log.go). Written under mu, read by the pre-allocator.
@@ -217,9 +217,9 @@ func Open(cfg Config) (*Store, error) {
 // Errors wrap ErrInvalidBatch, ErrInvalidTopic, ErrStaleEpoch, ErrTopicDeleted, ErrClosed, ErrDiskFull (no space for the next
 // segment or consume-queue file: nothing was written and a later Append retries) or an I/O
 // error. Any goroutine (typically event loops); appends are serialised by the store mutex and
-// make no syscall (one pwrite with Config.WriteThroughFile) and no allocation except when a
-// segment, queue or queue file is created, when the write buffer of Config.WriteThroughFile
-// grows to a larger batch than any before, or when the clock is more than a second behind the
+// make one pwrite for a batch written through the file (none when copied into the mapping,
+// see viaFileLocked) and no allocation except when a segment, queue or queue file is created,
+// when the write buffer grows to a larger batch than any before, or when the clock is more than a second behind the
 // log's newest store timestamp (the ordered file records where the order restarts).
 func (s *Store) Append(topic []byte, queueID int32, batch []byte, count int32, tagHash uint32, epoch uint32, stamp StampFunc) (AppendResult, error) {
 	size := len(batch)

@@ -11,7 +11,7 @@ import (
 	"unsafe"
 )
 
-// TestAppendsMapNoPages: with WriteThroughFile, appends (of batches over smallWrite) and
+// TestAppendsMapNoPages: appends (of batches over smallWrite) and
 // replicated appends write the active segment through its file, so they map none of its pages.
 // Pages written through the mapping are mapped writable and dirty, and writeback must
 // write-protect each one (a TLB shootdown per page, an interrupt to every CPU the broker runs
@@ -19,15 +19,9 @@ import (
 // back from it.
 func TestAppendsMapNoPages(t *testing.T) {
 	const batches, size = 1024, 4096 // over smallWrite: not copied into a populated mapping
-	cfg := func() Config {
-		c := testConfig(t.TempDir())
-		c.WriteThroughFile = true
-		c.SegmentSize = 16 << 20 // the appends stay in the first segment
-		return c
-	}
-	master := mustOpen(t, cfg())
+	master := mustOpen(t, writeThroughFileConfig(t, 16<<20)) // the appends stay in the first segment
 	defer master.Close()
-	slave := mustOpen(t, cfg())
+	slave := mustOpen(t, writeThroughFileConfig(t, 16<<20))
 	defer slave.Close()
 	m := newModel()
 	for i := 0; i < batches; i++ {
@@ -40,6 +34,18 @@ func TestAppendsMapNoPages(t *testing.T) {
 	checkUnmapped(t, "slave", slave)
 	sameLog(t, master, slave)
 	sameQueues(t, master, slave, m)
+}
+
+// writeThroughFileConfig returns a test config whose appends write through the files (also
+// when make test runs the package with PETREL_WRITE_THROUGH_MAPPING=1), with segments of
+// segmentSize bytes (0: testConfig's).
+func writeThroughFileConfig(t *testing.T, segmentSize int64) Config {
+	c := testConfig(t.TempDir())
+	c.WriteThroughMapping = false
+	if segmentSize > 0 {
+		c.SegmentSize = segmentSize
+	}
+	return c
 }
 
 // checkUnmapped fails the test when more than a few pages of s's active segment are mapped.
@@ -77,13 +83,11 @@ func mappingRss(b []byte) (int64, error) {
 	return 0, fmt.Errorf("no mapping at %s in /proc/self/smaps (%v)", start, sc.Err())
 }
 
-// TestWriterFilesClosed: with WriteThroughFile only the active segment holds a file open for
+// TestWriterFilesClosed: only the active segment holds a file open for
 // writing: rolls, a slave's log reset and Close leave no descriptor behind.
 func TestWriterFilesClosed(t *testing.T) {
 	before := openFiles(t)
-	cfg := testConfig(t.TempDir())
-	cfg.WriteThroughFile = true
-	s := mustOpen(t, cfg)
+	s := mustOpen(t, writeThroughFileConfig(t, 0))
 	m := newModel()
 	opened := openFiles(t)
 	for i := 0; i < 256; i++ { // 256 KiB of batches: segments of 64 KiB roll every 60 or so
@@ -116,20 +120,14 @@ func openFiles(t *testing.T) int {
 	return len(fds) - 1 // ReadDir's own descriptor
 }
 
-// TestSmallAppendsPopulateAhead: with WriteThroughFile, once the average write is under
+// TestSmallAppendsPopulateAhead: once the average write is under
 // smallWrite the pre-allocator populates the page tables ahead of the log end and the appends
 // copy into the mapping (a pwrite of a 100-byte batch costs several times the copy); once the
 // batches grow again it stops, and the appends past what it populated write through the file.
 // Every batch reads back, and a slave replicating the log in large chunks (written through its
 // file) ends byte-identical.
 func TestSmallAppendsPopulateAhead(t *testing.T) {
-	cfg := func() Config {
-		c := testConfig(t.TempDir())
-		c.WriteThroughFile = true
-		c.SegmentSize = 32 << 20 // the appends stay in the first segment
-		return c
-	}
-	master := mustOpen(t, cfg())
+	master := mustOpen(t, writeThroughFileConfig(t, 32<<20)) // the appends stay in the first segment
 	defer master.Close()
 	m := newModel()
 	payload := func(i, size int) []byte {
@@ -168,7 +166,7 @@ func TestSmallAppendsPopulateAhead(t *testing.T) {
 	if limit := master.prefaultedTo.Load() + (256 << 10); rss > limit {
 		t.Errorf("%d KiB of the active segment mapped, %d KiB populated: the 4 KiB appends past it wrote through the mapping", rss>>10, limit>>10)
 	}
-	slave := mustOpen(t, cfg())
+	slave := mustOpen(t, writeThroughFileConfig(t, 32<<20))
 	defer slave.Close()
 	replicate(t, master, slave, 256<<10)
 	if slave.smallBatches.Load() {

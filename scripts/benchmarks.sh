@@ -38,9 +38,9 @@
 # once on the idle machine (5 s).
 # REPORT=1 measures nothing: it redraws the charts and appends the goal ratios to OUTDIR/summary.md
 # from the results already in OUTDIR (SECTIONS=micro also appends the micro-benchmarks).
-# WRITE_THROUGH_FILE=1 runs every Petrel broker (embedded and processes) with
-# commitLogWriteThroughFile (petrel-bench --write-through-file): appends write the commit log
-# with pwrite instead of copying into its mapping; the summary's header says which.
+# WRITE_THROUGH_MAPPING=1 runs every Petrel broker (embedded and processes) with
+# commitLogWriteThroughFile=false (petrel-bench --write-through-mapping): every append copies
+# into the commit log's mapping instead of a pwrite; the summary's header says which.
 # DURATION (default 20s) sets the length of each run. Every result is written as <name>.json and
 # <name>.txt in OUTDIR; charts go to OUTDIR/charts/<comparison>/ and the goal ratios (with jq, else
 # python3) to the end of OUTDIR/summary.md. Everything runs on this machine: the embedded
@@ -54,8 +54,8 @@ REPORT=${REPORT:-0}
 if [[ $REPORT == 1 ]]; then SECTIONS=${SECTIONS:-}; else SECTIONS=${SECTIONS:-single replication nats micro}; fi
 NATS_PORT=${NATS_PORT:-4222}
 PROC_PORT=${PROC_PORT:-19876}
-WRITE_THROUGH_FILE=${WRITE_THROUGH_FILE:-0}
-[[ $WRITE_THROUGH_FILE == 0 || $WRITE_THROUGH_FILE == 1 ]] || { echo "WRITE_THROUGH_FILE=$WRITE_THROUGH_FILE: want 0 or 1" >&2; exit 2; }
+WRITE_THROUGH_MAPPING=${WRITE_THROUGH_MAPPING:-0}
+[[ $WRITE_THROUGH_MAPPING == 0 || $WRITE_THROUGH_MAPPING == 1 ]] || { echo "WRITE_THROUGH_MAPPING=$WRITE_THROUGH_MAPPING: want 0 or 1" >&2; exit 2; }
 want() { [[ " $SECTIONS " == *" $1 "* ]] && { [[ $REPORT != 1 ]] || [[ $1 == micro ]]; }; }
 mkdir -p "$OUT"
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/petrel-benchmarks.XXXXXX")
@@ -71,7 +71,7 @@ nats_stop() { # stops the servers scripts/nats-server.sh started (its EXIT trap 
 # Broker processes for the -proc runs: a NameServer and one broker group (broker-a), each a
 # process of its own. proc_start takes the embedded cluster's settings from the run's own
 # petrel-bench arguments (--flush, --slaves, --broker-role, --ha-compression, --segment-size,
-# --write-through-file, with petrel-bench's defaults, which -n makes it ignore) and gives the
+# --write-through-mapping, with petrel-bench's defaults, which -n makes it ignore) and gives the
 # processes the same, so a run and its -proc twin differ only in where the brokers run. What bench/embedded.go sets, the
 # processes get too:
 #   NameServer  registrationPeriod 1ns: the embedded one answers at once, not after 30 s
@@ -79,7 +79,7 @@ nats_stop() { # stops the servers scripts/nats-server.sh started (its EXIT trap 
 #   broker      127.0.0.1 (bindAddress, brokerIP1); flushDiskType (--flush, default
 #               ASYNC_FLUSH); mappedFileSizeCommitLog (--segment-size, default 128 MiB, not the
 #               broker's 1 GiB); haCompression (--ha-compression, default s2);
-#               commitLogWriteThroughFile (--write-through-file, default false); logs at warn
+#               commitLogWriteThroughFile (false with --write-through-mapping); logs at warn
 #               (petrel-bench's --log-level default, which the embedded servers log at)
 #   master      brokerId 0, brokerRole --broker-role (default SYNC_MASTER with slaves,
 #               ASYNC_MASTER without)
@@ -106,7 +106,7 @@ for p in "$NATS_PORT" $((NATS_PORT + 1)) $((NATS_PORT + 2)) $((NATS_PORT + 2000)
 done
 ((PROC_PORT > 0 && PROC_PORT + 2 + 2 * PROC_MAX_SLAVES <= 65535)) || { echo "PROC_PORT=$PROC_PORT: out of range" >&2; exit 2; }
 proc_settings() { # petrel-bench arguments: sets P_FLUSH P_SLAVES P_ROLE P_HACOMP P_SEGMENT P_WTF to the embedded cluster's
-  P_FLUSH=ASYNC_FLUSH P_SLAVES=2 P_ROLE= P_HACOMP=s2 P_SEGMENT=$((128 << 20)) P_WTF=false
+  P_FLUSH=ASYNC_FLUSH P_SLAVES=2 P_ROLE= P_HACOMP=s2 P_SEGMENT=$((128 << 20)) P_WTF=true
   local v
   while (($# > 0)); do
     case $1 in
@@ -114,7 +114,7 @@ proc_settings() { # petrel-bench arguments: sets P_FLUSH P_SLAVES P_ROLE P_HACOM
       --slaves) P_SLAVES=$2; shift ;;
       --broker-role) P_ROLE=$2; shift ;;
       --ha-compression) P_HACOMP=$2; shift ;;
-      --write-through-file) P_WTF=true ;;
+      --write-through-mapping) P_WTF=false ;;
       --segment-size) # bytes, or with a K/M/G suffix (KiB, MiB, GiB), as petrel-bench reads it
         v=${2^^}; v=${v%IB}; v=${v%B}; shift
         case $v in
@@ -293,10 +293,10 @@ else
   echo "- cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, GOMAXPROCS=${GOMAXPROCS:-$(nproc)}"
   echo "- memory: $(free -g | awk '/^Mem:/ {print $2}') GiB"
   echo "- kernel: $(uname -r); $(go version)"
-  if [[ $WRITE_THROUGH_FILE == 1 ]]; then
-    echo "- Petrel brokers: commitLogWriteThroughFile=true (WRITE_THROUGH_FILE=1: the commit log written with pwrite)"
+  if [[ $WRITE_THROUGH_MAPPING == 1 ]]; then
+    echo "- Petrel brokers: commitLogWriteThroughFile=false (WRITE_THROUGH_MAPPING=1: every append copied into the commit log's mapping)"
   else
-    echo "- Petrel brokers: commitLogWriteThroughFile=false (the default: the commit log copied into its mapping)"
+    echo "- Petrel brokers: commitLogWriteThroughFile=true (the default: the commit log written with pwrite, small batches into a populated mapping)"
   fi
   echo "- disk: $(df -h "$DATA" | awk 'NR==2 {print $1 " (" $2 ", " $4 " free)"}'), data dir $DATA"
 } | tee "$OUT/summary.md"
@@ -330,7 +330,7 @@ petrel_run() { # true when petrel-bench arguments run Petrel (not --driver nats)
 }
 run() { # name, then petrel-bench arguments
   local name=$1 rc=0 hiccup=$RUN_HICCUP; shift
-  if [[ $WRITE_THROUGH_FILE == 1 && " $* " != *" --write-through-file "* ]] && petrel_run "$@"; then set -- "$@" --write-through-file; fi
+  if [[ $WRITE_THROUGH_MAPPING == 1 && " $* " != *" --write-through-mapping "* ]] && petrel_run "$@"; then set -- "$@" --write-through-mapping; fi
   RUN_HICCUP=
   echo "### $name" | log
   echo '```' | log
@@ -383,7 +383,7 @@ LAT_E2E_50K=(--slaves 0 "${W1K[@]}" --producer-rate 50000 --duration "$DURATION"
 LAT_REPL_50K=("${REPL_SYNC[@]}" "${L1K_NV[@]}" --producer-rate 50000 --duration "$DURATION" --warmup 5s --trace-every 16)
 proc_run() { # name, then petrel-bench arguments: the run against processes started for these arguments (proc_start)
   local name=$1; shift
-  if [[ $WRITE_THROUGH_FILE == 1 ]]; then set -- "$@" --write-through-file; fi
+  if [[ $WRITE_THROUGH_MAPPING == 1 ]]; then set -- "$@" --write-through-mapping; fi
   proc_start "$name" "$@"
   RUN_HICCUP=1
   run "$name" -n "$PROC_NS" "$@"

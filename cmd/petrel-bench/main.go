@@ -253,7 +253,7 @@ consume-only run against one slave.`,
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of random payloads and keys (default: random)")
 	f.IntVar(&slaves, "slaves", bench.DefaultEmbeddedSlaves, fmt.Sprintf("embedded cluster: slaves of the broker group (0..%d; 0: a lone master)", bench.MaxEmbeddedSlaves))
 	f.StringVar(&cfg.EmbeddedHACompression, "ha-compression", "", "embedded cluster: the codec of replication chunks, s2, zstd or none (default s2)")
-	f.BoolVar(&cfg.EmbeddedWriteThroughFile, "write-through-file", false, "embedded cluster: every broker's commitLogWriteThroughFile (appends write the commit log with pwrite instead of through its mapping)")
+	f.BoolVar(&cfg.EmbeddedWriteThroughMapping, "write-through-mapping", false, "embedded cluster: every broker with commitLogWriteThroughFile=false (every append copies into the commit log's mapping instead of a pwrite)")
 	f.StringVar(&cfg.EmbeddedRole, "broker-role", "", "embedded cluster: the master's brokerRole, SYNC_MASTER or ASYNC_MASTER (default SYNC_MASTER with slaves, ASYNC_MASTER without)")
 	f.Int64Var(&readBroker, "read-broker-id", -1, "consumers read from this member of each broker group only (0: the master, N: slave N), ignoring read suggestions (default: follow them); with --verify the final read checks member N too")
 	f.BoolVar(&cfg.ConsumeOnly, "consume-only", false, "consume existing topics (--topic or --topic-id) of a running cluster from the earliest offset, no producers, and check every message up to the queues' max offsets at the start; exit 1 on any problem")

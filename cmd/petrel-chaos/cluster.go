@@ -85,7 +85,7 @@ func buildGroups(t *topology, dir string, storeSize int64) []*group {
 // brokerConfig returns the member's config file for its next start. A static broker that
 // electMaster gave another role gets that role (brokerId and brokerRole from its store's
 // elected file): the broker refuses a config that contradicts the file.
-func brokerConfig(m *member, nsAddr string, segment int64, writeThroughFile bool) (string, error) {
+func brokerConfig(m *member, nsAddr string, segment int64, writeThroughMapping bool) (string, error) {
 	id, role := m.brokerID, m.role
 	if !m.g.raft {
 		if e, ok, err := readElected(m.store.dir); err != nil {
@@ -109,8 +109,8 @@ func brokerConfig(m *member, nsAddr string, segment int64, writeThroughFile bool
 	kv("brokerIP1", m.node.addr)
 	kv("storePathRootDir", m.store.dir)
 	kv("mappedFileSizeCommitLog", segment)
-	if writeThroughFile {
-		kv("commitLogWriteThroughFile", true)
+	if writeThroughMapping {
+		kv("commitLogWriteThroughFile", false)
 	}
 	if m.g.raft {
 		var peers []string

@@ -127,7 +127,7 @@ an earlier run that died are removed at the start.`,
 	f.IntVar(&o.cycles, "cycles", o.cycles, "faults to inject")
 	f.Uint64Var(&o.seed, "seed", 0, "seed of the fault sequence (0: random, printed)")
 	f.StringVar(&segment, "segment", "1MiB", "commit-log segment size of every broker (mappedFileSizeCommitLog): bytes or with a K/M/G suffix")
-	f.BoolVar(&o.writeThroughFile, "write-through-file", false, "set every broker's commitLogWriteThroughFile: appends write the commit log through its files")
+	f.BoolVar(&o.writeThroughMapping, "write-through-mapping", false, "set every broker's commitLogWriteThroughFile=false: every append copies into the commit log's mapping (default: written through its files)")
 	f.StringVar(&o.mix, "mix", o.mix, "fault weights: a mix name or kind=weight,... (see above)")
 	f.StringVar(&hold, "hold", "1s-6s", "how long each fault is held, MIN-MAX (uniformly random) or one duration")
 	f.DurationVar(&o.settle, "settle", o.settle, "steady state between the cluster's recovery and the next fault")

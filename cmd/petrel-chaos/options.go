@@ -17,13 +17,13 @@ type options struct {
 	cycles  int
 	seed    uint64
 	segment int64
-	// writeThroughFile sets every broker's commitLogWriteThroughFile.
-	writeThroughFile bool
-	mix              string
-	weights          map[faultKind]int
-	holdMin          time.Duration
-	holdMax          time.Duration
-	settle           time.Duration
+	// writeThroughMapping sets every broker's commitLogWriteThroughFile=false.
+	writeThroughMapping bool
+	mix                 string
+	weights             map[faultKind]int
+	holdMin             time.Duration
+	holdMax             time.Duration
+	settle              time.Duration
 	// medianMin is the least number of measured faults of one kind whose median is held to the
 	// Raft group's median bar (the max bar holds always): a short run has one or two of a kind,
 	// and one slow failover is not a median.

@@ -143,8 +143,8 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (pass bool, e
 		return false, err
 	}
 	h.topo = newTopology(prefix, o.subnet)
-	h.printf("chaos: seed=%d cycles=%d segment=%s write-through-file=%v mix=%s hold=%v-%v rate=%d msg/s run directory %s\n",
-		o.seed, o.cycles, formatSize(o.segment), o.writeThroughFile, o.mix, o.holdMin, o.holdMax, o.rate, h.runDir)
+	h.printf("chaos: seed=%d cycles=%d segment=%s write-through-mapping=%v mix=%s hold=%v-%v rate=%d msg/s run directory %s\n",
+		o.seed, o.cycles, formatSize(o.segment), o.writeThroughMapping, o.mix, o.holdMin, o.holdMax, o.rate, h.runDir)
 	keepLogs := false
 	defer func() {
 		if terr := h.teardown(o.keep, keepLogs || o.keep); terr != nil {
@@ -216,7 +216,7 @@ func (h *harness) setup(ctx context.Context) error {
 			m.proc = &proc{
 				name: m.name, node: m.node, sp: h.sp, logPath: filepath.Join(h.runDir, m.name+".log"),
 				argv: func() (string, []string, error) {
-					conf, err := brokerConfig(m, h.nsAddr(), h.o.segment, h.o.writeThroughFile)
+					conf, err := brokerConfig(m, h.nsAddr(), h.o.segment, h.o.writeThroughMapping)
 					if err != nil {
 						return "", nil, err
 					}
