@@ -109,17 +109,19 @@ type Config struct {
 	// logs a warning and leaves the still-held mappings to be unmapped on their last release
 	// (default 5s).
 	CloseTimeout time.Duration
-	// DisablePrefault stops the segment pre-allocator from populating the next segment's page
-	// tables (madvise MADV_POPULATE_WRITE) before it is used, and the consume-queue flusher the
-	// next entries'. Prefaulting takes the page faults off Append, which runs under the store
-	// mutex, at the cost of dirtying up to one segment of zero pages ahead of the writes.
+	// DisablePrefault stops the segment pre-allocator from preparing the pages ahead of the log
+	// end (populating their page tables with MADV_POPULATE_WRITE, or reading them into the page
+	// cache with MADV_WILLNEED) and the consume-queue flusher from populating the next entries'.
+	// Preparing takes page faults and page allocation off Append, which runs under the store
+	// mutex, at the cost of up to prefaultWindow (8 MiB) of zero pages ahead of the writes.
 	DisablePrefault bool
 	// WriteThroughMapping makes every append copy into the active commit-log segment's mapping,
 	// whose page tables the segment pre-allocator populates ahead (RocketMQ's default). By
 	// default (false) appends write the active segment through its file (pwrite) into pages
-	// the pre-allocator read into the page cache ahead, unmapped, and copy into a populated
-	// mapping only while the average write is under smallWrite (2 KiB); readers read through
-	// the mapping either way. Writing through the file zeroes no fresh page in a fault ahead of
+	// the pre-allocator read into the page cache ahead, unmapped; while the average write is
+	// under smallWrite (2 KiB) the pre-allocator populates the page tables ahead instead, and
+	// an append that lands where they are populated is copied into the mapping, whatever its
+	// size. Readers read through the mapping either way. Writing through the file zeroes no fresh page in a fault ahead of
 	// the writes and leaves writeback no writable mapping to write-protect page by page (see
 	// "Writing the active segment" in log.go).
 	WriteThroughMapping bool

@@ -122,14 +122,16 @@ const prefaultWindow = 8 << 20
 // cacheStep is how much of the window the pre-allocator reads into the page cache per call when
 // appends write through the files (bytes): each call zeroes its pages in the kernel without a
 // break, so it is kept short.
-const cacheStep = 256 << 10
+const cacheStep = 16 << 10
 
 // prefaultAhead prepares the pages of [end, end+prefaultWindow) in the active segment and,
 // past its end, in the pre-allocated next segment, so appends do not allocate them: it
 // populates their page tables for writing (prefault, then prefaultedTo), or, when appends
 // write through the segment's file and are not small (smallBatches), reads them into the page
 // cache without mapping them (MADV_WILLNEED in cacheStep steps, then cachedTo), so a pwrite
-// finds its page there and writeback has no mapping to write-protect.
+// finds its page there and writeback has no mapping to write-protect. Only what it prepared
+// counts: a range it could not reach or prepare stops the counter there, and a ResetTo
+// meanwhile (which sets the counters to its base) wins over this pass.
 // Pre-allocator goroutine; appends may write into the range meanwhile, which is harmless (a
 // page an append wrote is not read in again).
 func (s *Store) prefaultAhead() {
@@ -141,19 +143,27 @@ func (s *Store) prefaultAhead() {
 	if populate {
 		done = &s.prefaultedTo
 	}
+	old := done.Load()
 	end := s.end.Load()
 	to := end + prefaultWindow
-	from := max(done.Load(), end) &^ (pageSize - 1)
+	from := max(old, end)
 	if from >= to {
 		return
 	}
+	reached := from // prepared up to here
 	segs := *s.segs.Load()
 	if len(segs) > 0 {
-		if seg := segs[len(segs)-1]; from >= seg.base && from < seg.end() && seg.tryAcquire() {
+		if seg := segs[len(segs)-1]; from >= seg.base && from < seg.end() {
+			if !seg.tryAcquire() {
+				return
+			}
 			hi := min(to, seg.end())
-			s.preparePages(seg, from, hi, populate)
+			ok := s.preparePages(seg, from, hi, populate)
 			seg.release()
-			from = hi
+			if !ok {
+				return
+			}
+			from, reached = hi, hi
 		}
 	}
 	if from < to {
@@ -164,45 +174,57 @@ func (s *Store) prefaultAhead() {
 		}
 		s.amu.Unlock()
 		if p != nil {
-			if from < p.base {
-				from = p.base
-			}
-			if from < p.end() && from < to {
-				s.preparePages(p, from, min(to, p.end()), populate)
+			// What lies between the active segment's end and the next one's base is never
+			// appended into.
+			from = max(from, p.base)
+			if from < p.end() && s.preparePages(p, from, min(to, p.end()), populate) {
+				reached = min(to, p.end())
 			}
 			p.release()
 		}
 	}
-	done.Store(to)
+	if reached > old {
+		done.CompareAndSwap(old, reached)
+	}
 }
 
 // preparePages prepares the pages of [from, to) (physical offsets) of seg for appends:
-// populates their page tables for writing, or reads them into the page cache. A failure is
-// logged: appends then take the faults or the allocations themselves.
-func (s *Store) preparePages(seg *mappedFile, from, to int64, populate bool) {
+// populates their page tables for writing, or reads them into the page cache, and says whether
+// it did. A failure is logged; a kernel without MADV_POPULATE_WRITE (before 5.14) stops the
+// populating for good (populateUnsupported): appends then write through the file.
+func (s *Store) preparePages(seg *mappedFile, from, to int64, populate bool) bool {
 	// madvise takes page-aligned ranges of the mapping (a segment's base need not be).
 	m := seg.data[(from-seg.base)&^(pageSize-1) : to-seg.base]
 	if populate {
-		if err := prefault(m); err != nil {
-			s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
+		err := prefault(m)
+		if errors.Is(err, errPopulateUnsupported) {
+			if !s.populateUnsupported.Swap(true) {
+				s.logger.Warn("commitlog: the kernel cannot populate page tables ahead (MADV_POPULATE_WRITE, Linux 5.14); small appends write through the file", "path", seg.path())
+			}
+			return false
 		}
-		return
+		if err != nil {
+			s.logger.Warn("commitlog: cannot prefault segment", "path", seg.path(), "err", err)
+			return false
+		}
+		return true
 	}
 	for len(m) > 0 {
 		n := min(len(m), cacheStep)
 		if err := willNeed(m[:n]); err != nil {
 			s.logger.Warn("commitlog: cannot read segment pages ahead", "path", seg.path(), "err", err)
-			return
+			return false
 		}
 		m = m[n:]
 	}
+	return true
 }
 
 // populatesSegments says whether the pre-allocator populates segments' page tables for
 // writing: unless appends write through the segments' files and their writes are not small
-// (smallBatches). Any goroutine.
+// (smallBatches), or the kernel cannot (populateUnsupported). Any goroutine.
 func (s *Store) populatesSegments() bool {
-	return s.cfg.WriteThroughMapping || s.smallBatches.Load()
+	return s.cfg.WriteThroughMapping || s.smallBatches.Load() && !s.populateUnsupported.Load()
 }
 
 // kickPrefault wakes the pre-allocator once the log end at end has used half of the window it
@@ -240,8 +262,8 @@ func (s *Store) kickPrefault(end int64) {
 
 // setActiveLocked makes seg the active segment: the previous one's writer is closed and, unless
 // Config.WriteThroughMapping, seg's file is opened for writing. A segment whose file cannot be
-// opened is written through its mapping, with a warning: slower (its pages are not
-// prefaulted), never wrong. Caller holds mu.
+// opened is written through its mapping, with a warning: slower (its pages are populated only
+// while writes are small), never wrong. Caller holds mu.
 func (s *Store) setActiveLocked(seg *mappedFile) {
 	if old := s.active; old != nil && old != seg && old.w != nil {
 		if err := old.w.Close(); err != nil {
@@ -252,7 +274,7 @@ func (s *Store) setActiveLocked(seg *mappedFile) {
 	if seg.w == nil && !s.cfg.WriteThroughMapping {
 		w, err := os.OpenFile(seg.path(), os.O_WRONLY, 0)
 		if err != nil {
-			// NB: not prefaulted either (the pre-allocator follows the config): appends fault.
+			// NB: populated only while writes are small (populatesSegments): appends fault.
 			s.logger.Warn("commitlog: cannot open segment for writing, writing through its mapping", "path", seg.path(), "err", err)
 		} else {
 			seg.w, seg.wfd = w, int(w.Fd())
@@ -279,6 +301,17 @@ func nextBatchAvg(avg, size int64) int64 {
 	return avg + (size-avg)/batchAvgWeight
 }
 
+// smallAfter says whether writes count as small once their moving average is avg, small saying
+// whether they did: under smallWrite they turn small, and they stay small up to a quarter
+// above it, so an average hovering at the threshold does not switch the pre-allocator's work
+// back and forth.
+func smallAfter(small bool, avg int64) bool {
+	if small {
+		return avg < smallWrite+smallWrite/4
+	}
+	return avg < smallWrite
+}
+
 // noteWriteLocked records a write of size bytes to the log (unless Config.WriteThroughMapping):
 // while the average write is under smallWrite the pre-allocator populates the page tables
 // ahead (prefaultAhead; the write's kickPrefault wakes it). Caller holds mu.
@@ -287,8 +320,8 @@ func (s *Store) noteWriteLocked(size int) {
 		return
 	}
 	s.batchAvg = nextBatchAvg(s.batchAvg, int64(size))
-	if small := s.batchAvg < smallWrite; small != s.smallBatches.Load() {
-		s.smallBatches.Store(small)
+	if was := s.smallBatches.Load(); smallAfter(was, s.batchAvg) != was {
+		s.smallBatches.Store(!was)
 	}
 }
 
@@ -310,9 +343,9 @@ func (s *Store) writeLocked(seg *mappedFile, rel int64, b []byte) error {
 	return s.pwriteLocked(seg, rel, b)
 }
 
-// pwriteLocked writes b at byte rel of segment seg through its writer. On an error the range
-// is zeroed through the mapping (a write may have stopped part-way; the log past its end holds
-// zeros), and ENOSPC or EDQUOT wraps ErrDiskFull. Caller holds mu.
+// pwriteLocked writes b at byte rel of segment seg through its writer. On an error what the
+// write got to is zeroed through the mapping (a write may stop part-way; the log past its end
+// holds zeros), and ENOSPC or EDQUOT wraps ErrDiskFull. Caller holds mu.
 func (s *Store) pwriteLocked(seg *mappedFile, rel int64, b []byte) error {
 	// NB: the raw descriptor: os.File.WriteAt's locking and bookkeeping cost as much as the
 	// system call for a small batch. Holders of mu use it; it is closed under mu, or once the
@@ -327,7 +360,7 @@ func (s *Store) pwriteLocked(seg *mappedFile, rel int64, b []byte) error {
 			err = io.ErrShortWrite
 		}
 		if err != nil {
-			clear(seg.data[rel : rel+int64(len(b))])
+			clear(seg.data[rel:at]) // what the write got to; the rest was never written
 			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 				err = fmt.Errorf("%w: %w", ErrDiskFull, err)
 			}

@@ -217,16 +217,20 @@ func allZero(b []byte) bool {
 	return true
 }
 
+// errPopulateUnsupported is prefault's error on a kernel without MADV_POPULATE_WRITE.
+var errPopulateUnsupported = errors.New("MADV_POPULATE_WRITE is not supported (Linux 5.14+)")
+
 // prefault populates the page tables of m for writing (MADV_POPULATE_WRITE, Linux 5.14+), so
-// later writes do not fault. Older kernels (EINVAL) are ignored.
+// later writes do not fault. On older kernels (EINVAL) it returns errPopulateUnsupported.
 func prefault(m []byte) error {
 	if len(m) == 0 {
 		return nil
 	}
-	if err := unix.Madvise(m, unix.MADV_POPULATE_WRITE); err != nil && !errors.Is(err, unix.EINVAL) {
-		return err
+	err := unix.Madvise(m, unix.MADV_POPULATE_WRITE)
+	if errors.Is(err, unix.EINVAL) {
+		return errPopulateUnsupported
 	}
-	return nil
+	return err
 }
 
 // willNeed reads the pages of m's file range into the page cache without mapping them

@@ -61,10 +61,16 @@ func (a *scanAhead) run(segs []*mappedFile, next int64) {
 			}
 			hi := min(next+scanAheadChunk, seg.end())
 			chunk := seg.data[next-seg.base : hi-seg.base]
-			if allZero(chunk[:min(int64(len(chunk)), pageSize)]) {
-				// Most likely past the log end (a batch of zeros aligned on a page is not):
-				// reading the segment's unwritten rest into the page cache would be wasted.
-				return
+			// A chunk starting with a page of zeros may lie past the log end, whose unwritten
+			// rest would be read into the page cache for nothing: it waits until the scan
+			// passes its start (the zeros were then a payload's, or a segment's tail after
+			// its end marker) or stops.
+			for allZero(chunk[:min(int64(len(chunk)), pageSize)]) && a.pos.Load() <= next {
+				select {
+				case <-a.stop:
+					return
+				case <-a.kick:
+				}
 			}
 			// An error only leaves the faults to the scan.
 			_ = populateRead(chunk)

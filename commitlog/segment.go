@@ -78,8 +78,8 @@ type mappedFile struct {
 	dirty bool // recovery only: modified, msync before the checkpoint
 
 	// w is the active segment's file, opened for writing unless Config.WriteThroughMapping:
-	// appends that are not small go through it (pwrite), not through the mapping (see
-	// Store.setActiveLocked and viaFileLocked). nil for every
+	// appends beyond the page tables the pre-allocator populated go through it (pwrite), not
+	// through the mapping (see Store.setActiveLocked and viaFileLocked). nil for every
 	// other file. Set and cleared under the store's mu; closed when the segment stops being
 	// active, or at its unmap (unmapFile, once no one can reach the segment).
 	w   *os.File

@@ -80,6 +80,9 @@ type Store struct {
 	// active segment" in log.go). Written under mu, read by the pre-allocator.
 	batchAvg     int64
 	smallBatches atomic.Bool
+	// populateUnsupported is set once the kernel refused MADV_POPULATE_WRITE (before 5.14):
+	// the pre-allocator then populates nothing, and small appends write through the file.
+	populateUnsupported atomic.Bool
 
 	// qmu guards topics for readers; writers hold mu and qmu.
 	qmu    sync.RWMutex
