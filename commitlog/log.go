@@ -122,7 +122,7 @@ const prefaultWindow = 8 << 20
 // cacheStep is how much of the window the pre-allocator reads into the page cache per call when
 // appends write through the files (bytes): each call zeroes its pages in the kernel without a
 // break, so it is kept short.
-const cacheStep = 16 << 10
+const cacheStep = 64 << 10
 
 // prefaultAhead prepares the pages of [end, end+prefaultWindow) in the active segment and,
 // past its end, in the pre-allocated next segment, so appends do not allocate them: it
